@@ -1,0 +1,3 @@
+from specchat.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""``specchat ask``: one question, the reply streamed to stdout (or JSON lines with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from specchat.cli.common import Env, add_model_args
+from specchat.engine.chat import ChatEngine
+from specchat.engine.chat_template import Message
+from specchat.engine.events import (
+    Event,
+    GenerationStats,
+    NoticeEvent,
+    RejectedEvent,
+    StepEvent,
+    TokenEvent,
+)
+from specchat.engine.sampling import SamplerSettings
+from specchat.models.progress import TextProgress
+from specchat.runtime import Runtime, select
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("ask", help="answer one prompt and print the reply")
+    p.add_argument("prompt", help="the question")
+    add_model_args(p)
+    p.add_argument("--max-tokens", type=int, help="stop after N tokens")
+    p.add_argument("--temperature", type=float, help="0 = greedy")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--system", help="system prompt (default: the configured one)")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
+    p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
+    p.set_defaults(func=run)
+
+
+def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
+    base = env.config.sampling
+    changes = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed",
+                                            "max_tokens") if getattr(args, k, None) is not None}
+    if getattr(args, "stop", None):
+        changes["stop"] = tuple(args.stop)
+    try:
+        return base.with_(**changes).validate()
+    except ValueError as e:
+        from specchat.errors import SpecchatError
+
+        raise SpecchatError(str(e)) from None
+
+
+def run(env: Env, args: argparse.Namespace) -> int:
+    settings = sampler_from_args(env, args)
+    selection = select(env.catalog, args.pair, args.model, env.config.default_pair)
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
+                           with_draft=not args.plain)
+    try:
+        engine = ChatEngine(runtime.decoder(plain=args.plain))
+        system = args.system if args.system is not None else env.config.system_prompt
+        messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
+        cancel = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+        try:
+            stats = _stream(engine.reply(messages, settings, cancel), args.json)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    finally:
+        runtime.close()
+    return 130 if stats and stats.stop_reason == "cancelled" else 0
+
+
+def _stream(events: Any, as_json: bool) -> GenerationStats | None:
+    out = sys.stdout
+    stats = None
+    for ev in events:
+        if as_json:
+            out.write(json.dumps(event_json(ev), ensure_ascii=False) + "\n")
+        elif isinstance(ev, TokenEvent):
+            out.write(ev.text)
+        elif isinstance(ev, NoticeEvent):
+            sys.stderr.write(f"[{ev.message}]\n")
+        out.flush()
+        if isinstance(ev, GenerationStats):
+            stats = ev
+    if stats and not as_json:
+        out.write("\n")
+        sys.stderr.write(summary(stats) + "\n")
+    return stats
+
+
+def summary(s: GenerationStats) -> str:
+    parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
+             f"ttft {s.ttft_s * 1000:.0f} ms", f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
+    if s.alpha is not None:
+        parts.append(f"α {s.alpha:.2f}")
+    if s.tau is not None and s.steps:
+        parts.append(f"τ {s.tau:.2f}")
+    if s.stop_reason != "eos":
+        parts.append(f"stopped: {s.stop_reason}")
+    return "[" + " · ".join(parts) + "]"
+
+
+def event_json(ev: Event) -> dict[str, Any]:
+    if isinstance(ev, TokenEvent):
+        return {"type": "token", "id": ev.token_id, "text": ev.text, "origin": ev.origin.value,
+                "position": ev.position, "t": round(ev.t, 6)}
+    if isinstance(ev, RejectedEvent):
+        return {"type": "rejected", "id": ev.token_id, "text": ev.text, "position": ev.position,
+                "p": ev.p, "q": ev.q}
+    if isinstance(ev, StepEvent):
+        return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
+                "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter}
+    if isinstance(ev, NoticeEvent):
+        return {"type": "notice", "message": ev.message}
+    return {"type": "stats", **ev.as_dict()}

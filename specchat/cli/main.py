@@ -1,0 +1,53 @@
+"""The ``specchat`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from specchat import __version__
+from specchat.cli import ask, doctor, models_cmd
+from specchat.cli.common import add_model_args, make_env
+from specchat.errors import SpecchatError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specchat",
+        description="Chat with local GGUF models, sped up by speculative decoding you can see.",
+    )
+    parser.add_argument("--version", action="version", version=f"specchat {__version__}")
+    add_model_args(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    ask.add_parser(sub)
+    models_cmd.add_parser(sub)
+    doctor.add_parser(sub)
+    return parser
+
+
+def run_app(env: object, args: argparse.Namespace) -> int:
+    sys.stderr.write("specchat: the chat app is not installed in this build yet; try "
+                     "`specchat ask \"...\"`\n")
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    env = make_env()
+    func = getattr(args, "func", run_app)
+    try:
+        return int(func(env, args) or 0)
+    except SpecchatError as e:
+        sys.stderr.write(f"specchat: error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("specchat: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

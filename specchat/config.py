@@ -1,0 +1,105 @@
+"""The user's settings file (``<config>/config.yaml``): default pair, sampling, context size.
+
+Read once in the CLI entry point and passed in. A broken file gives a message naming the file
+and the field; the app falls back to defaults rather than refusing to start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specchat.engine.sampling import SamplerSettings
+from specchat.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    default_pair: str | None = None
+    default_model: str | None = None
+    system_prompt: str = "You are a helpful assistant."
+    n_ctx: int = 4096
+    n_threads: int = 0
+    gamma: int | str = "pair"  # an int, "auto", or "pair" (the pair's recommended γ)
+    ngram: bool = False  # prompt-lookup drafting before the draft model
+    sampling: SamplerSettings = field(default_factory=SamplerSettings)
+
+    def to_yaml(self) -> str:
+        d = asdict(self)
+        d["sampling"] = {k: v for k, v in d["sampling"].items() if k != "stop"}
+        return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+
+    def with_(self, **changes: Any) -> UserConfig:
+        return replace(self, **changes)
+
+
+_TOP = {f.name: f for f in fields(UserConfig)}
+_SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop"}
+
+
+def load_config(path: Path) -> UserConfig:
+    if not path.exists():
+        return UserConfig()
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    values: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key not in _TOP:
+            raise ConfigError(f"{path}: unknown setting '{key}'")
+        if key == "sampling":
+            values[key] = _sampling(path, value)
+        else:
+            values[key] = value
+    cfg = UserConfig(**values)
+    _check(path, cfg)
+    return cfg
+
+
+def _sampling(path: Path, value: Any) -> SamplerSettings:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: 'sampling' must be a mapping")
+    unknown = set(value) - _SAMPLING
+    if unknown:
+        raise ConfigError(f"{path}: unknown sampling setting '{sorted(unknown)[0]}'")
+    try:
+        return SamplerSettings(**value).validate()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: sampling: {e}") from None
+
+
+def _check(path: Path, cfg: UserConfig) -> None:
+    def bad(name: str, why: str) -> ConfigError:
+        return ConfigError(f"{path}: setting '{name}' {why}")
+
+    for name in ("default_pair", "default_model"):
+        v = getattr(cfg, name)
+        if v is not None and not isinstance(v, str):
+            raise bad(name, "must be a name")
+    if not isinstance(cfg.system_prompt, str):
+        raise bad("system_prompt", "must be text")
+    if not isinstance(cfg.n_ctx, int) or isinstance(cfg.n_ctx, bool) or cfg.n_ctx < 0:
+        raise bad("n_ctx", "must be a whole number ≥ 0")
+    if not isinstance(cfg.n_threads, int) or cfg.n_threads < 0:
+        raise bad("n_threads", "must be a whole number ≥ 0")
+    if not (cfg.gamma in ("auto", "pair") or (isinstance(cfg.gamma, int) and 0 <= cfg.gamma <= 32)):
+        raise bad("gamma", "must be 0-32, 'auto' or 'pair'")
+    if not isinstance(cfg.ngram, bool):
+        raise bad("ngram", "must be true or false")
+
+
+def save_config(path: Path, cfg: UserConfig) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(cfg.to_yaml(), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,1 @@
+"""Helpers for tests, benchmarks and the GPU check script (not used by the app itself)."""

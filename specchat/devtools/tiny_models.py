@@ -1,0 +1,140 @@
+"""Write tiny, real GGUF models (random weights, small vocabulary) that llama.cpp loads.
+
+A 64-token vocabulary gives next-token distributions that a χ² test can count, and a whole
+model is ~100 KB, so unit tests run real llama.cpp inference in milliseconds. A *draft* for a
+tiny target is the same network with noise added to its weights: same vocabulary, a tunable
+acceptance rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Byte-level BPE spells ' ' as 'Ġ' and '\n' as 'Ċ'.
+CHARS = list("abcdefghijklmnopqrstuvwxyz") + list("ĠĊ.,!?'") + list("0123456789")
+MERGES = ["Ġ t", "t h", "Ġ a", "e r", "i n", "o n"]
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_layer: int = 2
+    n_ff: int = 128
+    n_ctx_train: int = 1024
+    logit_scale: float = 6.0  # larger → peakier next-token distributions
+    special_scale: float = 0.05  # output rows of special tokens: small → replies rarely end
+    seed: int = 0
+
+
+def vocabulary(extra: int = 0) -> list[str]:
+    """The token texts: specials, characters, merge results, then ``extra`` filler tokens."""
+    merged = [m.replace(" ", "") for m in MERGES]
+    base = SPECIALS + CHARS + merged
+    return base + [f"<x{i}>" for i in range(extra)]
+
+
+def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(spec.seed)
+    e, f = spec.n_embd, spec.n_ff
+    kv = e // spec.n_head * spec.n_head_kv
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {
+        "token_embd.weight": mat(n_vocab, e, np.sqrt(e)),
+        "output_norm.weight": np.ones(e, dtype=np.float32),
+        "output.weight": mat(n_vocab, e, spec.logit_scale),
+    }
+    w["output.weight"][: len(SPECIALS)] *= spec.special_scale
+    for i in range(spec.n_layer):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(e, dtype=np.float32)
+        w[p + "ffn_norm.weight"] = np.ones(e, dtype=np.float32)
+        w[p + "attn_q.weight"] = mat(e, e)
+        w[p + "attn_k.weight"] = mat(kv, e)
+        w[p + "attn_v.weight"] = mat(kv, e)
+        w[p + "attn_output.weight"] = mat(e, e)
+        w[p + "ffn_gate.weight"] = mat(f, e)
+        w[p + "ffn_up.weight"] = mat(f, e)
+        w[p + "ffn_down.weight"] = mat(e, f)
+    return w
+
+
+def write_tiny_model(
+    path: Path | str,
+    spec: TinySpec = TinySpec(),
+    *,
+    noise_from: TinySpec | None = None,
+    noise: float = 0.0,
+    tokens: list[str] | None = None,
+    bos_id: int = 0,
+    eos_id: int = 2,
+    add_bos: bool = False,
+    chat_template: str | None = CHATML_TEMPLATE,
+    name: str = "tiny",
+) -> Path:
+    """Write a tiny llama-architecture GGUF.
+
+    With ``noise_from`` the weights are those of that spec plus Gaussian noise of relative size
+    ``noise`` (``spec.seed`` seeds the noise): a draft model for that target.
+    """
+    path = Path(path)
+    tokens = tokens if tokens is not None else vocabulary()
+    n_vocab = len(tokens)
+    if noise_from is not None:
+        weights = _weights(noise_from, n_vocab)
+        rng = np.random.default_rng(10_000 + spec.seed)
+        for k, v in weights.items():
+            if v.ndim == 2:
+                weights[k] = (v + rng.standard_normal(v.shape) * noise * v.std()).astype(np.float32)
+        spec = noise_from
+    else:
+        weights = _weights(spec, n_vocab)
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    w.add_context_length(spec.n_ctx_train)
+    w.add_embedding_length(spec.n_embd)
+    w.add_block_count(spec.n_layer)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(0)  # all F32
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    types = [
+        gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens
+    ]
+    w.add_token_types(types)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(bos_id)
+    w.add_eos_token_id(eos_id)
+    w.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
+    for k, v in weights.items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,0 +1,1 @@
+"""The inference engine: models, sampling, plain and speculative decoding. Never imports a UI."""

@@ -1,0 +1,73 @@
+"""One-time llama.cpp set-up: backend init and a quiet log sink that keeps recent errors.
+
+llama.cpp reports load failures only through its log; we keep the last lines so an error
+message can say what llama.cpp said, and print nothing unless asked (``SPECCHAT_LLAMA_LOG=1``).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import threading
+
+import llama_cpp
+
+_lock = threading.Lock()
+_ready = False
+_recent: collections.deque[tuple[int, str]] = collections.deque(maxlen=64)
+_echo = os.environ.get("SPECCHAT_LLAMA_LOG", "") not in ("", "0")
+
+_ERROR, _WARN, _CONT = 3, 2, 5
+_last_level = 0
+
+
+@llama_cpp.llama_log_callback  # type: ignore[misc]
+def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    global _last_level
+    if level == _CONT:
+        level = _last_level
+    _last_level = level
+    msg = text.decode("utf-8", errors="replace")
+    _recent.append((level, msg))
+    if _echo:
+        sys.stderr.write(msg)
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp once per process, with our log sink."""
+    global _ready
+    with _lock:
+        if _ready:
+            return
+        llama_cpp.llama_log_set(_log_sink, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _ready = True
+
+
+def clear_log() -> None:
+    _recent.clear()
+
+
+def last_error() -> str:
+    """The most recent error (or warning) line llama.cpp logged, for user-facing messages."""
+    for wanted in (_ERROR, _WARN):
+        for level, msg in reversed(_recent):
+            if level == wanted and msg.strip():
+                return msg.strip()
+    return ""
+
+
+def system_info() -> str:
+    ensure_backend()
+    return bytes(llama_cpp.llama_print_system_info()).decode("utf-8", errors="replace").strip()
+
+
+def supports_gpu_offload() -> bool:
+    ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def version() -> str:
+    return str(getattr(llama_cpp, "__version__", "unknown"))

@@ -1,0 +1,266 @@
+"""A loaded GGUF model and its context, on llama.cpp's low-level batch API.
+
+``LlamaContext.decode`` evaluates tokens at the end of the cached sequence and returns a
+zero-copy view of the logits rows it asked for; ``truncate`` rolls the KV cache back. These two
+are all that plain and speculative decoding need. The context tracks which tokens its KV cache
+holds, so a new prompt only evaluates what differs from the last one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.llama_lib import clear_log, ensure_backend, last_error
+from specchat.errors import ContextFullError, ModelFileError, SpecchatError
+from specchat.models.gguf_file import GgufHeader, validate
+
+
+class DecodeCancelled(SpecchatError):
+    """A decode was aborted through the context's cancel event."""
+
+
+def default_threads() -> int:
+    # llama.cpp's own default counts physical cores; os.cpu_count() counts logical ones.
+    n = os.cpu_count() or 1
+    return max(1, n // 2 if n > 4 else n)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    n_gpu_layers: int = -1  # -1 = all layers (when the build can offload)
+    main_gpu: int = 0
+    use_mmap: bool = True
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    n_ctx: int = 4096  # 0 = the model's training context
+    n_batch: int = 512
+    n_threads: int = 0  # 0 = default_threads()
+    n_threads_batch: int = 0
+    flash_attn: str = "auto"  # auto | on | off
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+
+_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+          "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+class LlamaModel:
+    """Weights and vocabulary of one GGUF file."""
+
+    def __init__(self, path: Path | str, settings: ModelSettings = ModelSettings()) -> None:
+        ensure_backend()
+        self.path = Path(path).expanduser()
+        self.header: GgufHeader = validate(self.path)
+        self.settings = settings
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = settings.n_gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
+        params.main_gpu = settings.main_gpu
+        params.use_mmap = settings.use_mmap
+        clear_log()
+        ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            why = last_error() or "no reason given"
+            raise ModelFileError(f"llama.cpp could not load {self.path.name}: {why}")
+        self.ptr = ptr
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(ptr)
+        self.n_params: int = llama_cpp.llama_model_n_params(ptr)
+        self.size_bytes: int = llama_cpp.llama_model_size(ptr)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._eog_ids = frozenset(
+            t for t in self._special_candidates() if llama_cpp.llama_vocab_is_eog(self.vocab, t)
+        )
+        tmpl = llama_cpp.llama_model_chat_template(ptr, None)
+        self.chat_template: str | None = tmpl.decode("utf-8", errors="replace") if tmpl else None
+
+    def _special_candidates(self) -> list[int]:
+        # End-of-generation tokens are control or user-defined tokens (plus EOS/EOT themselves).
+        ids = []
+        for t in range(self.n_vocab):
+            attr = llama_cpp.llama_vocab_get_attr(self.vocab, t)
+            if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED):
+                ids.append(t)
+        for t in (self.eos, llama_cpp.llama_vocab_eot(self.vocab)):
+            if t >= 0:
+                ids.append(t)
+        return ids
+
+    @property
+    def name(self) -> str:
+        return str(self.header.metadata.get("general.name") or self.path.stem)
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog_ids
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special,
+                                         parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token adds to the text (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry itself (as stored in the GGUF), for comparing vocabularies."""
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class LlamaContext:
+    """A KV cache (one sequence) over a model, and a reusable batch."""
+
+    def __init__(self, model: LlamaModel, settings: ContextSettings = ContextSettings()) -> None:
+        self.model = model
+        self.settings = settings
+        n_ctx = settings.n_ctx or model.n_ctx_train
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = min(settings.n_batch, n_ctx)
+        params.n_seq_max = 1
+        params.n_threads = settings.n_threads or default_threads()
+        params.n_threads_batch = settings.n_threads_batch or params.n_threads
+        params.flash_attn_type = _FLASH.get(settings.flash_attn, _FLASH["auto"])
+        params.type_k = _KV_TYPES.get(settings.type_k, 1)
+        params.type_v = _KV_TYPES.get(settings.type_v, 1)
+        params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
+        params.no_perf = True
+        clear_log()
+        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not ctx:
+            why = last_error() or "out of memory?"
+            raise ModelFileError(f"could not create a {n_ctx}-token context for "
+                                 f"{model.path.name}: {why}")
+        self.ptr = ctx
+        self.n_ctx: int = llama_cpp.llama_n_ctx(ctx)
+        self.n_batch: int = llama_cpp.llama_n_batch(ctx)
+        self.n_threads: int = params.n_threads
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        b = self.batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+        self.tokens: list[int] = []  # what the KV cache holds, in order
+        self.cancel = threading.Event()  # set from any thread to abort a long decode
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self.cancel.is_set())
+        llama_cpp.llama_set_abort_callback(ctx, self._abort_cb, None)
+
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
+        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row) or ``all``.
+
+        The returned array is a view into llama.cpp's buffer, valid until the next decode.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        start = len(self.tokens)
+        if start + n > self.n_ctx:
+            raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
+        rows = 0
+        for off in range(0, n, self.n_batch):
+            chunk = tokens[off : off + self.n_batch]
+            m = len(chunk)
+            last_chunk = off + m == n
+            self._tok[:m] = chunk
+            self._pos[:m] = np.arange(start + off, start + off + m)
+            self._out[:m] = 1 if (logits == "all" and last_chunk) else 0
+            if last_chunk and logits == "last":
+                self._out[m - 1] = 1
+            rows = m if logits == "all" else 1
+            self.batch.n_tokens = m
+            rc = llama_cpp.llama_decode(self.ptr, self.batch)
+            if rc != 0:
+                self._after_failed_decode(start + off)
+                if rc == 2:
+                    raise DecodeCancelled("cancelled")
+                if rc == 1:
+                    raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
+                raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
+            self.tokens.extend(chunk)
+        if logits == "all" and n > self.n_batch:
+            raise ValueError("logits for every row need the tokens to fit in one batch")
+        ptr = llama_cpp.llama_get_logits(self.ptr)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def _after_failed_decode(self, committed: int) -> None:
+        # A fatal error or abort can leave part of the batch in the cache: drop it.
+        del self.tokens[committed:]
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, committed, -1)
+
+    def truncate(self, n: int) -> None:
+        """Roll the cache back so it holds exactly its first ``n`` tokens."""
+        if n < len(self.tokens):
+            llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
+            del self.tokens[n:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = min(len(tokens), len(self.tokens))
+        i = 0
+        while i < n and self.tokens[i] == tokens[i]:
+            i += 1
+        return i
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+        self.tokens.clear()
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_batch_free(self.batch)
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()

