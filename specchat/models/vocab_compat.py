@@ -1,0 +1,104 @@
+"""Can this draft model draft for that target? Compare their vocabularies from GGUF metadata.
+
+Speculative decoding feeds the target's token ids to the draft and back, so what must agree is
+the *meaning of every id the draft can propose*: the token texts. A draft whose vocabulary is
+the target's plus or minus unused padding at the end still works (the engine restricts the
+draft to the shared ids); anything else is refused, with the first id that differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from specchat.models.gguf_file import GgufHeader
+
+TOKENS = "tokenizer.ggml.tokens"
+
+
+class Level(str, Enum):
+    OK = "ok"
+    WARN = "warning"
+    BAD = "incompatible"
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    what: str  # a short label: "vocab size", "token texts", ...
+    message: str  # a plain-words sentence
+
+
+def tokens_of(h: GgufHeader) -> list[str]:
+    toks = h.metadata.get(TOKENS)
+    if toks is None:
+        raise ValueError(f"{h.path}: header was read without token texts")
+    return list(toks)
+
+
+def vocab_hash(tokens: list[str]) -> str:
+    return hashlib.sha256("\0".join(tokens).encode("utf-8")).hexdigest()[:16]
+
+
+def _is_padding(text: str) -> bool:
+    t = text.lower()
+    return "pad" in t or "unused" in t or t.startswith(("<extra", "[extra", "<|reserved"))
+
+
+def compare_vocab(target: GgufHeader, draft: GgufHeader) -> list[Finding]:
+    """Findings about the pair's vocabularies, worst first. No BAD finding → usable pair."""
+    out: list[Finding] = []
+    tm = target.metadata.get("tokenizer.ggml.model")
+    dm = draft.metadata.get("tokenizer.ggml.model")
+    if tm != dm:
+        out.append(Finding(Level.BAD, "tokenizer",
+                           f"different tokenizer types: target {tm}, draft {dm}"))
+    tt, dt = tokens_of(target), tokens_of(draft)
+    n = min(len(tt), len(dt))
+    if tt[:n] != dt[:n]:
+        i = next(i for i in range(n) if tt[i] != dt[i])
+        same = sum(1 for a, b in zip(tt, dt) if a == b)
+        out.append(Finding(
+            Level.BAD, "token texts",
+            f"token {i} is {tt[i]!r} in the target but {dt[i]!r} in the draft "
+            f"({same} of {n} ids agree): the models use different vocabularies"))
+    if len(tt) != len(dt):
+        longer, extra = (tt, "target") if len(tt) > len(dt) else (dt, "draft")
+        tail = longer[n:]
+        if all(_is_padding(t) for t in tail[:64]) or len(tail) <= 256:
+            out.append(Finding(
+                Level.WARN, "vocab size",
+                f"vocabulary sizes differ ({len(tt)} target, {len(dt)} draft); the {len(tail)} "
+                f"extra ids of the {extra} look like padding, so only the shared ids are drafted"))
+        else:
+            out.append(Finding(Level.BAD, "vocab size",
+                               f"vocabulary sizes differ: {len(tt)} target, {len(dt)} draft"))
+    for key, label in (("tokenizer.ggml.bos_token_id", "BOS"),
+                       ("tokenizer.ggml.eos_token_id", "EOS")):
+        a, b = _int(target.metadata.get(key)), _int(draft.metadata.get(key))
+        if a != b:
+            out.append(Finding(Level.WARN, label,
+                               f"{label} token differs (target {a}, draft {b}); ids mean the same "
+                               "tokens, so drafting works, but replies end on the target's rule"))
+    a, b = (target.metadata.get("tokenizer.ggml.add_bos_token"),
+            draft.metadata.get("tokenizer.ggml.add_bos_token"))
+    if a != b:
+        out.append(Finding(Level.WARN, "add_bos",
+                           f"add-BOS setting differs (target {a}, draft {b}); the draft sees "
+                           "the target's tokens, so this is harmless"))
+    order = {Level.BAD: 0, Level.WARN: 1, Level.OK: 2}
+    return sorted(out, key=lambda f: order[f.level])
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def verdict(findings: list[Finding]) -> Level:
+    if any(f.level is Level.BAD for f in findings):
+        return Level.BAD
+    if findings:
+        return Level.WARN
+    return Level.OK
