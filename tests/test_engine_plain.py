@@ -125,7 +125,7 @@ def test_cancel_mid_reply_keeps_the_cache_usable(model: LlamaModel) -> None:
         if isinstance(ev, GenerationStats):
             stats = ev
     assert stats.stop_reason == "cancelled" and seen <= 4
-    toks, stats2, _ = run(eng, [Message("user", "hi")])
+    toks, _stats2, _ = run(eng, [Message("user", "hi")])
     fresh, _, _ = run(engine(model), [Message("user", "hi")])
     assert [t.token_id for t in toks] == [t.token_id for t in fresh]
 

@@ -44,7 +44,7 @@ def cmd_list(env: Env, args: argparse.Namespace) -> int:
         st = env.resolver.state(m)
         size = format_bytes(st.size) if st.present else "-"
         rows.append((m.id, "yes" if st.present else "no", size, describe_source(m.source)))
-    w = [max(len(r[i]) for r in rows + [("MODEL", "ON DISK", "SIZE", "SOURCE")]) for i in range(4)]
+    w = [max(len(r[i]) for r in [*rows, ("MODEL", "ON DISK", "SIZE", "SOURCE")]) for i in range(4)]
     out.write("  ".join(h.ljust(w[i]) for i, h in enumerate(("MODEL", "ON DISK", "SIZE", "SOURCE")))
               + "\n")
     for r in rows:

@@ -23,7 +23,7 @@ _ERROR, _WARN, _CONT = 3, 2, 5
 _last_level = 0
 
 
-@llama_cpp.llama_log_callback  # type: ignore[misc]
+@llama_cpp.llama_log_callback
 def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     global _last_level
     if level == _CONT:

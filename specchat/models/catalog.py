@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 
@@ -67,7 +67,7 @@ class PathSource:
         return self.path.name
 
 
-Source = Union[PypiSource, DerivedSource, HfSource, PathSource]
+Source = PypiSource | DerivedSource | HfSource | PathSource
 
 
 @dataclass(frozen=True)
@@ -120,14 +120,14 @@ class Catalog:
 
 def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=3)
-    hint = f" — did you mean {', '.join(close)}?" if close else f" (see `specchat models list`)"
+    hint = f" — did you mean {', '.join(close)}?" if close else " (see `specchat models list`)"
     return f"unknown {kind} '{name}'{hint}"
 
 
 # --- YAML with line numbers -------------------------------------------------------------
 
 
-class _Located(dict):  # type: ignore[type-arg]
+class _Located(dict):
     line: int = 0
     key_lines: dict[str, int]
 
@@ -174,7 +174,7 @@ class _Fields:
                 raise self.fail(key, "is required")
             return default
         value = self.data[key]
-        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
             raise self.fail(key, f"expected {kind.__name__}, got {type(value).__name__}")
         choices = tuple(choices)
         if choices and value not in choices:
@@ -234,7 +234,7 @@ def _sha(f: _Fields) -> str | None:
 def parse_catalog(text: str, file: str, base_dir: Path | None = None) -> Catalog:
     base_dir = base_dir or Path(file).parent
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file

@@ -25,7 +25,7 @@ def cached_path(src: HfSource) -> Path | None:
 def _progress_class(report: ProgressFn, task: str) -> type:
     from tqdm.auto import tqdm
 
-    class _Report(tqdm):  # type: ignore[misc]
+    class _Report(tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["disable"] = True  # we render; tqdm must not print
             super().__init__(*args, **kwargs)

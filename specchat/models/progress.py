@@ -23,6 +23,7 @@ class Progress:
     total: float | None = None  # None: size unknown (a spinner, not a bar)
     unit: str = "B"
     finished: bool = False
+    failed: bool = False  # the task stopped without finishing (an error follows)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -37,13 +38,14 @@ def watch_folder(folder: Path, task: str, report: ProgressFn, total: float | Non
                  every: float = 0.25) -> Iterator[None]:
     """Report the growing size of the files under ``folder`` while the body runs.
 
-    Lets us show byte progress for a child process (pip) that only writes files.
+    Lets us show byte progress for a child process (pip) that only writes files. The caller
+    reports the end (finished or failed): only it knows how the child process ended.
     """
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(every):
-            report(Progress(task, _folder_bytes(folder), total))
+            report(Progress(task, folder_bytes(folder), total))
 
     t = threading.Thread(target=poll, daemon=True)
     t.start()
@@ -52,10 +54,9 @@ def watch_folder(folder: Path, task: str, report: ProgressFn, total: float | Non
     finally:
         stop.set()
         t.join()
-        report(Progress(task, _folder_bytes(folder), total, finished=True))
 
 
-def _folder_bytes(folder: Path) -> int:
+def folder_bytes(folder: Path) -> int:
     n = 0
     try:
         for p in folder.rglob("*"):
@@ -97,6 +98,12 @@ class TextProgress:
     def __call__(self, p: Progress) -> None:
         now = time.monotonic()
         start = self._started.setdefault(p.task, now)
+        if p.failed:
+            if self.tty and p.task in self._started:
+                self.stream.write("\r\x1b[2K" + f"{p.task}: failed\n")
+                self.stream.flush()
+            self._started.pop(p.task, None)
+            return
         if not p.finished and now - self._last < self.min_interval:
             return
         if not self.tty and not p.finished and now - self._last < 5:

