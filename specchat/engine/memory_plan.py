@@ -254,7 +254,7 @@ class PairPlan:
         n_ctx = max(p.n_ctx for p in self.plans)
         return (f"not enough {where} for {' + '.join(p.request.name for p in self.plans)}: "
                 f"needs ~{fmt_bytes(need)} (KV cache {fmt_bytes(kv)} at {n_ctx} tokens), "
-                f"{fmt_bytes(free)} free")
+                f"{fmt_bytes(free)} {'free' if gpu else 'available'}")
 
     def describe(self) -> list[str]:
         lines = [p.describe() for p in self.plans]
@@ -314,10 +314,11 @@ def check(plan: PairPlan) -> None:
 def _suggestions(plan: PairPlan) -> list[str]:
     tips = []
     reqs = [p.request for p in plan.plans]
-    # Another GPU layer count for a model whose count was given explicitly: fewer when the GPU
+    # Another GPU layer count for a model whose count was given (a number or "all"): fewer when the GPU
     # is short, more when the host is and the GPU has room.
     for p in plan.plans:
-        if p.request.model.n_gpu_layers < 0 or not plan.readings.offload:
+        auto = p.request.model.n_gpu_layers < 0 and p.request.model.fit_layers
+        if auto or not plan.readings.offload:
             continue
         fewer = range(p.gpu_layers - 1, -1, -1)
         more = range(p.gpu_layers + 1, p.layers + 1)
