@@ -19,8 +19,9 @@
 #   scripts/gpu_check.sh --cpu-dry-run           steps 2-4 here, on the installed CPU build
 #   scripts/gpu_check.sh --cpu-dry-run --build   and step 1 too, with CUDA off (minutes)
 #
-# Environment: PYTHON (python3), CUDA_ARCH (native; e.g. 90 for an H100/H200), SCALE (gpu |
-# large | cpu), GPU_CHECK_WORK (/tmp/specchat-gpu), GPU_BUNDLE (.gpu-bundle).
+# Environment: PYTHON (python3), CUDA_ARCH (default: the GPU's compute capability, e.g. 90 for
+# an H100/H200), SCALE (gpu | large | cpu), GPU_CHECK_WORK (/tmp/specchat-gpu), GPU_BUNDLE
+# (.gpu-bundle).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -68,13 +69,17 @@ if [ $dry_run = 0 ]; then
     exit 2
   fi
   export PATH=$PATH:/usr/local/cuda/bin
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   nvcc --version | tail -2 || { echo "gpu_check: nvcc (the CUDA compiler) not found" >&2; exit 2; }
+  # Compile for this GPU's compute capability only (9.0 -> 90); "native" asks CMake to probe.
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  CUDA_ARCH=${CUDA_ARCH:-${cap:-native}}
 fi
 
 # --- 1. build ---------------------------------------------------------------------------------
 site=$WORK/site
 if [ $dry_run = 0 ]; then
-  cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-native} -DLLAVA_BUILD=off"
+  cmake_args="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DLLAVA_BUILD=off"
   built_lib=$site/llama_cpp/lib/libggml-cuda.so
 else
   cmake_args="-DGGML_CUDA=off -DLLAVA_BUILD=off"
@@ -96,9 +101,11 @@ if [ $dry_run = 0 ] || [ $build_in_dry_run = 1 ]; then
     t0=$SECONDS
     rm -rf "$site.new"
     # --no-build-isolation: the build tools (scikit-build-core, cmake, ninja) come from this
-    # Python, since nothing can be fetched here.
+    # Python, since nothing can be fetched here. A fixed build-dir makes a rerun after a
+    # time-out continue where the compiler stopped.
     if CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-       "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-cache-dir \
+       "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir \
+         --config-settings="build-dir=$WORK/build" \
          --target "$site.new" "$sdist" > "$WORK/build.log" 2>&1 \
        && [ -f "$site.new/llama_cpp/lib/$(basename "$built_lib")" ]
     then
@@ -162,7 +169,7 @@ line=$(grep -E "[0-9]+ (passed|failed)" "$OUTDIR/pytest.log" | tail -1 | tr -d '
 [ "$rc" = 0 ] && result tests PASS "$line" || result tests FAIL "${line:-pytest exit $rc}"
 
 # --- 4. proof run -----------------------------------------------------------------------------
-step "proof run: scale $SCALE, every layer offloaded"
+step "proof run: scale $SCALE, $([ $dry_run = 0 ] && echo "every layer offloaded" || echo "CPU build")"
 require=$([ $dry_run = 0 ] && echo --require-gpu)
 "$PY" -m specchat.devtools.gpu_proof --scale "$SCALE" $require --out "$WORK/models" \
   --json "$OUTDIR/gpu_proof.json" 2>&1 | tee "$OUTDIR/gpu_proof.txt"

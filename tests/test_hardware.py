@@ -50,7 +50,7 @@ def dev(name: str, desc: str, kind: str = "gpu", backend: str = "CUDA") -> Devic
         ([dev("CUDA0", "NVIDIA RTX 4090"), dev("CUDA1", "NVIDIA RTX 4090")],
          "CUDA: 2× NVIDIA RTX 4090"),
         ([dev("CUDA0", "A"), dev("CUDA1", "B")], "CUDA: A + B"),
-        ([dev("Metal", "Apple M2 Pro", backend="Metal")], "Metal: Apple M2 Pro"),
+        ([dev("MTL0", "Apple M2 Pro", backend="Metal")], "Metal: Apple M2 Pro"),
         ([dev("Vulkan0", "Intel Iris Xe", "igpu", "Vulkan")], "Vulkan: Intel Iris Xe"),
         # an integrated GPU is used only when there is no discrete one
         ([dev("Vulkan0", "Iris", "igpu", "Vulkan"), dev("CUDA0", "RTX 3060")], "CUDA: RTX 3060"),
@@ -83,6 +83,16 @@ def test_meminfo_and_cgroup_limits(tmp_path: Path) -> None:
     (cg / "memory.max").write_text("max\n")
     assert hardware._cgroup_limited(host, cg) == host
     assert hardware._cgroup_limited(host, tmp_path / "none") == host
+
+
+def test_vm_stat_on_macos() -> None:
+    text = ("Mach Virtual Memory Statistics: (page size of 16384 bytes)\n"
+            "Pages free:                               10000.\n"
+            "Pages active:                             99999.\n"
+            "Pages inactive:                            2000.\n"
+            "Pages speculative:                          500.\n"
+            "Pages wired down:                         88888.\n")
+    assert hardware._vm_stat_available(text) == 12500 * 16384
 
 
 CUDA_LOG = """\

@@ -122,6 +122,8 @@ def test_auto_offloads_the_draft_fully_and_fits_the_target() -> None:
     assert draft.gpu_layers == draft.layers == 17  # 16 blocks + the output layer
     assert 0 < target.gpu_layers < target.layers
     assert plan.shortfall() is None
+    assert plan.notices() == [f"llama-8b: {target.gpu_layers} of 33 layers fit in free GPU memory; "
+                              "the rest run on the CPU (slower)"]
     check(plan)
     # One more target layer would not have fitted.
     more = plan_load([request("target", TARGET_8B, layers=target.gpu_layers + 1, fit=False),
@@ -132,7 +134,7 @@ def test_auto_offloads_the_draft_fully_and_fits_the_target() -> None:
 def test_auto_takes_every_layer_when_they_fit() -> None:
     plan = plan_load([request("target", TARGET_8B), request("draft", DRAFT_1B)],
                      readings(gpu(40)))
-    assert [p.gpu_layers for p in plan.plans] == [33, 17]
+    assert [p.gpu_layers for p in plan.plans] == [33, 17] and plan.notices() == []
     assert plan.gpu_need > 6 * GB and plan.host_need < 2 * GB  # embeddings stay on the host
 
 
@@ -160,7 +162,7 @@ def test_host_memory_shortage_suggests_a_smaller_context() -> None:
 
 
 def test_unified_memory_counts_gpu_and_host_together() -> None:
-    metal = gpu(12, name="Metal", backend="Metal")
+    metal = gpu(12, name="MTL0", backend="Metal")
     reqs = [request("target", TARGET_8B, n_ctx=32768), request("draft", DRAFT_1B, n_ctx=32768)]
     assert plan_load(reqs, readings(metal, host=64)).shortfall() is None
     short = plan_load(reqs, readings(metal, host=9)).shortfall()
@@ -174,6 +176,11 @@ def test_main_gpu_is_checked_on_its_own() -> None:
         check(plan_load(reqs, r))
     auto = plan_load([request("target", TARGET_8B, main_gpu=1)], r)
     assert 0 < auto.plans[0].gpu_layers < 33 and auto.shortfall() is None
+    # Two models pinned to the same card share it: the draft first, the target gets the rest.
+    both = plan_load([request("target", TARGET_8B, main_gpu=1),
+                      request("draft", DRAFT_1B, n_ctx=2048, main_gpu=1)], r)
+    assert both.plan("draft").gpu_layers == 17 and both.shortfall() is None
+    assert both.plan("target").gpu_layers < auto.plans[0].gpu_layers
 
 
 def test_unknown_readings_offload_everything_and_refuse_nothing() -> None:

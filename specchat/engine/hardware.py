@@ -24,6 +24,8 @@ from specchat.engine.llama_lib import ensure_backend, supports_gpu_offload
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 _DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+# Registry names as users know them (ggml-metal registers as "MTL", its devices as "MTL0"...).
+_BACKEND_NAMES = {"MTL": "Metal"}
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,9 @@ def devices(with_memory: bool = True) -> list[Device]:
             if t.value:
                 free, total = int(f.value), int(t.value)
         name = g.text("ggml_backend_dev_name", dev)
+        backend = backend or _backend_from_name(name)
         out.append(Device(name=name, description=g.text("ggml_backend_dev_description", dev),
-                          kind=kind, backend=backend or _backend_from_name(name), free=free,
+                          kind=kind, backend=_BACKEND_NAMES.get(backend, backend), free=free,
                           total=total))
     return out
 
@@ -256,18 +259,24 @@ def _macos_memory() -> HostMemory:
         total = _sysconf_memory().total
     available = None
     try:
-        # Free, inactive and speculative pages are what macOS hands out without swapping.
         out = subprocess.run(["vm_stat"], capture_output=True, text=True, timeout=5,
                              check=True).stdout
-        page = int(m.group(1)) if (m := re.search(r"page size of (\d+) bytes", out)) else 4096
-        pages = {k.strip(): int(v.strip().rstrip(".")) for k, v in
-                 (line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
-                 if v.strip().rstrip(".").isdigit()}
-        available = page * sum(pages.get(k, 0) for k in
-                               ("Pages free", "Pages inactive", "Pages speculative"))
+        available = _vm_stat_available(out)
     except (OSError, subprocess.SubprocessError, ValueError):
         pass
     return HostMemory(available, total, "vm_stat" if available is not None else "sysctl")
+
+
+def _vm_stat_available(text: str) -> int:
+    """Free, inactive and speculative pages: what macOS hands out without swapping."""
+    page = int(m.group(1)) if (m := re.search(r"page size of (\d+) bytes", text)) else 4096
+    pages = {}
+    for line in text.splitlines()[1:]:
+        key, _, value = line.partition(":")
+        value = value.strip().rstrip(".")
+        if value.isdigit():
+            pages[key.strip()] = int(value)
+    return page * sum(pages.get(k, 0) for k in ("Pages free", "Pages inactive", "Pages speculative"))
 
 
 def _windows_memory() -> HostMemory:

@@ -237,11 +237,15 @@ class PairPlan:
             free = r.gpu_free()
             if free is not None and self.gpu_need > free - _margin(free):
                 return self._short(self.gpu_need, free, f"GPU memory on {r.gpu_name()}", True)
+            per_gpu: dict[int, int] = {}  # models pinned to one GPU with main_gpu
             for p in on_gpu:
                 mg = p.request.model.main_gpu
-                free = r.gpu_free(mg) if mg is not None and mg < len(r.gpus) else None
-                if free is not None and p.gpu_bytes > free - _margin(free):
-                    return self._short(p.gpu_bytes, free, f"GPU memory on {r.gpu_name(mg)}", True)
+                if mg is not None and mg < len(r.gpus):
+                    per_gpu[mg] = per_gpu.get(mg, 0) + p.gpu_bytes
+            for mg, need in per_gpu.items():
+                free = r.gpu_free(mg)
+                if free is not None and need > free - _margin(free):
+                    return self._short(need, free, f"GPU memory on {r.gpu_name(mg)}", True)
         avail = r.host.available
         need = self.host_need + (self.gpu_need if r.unified else 0)
         if avail is not None and need > avail - _margin(avail):
@@ -255,6 +259,16 @@ class PairPlan:
         return (f"not enough {where} for {' + '.join(p.request.name for p in self.plans)}: "
                 f"needs ~{fmt_bytes(need)} (KV cache {fmt_bytes(kv)} at {n_ctx} tokens), "
                 f"{fmt_bytes(free)} {'free' if gpu else 'available'}")
+
+    def notices(self) -> list[str]:
+        """What the user should know about the placement: layers "auto" left on the CPU."""
+        out = []
+        for p in self.plans:
+            m = p.request.model
+            if self.readings.offload and m.n_gpu_layers < 0 and p.gpu_layers < p.layers:
+                out.append(f"{p.request.name}: {p.gpu_layers} of {p.layers} layers fit in free GPU "
+                           "memory; the rest run on the CPU (slower)")
+        return out
 
     def describe(self) -> list[str]:
         lines = [p.describe() for p in self.plans]
@@ -270,16 +284,18 @@ class PairPlan:
         short = self.shortfall()
         lines.append("needs " + ", ".join(need) + (" — fits" if short is None else
                                                     " — does NOT fit"))
-        return lines
+        return lines + self.notices()
 
 
 def plan_load(requests: Sequence[LoadRequest], readings: MemoryReadings | None = None) -> PairPlan:
     """Resolve "auto" GPU layer counts and estimate memory; raises nothing (see ``check``)."""
     readings = readings if readings is not None else MemoryReadings.now()
     prints = {id(r): Footprint.of(r.header) for r in requests}
-    room = readings.gpu_free()
-    if room is not None:
-        room -= _margin(room)
+    def room_on(free: int | None) -> int | None:
+        return None if free is None else free - _margin(free)
+
+    room = room_on(readings.gpu_free())  # all GPUs together
+    room_one = {i: room_on(readings.gpu_free(i)) for i in range(len(readings.gpus))}
     chosen: dict[int, LoadPlan] = {}
     # The draft first: it is small, and on the CPU it would cost more than it saves.
     for req in sorted(requests, key=lambda r: r.role != "draft"):
@@ -288,15 +304,17 @@ def plan_load(requests: Sequence[LoadRequest], readings: MemoryReadings | None =
         asked = req.model.n_gpu_layers
         k = 0 if not readings.offload else (top if asked < 0 else min(asked, top))
         plan = _place(req, fp, k)
-        if asked < 0 and req.model.fit_layers and room is not None:
-            mg = req.model.main_gpu
-            own = readings.gpu_free(mg) if mg is not None and mg < len(readings.gpus) else None
-            limit = room if own is None else min(room, own - _margin(own))
-            while k > 0 and plan.gpu_bytes > limit:
+        mg = req.model.main_gpu
+        one = room_one.get(mg) if mg is not None else None
+        limits = [x for x in (room, one) if x is not None]
+        if asked < 0 and req.model.fit_layers and limits:
+            while k > 0 and plan.gpu_bytes > min(limits):
                 k -= 1
                 plan = _place(req, fp, k)
         if room is not None:
             room -= plan.gpu_bytes
+        if mg is not None and one is not None:
+            room_one[mg] = one - plan.gpu_bytes
         chosen[id(req)] = plan
     return PairPlan(tuple(chosen[id(r)] for r in requests), readings)
 
