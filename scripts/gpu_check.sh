@@ -7,7 +7,7 @@
 #   2. doctor  `specchat doctor` must name the CUDA backend and list the GPU with its memory
 #   3. tests   the exactness tests (greedy speculative == plain, the χ² tests) and the offload,
 #              memory-check and hardware tests, every layer offloaded (a GPU build's default)
-#   4. proof   a ~0.45 B-parameter pair written with the gguf package (no downloads), loaded
+#   4. proof   a ~0.4 B-parameter pair written with the gguf package (no downloads), loaded
 #              with every layer on the GPU: greedy speculative == plain token for token, and
 #              plain vs speculative tokens/s (specchat.devtools.gpu_proof)
 #
