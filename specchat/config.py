@@ -1,4 +1,5 @@
-"""The user's settings file (``<config>/config.yaml``): default pair, sampling, context size.
+"""The user's settings file (``<config>/config.yaml``): default pair, sampling, context size,
+and how each model of a pair is loaded (GPU layers, main GPU, flash attention, KV cache type).
 
 Read once in the CLI entry point and passed in. A broken file gives a message naming the file
 and the field; the app falls back to defaults rather than refusing to start.
@@ -12,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from specchat.engine.offload import OffloadSettings
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import ConfigError
 
@@ -26,6 +28,10 @@ class UserConfig:
     gamma: int | str = "pair"  # an int, "auto", or "pair" (the pair's recommended γ)
     ngram: bool = False  # prompt-lookup drafting before the draft model
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
+    # Per model: gpu_layers (auto | all | N), main_gpu (auto | N), flash_attn, kv_type.
+    target_offload: OffloadSettings = field(default_factory=OffloadSettings)
+    draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
+    memory_check: bool = True  # refuse to load what would not fit in free memory
 
     def to_yaml(self) -> str:
         d = asdict(self)
@@ -38,6 +44,7 @@ class UserConfig:
 
 _TOP = {f.name: f for f in fields(UserConfig)}
 _SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop"}
+_OFFLOAD = {f.name for f in fields(OffloadSettings)}
 
 
 def load_config(path: Path) -> UserConfig:
@@ -59,6 +66,8 @@ def load_config(path: Path) -> UserConfig:
             raise ConfigError(f"{path}: unknown setting '{key}'")
         if key == "sampling":
             values[key] = _sampling(path, value)
+        elif key in ("target_offload", "draft_offload"):
+            values[key] = _offload(path, key, value)
         else:
             values[key] = value
     cfg = UserConfig(**values)
@@ -76,6 +85,23 @@ def _sampling(path: Path, value: Any) -> SamplerSettings:
         return SamplerSettings(**value).validate()
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{path}: sampling: {e}") from None
+
+
+def _offload(path: Path, key: str, value: Any) -> OffloadSettings:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{key}' must be a mapping (gpu_layers, main_gpu, flash_attn, "
+                          "kv_type)")
+    unknown = set(value) - _OFFLOAD
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting '{key}.{sorted(unknown)[0]}'")
+    # YAML reads on/off as booleans: accept them for flash_attn.
+    if isinstance(value.get("flash_attn"), bool):
+        value = {**value, "flash_attn": "on" if value["flash_attn"] else "off"}
+    try:
+        return OffloadSettings(**value).validate()
+    except ValueError as e:
+        field_name = str(e).split(" ", 1)[0]
+        raise ConfigError(f"{path}: setting '{key}.{field_name}' {str(e).split(' ', 1)[1]}") from None
 
 
 def _check(path: Path, cfg: UserConfig) -> None:
@@ -96,6 +122,8 @@ def _check(path: Path, cfg: UserConfig) -> None:
         raise bad("gamma", "must be 0-32, 'auto' or 'pair'")
     if not isinstance(cfg.ngram, bool):
         raise bad("ngram", "must be true or false")
+    if not isinstance(cfg.memory_check, bool):
+        raise bad("memory_check", "must be true or false")
 
 
 def save_config(path: Path, cfg: UserConfig) -> None:

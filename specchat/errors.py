@@ -33,3 +33,7 @@ class ContextFullError(SpecchatError):
 
 class ConfigError(SpecchatError):
     """The user's config file is malformed."""
+
+
+class NotEnoughMemoryError(SpecchatError):
+    """A model or pair would not fit in free GPU or host memory with the settings asked for."""

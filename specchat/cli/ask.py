@@ -61,6 +61,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
                            with_draft=not args.plain)
+    for notice in runtime.plan.notices() if runtime.plan else []:
+        sys.stderr.write(f"[{notice}]\n")
     try:
         engine = ChatEngine(runtime.decoder(plain=args.plain))
         system = args.system if args.system is not None else env.config.system_prompt

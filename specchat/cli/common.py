@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specchat.config import UserConfig, load_config
-from specchat.engine.model import ContextSettings, ModelSettings
+from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
+from specchat.engine.offload import OffloadSettings, parse_gpu_layers
+from specchat.errors import SpecchatError
 from specchat.models.catalog import Catalog, load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths, app_paths
@@ -30,14 +32,34 @@ class Env:
     def resolver(self) -> ModelResolver:
         return ModelResolver(self.catalog, self.paths)
 
+    def offload_settings(self, args: argparse.Namespace) -> tuple[OffloadSettings, OffloadSettings]:
+        """The target's and the draft's load settings: the config file, then the flags."""
+        shared = {k: getattr(args, k, None) for k in ("main_gpu", "flash_attn", "kv_type")}
+        target = self.config.target_offload.with_(gpu_layers=getattr(args, "gpu_layers", None),
+                                                  **shared)
+        draft = self.config.draft_offload.with_(gpu_layers=getattr(args, "draft_gpu_layers", None),
+                                                **shared)
+        for role, s in (("target", target), ("draft", draft)):
+            try:
+                s.validate()
+            except ValueError as e:
+                raise SpecchatError(f"{role} model: {e}") from None
+        return target, draft
+
     def runtime_options(self, args: argparse.Namespace) -> RuntimeOptions:
+        threads = getattr(args, "threads", None)
+        if threads is not None and threads < 0:
+            raise SpecchatError("--threads must be 0 (automatic) or more")
         ctx = ContextSettings(
             n_ctx=getattr(args, "ctx_size", None) or self.config.n_ctx,
-            n_threads=getattr(args, "threads", None) or self.config.n_threads,
+            n_threads=threads or self.config.n_threads,
         )
-        ngl = getattr(args, "gpu_layers", None)
-        model = ModelSettings() if ngl is None else ModelSettings(n_gpu_layers=ngl)
-        return RuntimeOptions(context=ctx, target=model, draft=model)
+        target, draft = self.offload_settings(args)
+        return RuntimeOptions(
+            context=target.context_settings(ctx), target=target.model_settings(),
+            draft=draft.model_settings(), draft_context=draft.context_settings(ctx),
+            memory_check=self.config.memory_check and not getattr(args, "no_memory_check", False),
+        )
 
 
 def make_env() -> Env:
@@ -51,6 +73,36 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="one model: a catalog id or a path to a .gguf file (plain "
                    "decoding)")
     p.add_argument("--ctx-size", type=int, metavar="N", help="context window in tokens")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads")
-    p.add_argument("--gpu-layers", type=int, metavar="N",
-                   help="layers to offload to the GPU (-1 = all, 0 = none)")
+    add_hardware_args(p)
+
+
+def _layers(text: str) -> int | str:
+    try:
+        return parse_gpu_layers(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _gpu_index(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"'{text}' is not 'auto' or a GPU index (0, 1, ...)")
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    """Where and how the models run; each overrides the config file's setting."""
+    g = p.add_argument_group("hardware")
+    g.add_argument("--gpu-layers", type=_layers, metavar="N",
+                   help="target layers on the GPU: auto (all that fit), all, or a count (0 = CPU)")
+    g.add_argument("--draft-gpu-layers", type=_layers, metavar="N",
+                   help="the draft model's layers on the GPU (same values; default auto)")
+    g.add_argument("--main-gpu", type=_gpu_index, metavar="I",
+                   help="put the models on GPU I only (default auto: spread over every GPU)")
+    g.add_argument("--flash-attn", choices=FLASH_ATTN_MODES, help="flash attention (default auto)")
+    g.add_argument("--kv-type", choices=tuple(KV_CACHE_TYPES),
+                   help="KV cache type (default f16; quantized types need flash attention)")
+    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: automatic)")
+    g.add_argument("--no-memory-check", action="store_true",
+                   help="load even when the estimate says the models will not fit")

@@ -1,4 +1,5 @@
-"""``specchat doctor``: versions, llama.cpp build and offload support, folders, models present."""
+"""``specchat doctor``: versions, llama.cpp build, hardware and offload, folders, models present,
+and how the configured pair would be loaded."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from importlib import metadata
 from typing import Any
 
 from specchat import __version__
-from specchat.cli.common import Env
+from specchat.cli.common import Env, add_model_args
 from specchat.errors import SpecchatError
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="check the installation and show where things are")
+    p = sub.add_parser("doctor", help="check the installation, the hardware and where things are")
+    add_model_args(p)  # preview how a pair would be loaded with these settings
     p.set_defaults(func=run)
 
 
@@ -26,16 +28,16 @@ def _version(dist: str) -> str:
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
-    from specchat.engine.llama_lib import supports_gpu_offload, system_info
+    from specchat.cli.doctor_hardware import write_hardware, write_load_plan
+    from specchat.engine.llama_lib import system_info
 
     w = sys.stdout.write
     w(f"specchat {__version__} on Python {platform.python_version()} ({platform.platform()})\n")
     for dist in ("llama-cpp-python", "textual", "huggingface-hub", "gguf", "numpy"):
         w(f"  {dist:18} {_version(dist)}\n")
     w("\nllama.cpp\n")
-    offload = supports_gpu_offload()
-    w(f"  GPU offload:      {'yes' if offload else 'no (CPU build)'}\n")
     w(f"  system info:      {system_info()}\n")
+    write_hardware(w)
     w("\nfolders\n")
     p = env.paths
     for name, d in (("config", p.config_dir), ("data", p.data_dir), ("cache", p.cache_dir),
@@ -54,4 +56,6 @@ def run(env: Env, args: argparse.Namespace) -> int:
     except SpecchatError as e:
         problems += 1
         w(f"  problem: {e}\n")
+    else:
+        problems += write_load_plan(env, args, w)
     return 1 if problems else 0

@@ -8,7 +8,7 @@ acceptance rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -38,6 +38,9 @@ class TinySpec:
     logit_scale: float = 6.0  # larger → peakier next-token distributions
     special_scale: float = 0.05  # output rows of special tokens: small → replies rarely end
     seed: int = 0
+    # Size of each block's writes to the residual stream (attn_output, ffn_down): small → every
+    # block nudges the prediction a little, so a draft made of the first blocks often agrees.
+    residual_scale: float = 1.0
 
 
 def vocabulary(extra: int = 0) -> list[str]:
@@ -68,10 +71,10 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
         w[p + "attn_q.weight"] = mat(e, e)
         w[p + "attn_k.weight"] = mat(kv, e)
         w[p + "attn_v.weight"] = mat(kv, e)
-        w[p + "attn_output.weight"] = mat(e, e)
+        w[p + "attn_output.weight"] = mat(e, e, spec.residual_scale)
         w[p + "ffn_gate.weight"] = mat(f, e)
         w[p + "ffn_up.weight"] = mat(f, e)
-        w[p + "ffn_down.weight"] = mat(e, f)
+        w[p + "ffn_down.weight"] = mat(e, f, spec.residual_scale)
     return w
 
 
@@ -87,11 +90,14 @@ def write_tiny_model(
     add_bos: bool = False,
     chat_template: str | None = CHATML_TEMPLATE,
     name: str = "tiny",
+    keep_layers: int | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF.
 
     With ``noise_from`` the weights are those of that spec plus Gaussian noise of relative size
-    ``noise`` (``spec.seed`` seeds the noise): a draft model for that target.
+    ``noise`` (``spec.seed`` seeds the noise): a draft model for that target. With
+    ``keep_layers`` only the first blocks are written: an early-exit draft that is much cheaper
+    than its target (the GPU check's bench pair).
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -105,6 +111,10 @@ def write_tiny_model(
         spec = noise_from
     else:
         weights = _weights(spec, n_vocab)
+    if keep_layers is not None:
+        spec = replace(spec, n_layer=keep_layers)
+        weights = {k: v for k, v in weights.items()
+                   if not k.startswith("blk.") or int(k.split(".")[1]) < keep_layers}
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)

@@ -7,10 +7,12 @@ message can say what llama.cpp said, and print nothing unless asked (``SPECCHAT_
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 import llama_cpp
 
@@ -19,8 +21,11 @@ _ready = False
 _recent: collections.deque[tuple[int, str]] = collections.deque(maxlen=64)
 _echo = os.environ.get("SPECCHAT_LLAMA_LOG", "") not in ("", "0")
 
-_ERROR, _WARN, _CONT = 3, 2, 5
+# ggml_log_level: DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the previous line).
+_DEBUG, _WARN, _ERROR, _CONT = 1, 3, 4, 5
 _last_level = 0
+# Lines logged while a thread runs inside capture_log(), keyed by that thread.
+_captures: dict[int, list[str]] = {}
 
 
 @llama_cpp.llama_log_callback
@@ -30,7 +35,11 @@ def _log_sink(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         level = _last_level
     _last_level = level
     msg = text.decode("utf-8", errors="replace")
-    _recent.append((level, msg))
+    if level != _DEBUG:  # debug chatter would push the error lines out of the ring
+        _recent.append((level, msg))
+    captured = _captures.get(threading.get_ident())
+    if captured is not None and level != _DEBUG:
+        captured.append(msg)
     if _echo:
         sys.stderr.write(msg)
 
@@ -57,6 +66,22 @@ def last_error() -> str:
             if level == wanted and msg.strip():
                 return msg.strip()
     return ""
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """Collect what llama.cpp logs (info and above) from this thread inside the block.
+
+    llama.cpp states facts nothing else exposes — layers offloaded, buffer sizes per device,
+    whether flash attention was enabled — only in its log.
+    """
+    ident = threading.get_ident()
+    lines: list[str] = []
+    _captures[ident] = lines
+    try:
+        yield lines
+    finally:
+        _captures.pop(ident, None)
 
 
 def system_info() -> str:

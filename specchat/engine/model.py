@@ -19,7 +19,8 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.llama_lib import clear_log, ensure_backend, last_error
+from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
+from specchat.engine.placement import LoadReport
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.models.gguf_file import GgufHeader, validate
 
@@ -36,9 +37,11 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    n_gpu_layers: int = -1  # -1 = all layers (when the build can offload)
-    main_gpu: int = 0
+    n_gpu_layers: int = -1  # -1 = all layers (when the build can offload), 0 = CPU only
+    main_gpu: int | None = None  # None: layers spread over every GPU; N: the whole model on GPU N
     use_mmap: bool = True
+    # With n_gpu_layers == -1: Runtime.open's memory check offloads only as many layers as fit.
+    fit_layers: bool = True
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,10 @@ class ContextSettings:
 
 _FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
           "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
-_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+FLASH_ATTN_MODES = tuple(_FLASH)
+# KV cache element types llama.cpp accepts (enum ggml_type values).
+KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 6, "q4_1": 3,
+                  "q4_0": 2, "iq4_nl": 20}
 
 
 class LlamaModel:
@@ -67,14 +73,20 @@ class LlamaModel:
         self.settings = settings
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = settings.n_gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
-        params.main_gpu = settings.main_gpu
+        if settings.main_gpu is not None:
+            params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+            params.main_gpu = settings.main_gpu
         params.use_mmap = settings.use_mmap
         clear_log()
-        ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        with capture_log() as lines:
+            ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
             why = last_error() or "no reason given"
             raise ModelFileError(f"llama.cpp could not load {self.path.name}: {why}")
         self.ptr = ptr
+        self.n_layer: int = llama_cpp.llama_model_n_layer(ptr)
+        # Where the weights went, as llama.cpp reported it (offloaded layers, buffers per device).
+        self.load_report = LoadReport.parse(lines)
         self.vocab = llama_cpp.llama_model_get_vocab(ptr)
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(ptr)
@@ -164,21 +176,30 @@ class LlamaContext:
         params.n_seq_max = 1
         params.n_threads = settings.n_threads or default_threads()
         params.n_threads_batch = settings.n_threads_batch or params.n_threads
-        params.flash_attn_type = _FLASH.get(settings.flash_attn, _FLASH["auto"])
-        params.type_k = _KV_TYPES.get(settings.type_k, 1)
-        params.type_v = _KV_TYPES.get(settings.type_v, 1)
+        for name, value, known in (("flash attention", settings.flash_attn, _FLASH),
+                                   ("K cache type", settings.type_k, KV_CACHE_TYPES),
+                                   ("V cache type", settings.type_v, KV_CACHE_TYPES)):
+            if value not in known:
+                raise SpecchatError(f"unknown {name} '{value}' (choose from {', '.join(known)})")
+        params.flash_attn_type = _FLASH[settings.flash_attn]
+        params.type_k = KV_CACHE_TYPES[settings.type_k]
+        params.type_v = KV_CACHE_TYPES[settings.type_v]
         params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
         params.no_perf = True
         clear_log()
-        ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        with capture_log() as lines:
+            ctx = llama_cpp.llama_init_from_model(model.ptr, params)
         if not ctx:
             why = last_error() or "out of memory?"
             raise ModelFileError(f"could not create a {n_ctx}-token context for "
                                  f"{model.path.name}: {why}")
         self.ptr = ctx
+        # Flash attention as resolved ("auto" becomes on or off per device), KV/compute buffers.
+        self.load_report = LoadReport.parse(lines)
         self.n_ctx: int = llama_cpp.llama_n_ctx(ctx)
         self.n_batch: int = llama_cpp.llama_n_batch(ctx)
-        self.n_threads: int = params.n_threads
+        self.n_threads: int = llama_cpp.llama_n_threads(ctx)
+        self.n_threads_batch: int = llama_cpp.llama_n_threads_batch(ctx)
         self.mem = llama_cpp.llama_get_memory(ctx)
         self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         b = self.batch

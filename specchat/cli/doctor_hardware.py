@@ -1,0 +1,84 @@
+"""The hardware part of ``specchat doctor``: backend, devices and memory, and a dry run of how
+the configured pair would be loaded (layers per device, memory estimate) without loading it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from specchat.cli.common import Env
+from specchat.engine.hardware import backend_label, device_api_available, devices, host_memory
+from specchat.engine.llama_lib import supports_gpu_offload
+from specchat.engine.memory_plan import MemoryReadings, fmt_bytes, plan_load
+from specchat.engine.model import default_threads
+from specchat.errors import SpecchatError
+from specchat.runtime import check_main_gpu, load_requests, select
+
+Write = Callable[[str], object]
+
+
+def write_hardware(w: Write) -> None:
+    offload = supports_gpu_offload()
+    devs = devices()
+    w("\nhardware\n")
+    w(f"  backend:          {backend_label(devs)}\n")
+    w(f"  GPU offload:      {'yes' if offload else 'no (CPU-only build; see README: GPU)'}\n")
+    if devs:
+        w("  devices:\n")
+        for d in devs:
+            mem = (f"{fmt_bytes(d.free)} free of {fmt_bytes(d.total)}"
+                   if d.free is not None and d.total else "memory not reported")
+            w(f"    {d.name:10} {d.kind:5} {d.description[:36]:36} {mem}\n")
+    elif not device_api_available():
+        w("  devices:          (this llama.cpp build does not expose its device list)\n")
+    host = host_memory()
+    if host.available is not None and host.total:
+        w(f"  host memory:      {fmt_bytes(host.available)} available of "
+          f"{fmt_bytes(host.total)} ({host.source})\n")
+    else:
+        w("  host memory:      unknown (the memory check only covers the GPU)\n")
+    w(f"  threads:          {default_threads()} by default ({os.cpu_count()} logical CPUs)\n")
+
+
+def write_load_plan(env: Env, args: argparse.Namespace, w: Write) -> int:
+    """How the configured (or given) pair would be placed; returns the number of problems."""
+    try:
+        selection = select(env.catalog, getattr(args, "pair", None), getattr(args, "model", None),
+                           env.config.default_pair)
+        options = env.runtime_options(args)
+        check_main_gpu(options)
+    except SpecchatError as e:
+        w(f"\nload plan\n  problem: {e}\n")
+        return 1
+    w(f"\nload plan for {selection.label} ({options.context.n_ctx or 'training'}-token context)\n")
+    target, draft = env.offload_settings(args)
+    missing = []
+    for role, entry, s in (("target", selection.target, target), ("draft", selection.draft, draft)):
+        if entry is None:
+            continue
+        w(f"  {role + ' settings:':18}gpu_layers {s.gpu_layers}, main_gpu {s.main_gpu}, flash_attn "
+          f"{s.flash_attn}, kv_type {s.kv_type}\n")
+        if not env.resolver.state(entry).present:
+            missing.append(entry.id)
+    if missing:
+        w(f"  not on disk yet: {', '.join(missing)} (`specchat models pull {selection.label}`); "
+          "no estimate\n")
+        return 0
+    try:
+        target_path = env.resolver.ensure(selection.target, fetch=False)
+        draft_path = (env.resolver.ensure(selection.draft, fetch=False)
+                      if selection.draft is not None else None)
+        reqs = load_requests(selection, target_path, draft_path, options)
+    except SpecchatError as e:
+        w(f"  problem: {e}\n")
+        return 1
+    readings = MemoryReadings.now() if options.memory_check else MemoryReadings.unknown()
+    plan = plan_load(reqs, readings)
+    for line in plan.describe():
+        w(f"  {line}\n")
+    short = plan.shortfall()
+    if short is not None and options.memory_check:
+        w(f"  problem: {short}\n")
+        return 1
+    return 0
