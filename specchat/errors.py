@@ -33,3 +33,7 @@ class ContextFullError(SpecchatError):
 
 class ConfigError(SpecchatError):
     """The user's config file is malformed."""
+
+
+class Cancelled(SpecchatError):
+    """The user cancelled a long operation (download, quantization, calibration)."""
