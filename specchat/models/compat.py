@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
-from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry
+from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
 from specchat.models.families import format_params, guess_family, smaller_siblings
 from specchat.models.gguf_file import GgufHeader, read_header, split_parts
 from specchat.models.progress import format_bytes
@@ -108,6 +108,8 @@ def facts_for_entry(resolver: ModelResolver, entry: ModelEntry) -> ModelFacts:
     if st.present and st.path is not None:
         return facts_for_path(st.path, entry.id)
     src = entry.source
+    if isinstance(src, PathSource):
+        return facts_for_path(src.path, entry.id)  # raises "model file not found: …"
     if isinstance(src, HfSource):
         return facts_for_hub(src, entry.id)
     if isinstance(src, DerivedSource):
@@ -189,11 +191,12 @@ def _vocab_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
             return [Finding(Level.BAD, "vocabulary", f"the {role} has no vocabulary in its GGUF "
                             "metadata, so its token ids cannot be matched")]
     out = compare_vocab(target.header, draft.header)
-    if not any(f.level is Level.BAD for f in out):
-        toks = tokens_of(target.header)
-        out.append(Finding(Level.OK, "vocabulary",
-                           f"same vocabulary: {min(target.n_vocab, draft.n_vocab)} shared "
-                           f"tokens (#{vocab_hash(toks)})"))
+    if any(f.level is Level.BAD for f in out):
+        return [f for f in out if f.level is Level.BAD]  # BOS/EOS details mean nothing then
+    toks = tokens_of(target.header)
+    out.append(Finding(Level.OK, "vocabulary",
+                       f"same vocabulary: {min(target.n_vocab, draft.n_vocab)} shared "
+                       f"tokens (#{vocab_hash(toks)})"))
     return out
 
 
@@ -250,8 +253,8 @@ def advice(target: ModelFacts, draft: ModelFacts, catalog: Catalog | None) -> li
     if target.weight_bytes and target.n_params:
         bits = 8 * target.weight_bytes / target.n_params
         if bits >= 7.5:  # F32/F16/Q8_0: a 4-bit copy is a quarter of the size or less
-            out.append(f"or make a draft from the target itself: `specchat models self-draft "
-                       f"{target.label} --quant Q4_0`")
+            out.append(("or make" if out else "make") + " a draft from the target itself: "
+                       f"`specchat models self-draft {target.label} --quant Q4_0`")
     if not out:
         out.append("look on the Hub for a much smaller model of the same family, ideally from "
                    "the same uploader (`specchat models files REPO` lists a repo's files)")

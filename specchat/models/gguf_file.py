@@ -191,6 +191,12 @@ def read_header_bytes(data: bytes, label: Path, file_size: int, *,
     return header
 
 
+def split_index(name: str) -> tuple[int, int] | None:
+    """``(part, count)`` for a split file name (``x-00002-of-00003.gguf`` → (2, 3)), else None."""
+    m = _SPLIT_RE.match(name)
+    return (int(m["idx"]), int(m["count"])) if m else None
+
+
 def split_parts(path: Path) -> list[Path]:
     """All files of a split GGUF (``name-00001-of-00003.gguf``), or just ``[path]``."""
     m = _SPLIT_RE.match(path.name)

@@ -70,8 +70,8 @@ def parse_hub_ref(ref: str) -> HubRef | None:
         return None
     rest, _, revision = ref.partition("@")
     repo, _, file = rest.partition(":")
-    if not _REPO_RE.match(repo):
-        return None
+    if not _REPO_RE.match(repo) or (not file and repo.lower().endswith(".gguf")):
+        return None  # "models/x.gguf" is a path that does not exist, not a repo
     return HubRef(repo, file or None, revision or "main")
 
 

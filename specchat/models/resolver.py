@@ -33,10 +33,18 @@ class LocalState:
 
 
 def model_from_ref(catalog: Catalog, ref: str) -> ModelEntry:
-    """A catalog id, or a path to a .gguf file (an ad-hoc entry)."""
+    """A catalog id, a path to a .gguf file, or a Hub file ``org/repo:file.gguf`` (the last two
+    as ad-hoc entries, or the catalog's entry for the same file)."""
     if ref in catalog.models:
         return catalog.models[ref]
     p = Path(ref).expanduser()
+    if not p.exists():
+        from specchat.models.entries import hub_entry
+        from specchat.models.hub import parse_hub_ref
+
+        hub = parse_hub_ref(ref)
+        if hub is not None and hub.file:
+            return hub_entry(catalog, hub)
     if p.suffix.lower() == ".gguf" or p.exists() or "/" in ref:
         p = p.resolve()
         return ModelEntry(id=str(p), name=p.name, source=PathSource(p), origin="command line")
@@ -96,7 +104,7 @@ class ModelResolver:
                 raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
             base_path = self.ensure(base, report, fetch, cancel)
             dest = self.paths.models_dir / src.filename
-            quantize(base_path, dest, src.quant, report)
+            quantize(base_path, dest, src.quant, report, cancel=cancel)
         else:
             from specchat.models.hf_cache import download
 
