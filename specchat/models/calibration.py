@@ -126,7 +126,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         positions = 0
         longest: tuple[list[int], list[int]] = ([], [])
         for i, p in enumerate(prompts):
-            report(Progress(f"{task}: {p.category}", i * options.max_tokens, total, unit="steps"))
+            report(Progress(task, i * options.max_tokens, total, unit="steps"))
             prompt = chat.tokenize_chat([Message("user", p.prompt)])
             reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
             trace = agreement_trace(t_ctx, d_ctx, prompt, reply)
@@ -140,7 +140,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         if len(reply) < n_verify:
             raise SpecchatError(f"the target's replies were too short to time ({len(reply)} "
                                 f"tokens; {n_verify} needed): is it a chat model?")
-        report(Progress(f"{task}: timing", total - 1, total, unit="steps"))
+        report(Progress(task, total - 1, total, unit="steps"))
         draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
         verify_s = verify_costs(t_ctx, prompt, reply, n_verify, options.repeats, cancel)
     except DecodeCancelled:
