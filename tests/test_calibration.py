@@ -130,11 +130,11 @@ def test_calibration_can_be_cancelled(tiny_target: Path, tiny_draft: Path) -> No
 
 def test_calibration_on_the_demo_pair_is_sane(demo_files: tuple[Path, Path]) -> None:
     target, draft = demo_files
-    prompts = tuple(p for p in builtin_prompts() if p.category in ("coding", "translation"))
-    r = calibrate(target, draft, CalibrationOptions(max_tokens=24, gamma_max=4, n_ctx=512,
-                                                    prompts=prompts, repeats=2))
-    # Same weights at two precisions: they agree most of the time (measured 0.7-0.8 greedy).
-    assert 0.4 < r.alpha <= 1.0 and r.positions >= 24
+    prompts = tuple(p for p in builtin_prompts() if p.category == "coding")
+    r = calibrate(target, draft, CalibrationOptions(max_tokens=20, gamma_max=3, n_ctx=512,
+                                                    prompts=prompts, repeats=1))
+    # Same weights at two precisions: they agree most of the time (measured 0.6-0.8 greedy).
+    assert 0.3 < r.alpha <= 1.0 and r.positions >= 16
     assert 0 < r.draft_s < r.verify_s[0]  # Q3_K_S is cheaper per step than F32
-    assert len(r.verify_s) == 5 and 1 <= r.gamma <= 4
+    assert len(r.verify_s) == 4 and 1 <= r.gamma <= 3
     assert 0.1 < r.speedup < 6 and r.verdict

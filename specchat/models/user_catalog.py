@@ -81,8 +81,11 @@ def update_user_catalog(path: Path, models: Iterable[ModelEntry] = (),
         out["pairs"] = pair_list
     text = HEADER + yaml.safe_dump(out, sort_keys=False, allow_unicode=True, width=100)
     merged = parse_catalog(shipped_catalog_text(), "models.yaml", Path.cwd())
-    merged.merge(parse_catalog(text, str(path)))
-    check_references(merged)  # never write a catalog that would not load
+    try:  # never write a catalog that would not load
+        merged.merge(parse_catalog(text, str(path)))
+        check_references(merged)
+    except CatalogError as e:
+        raise CatalogError(f"not saved (the catalog would not load): {e}") from None
     _write(path, text)
     return merged
 
