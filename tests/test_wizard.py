@@ -136,3 +136,40 @@ async def cancel_half_way(hub: LocalHub, home: AppPaths, tiny_target: Path,
     assert app.return_value is None
     assert not home.user_catalog.exists() and not home.config_file.exists()
     assert partial_files(HfSource("org/Tiny-Chat-GGUF", ("tiny-chat-1B-F32.gguf",))) == []
+
+
+def test_wizard_makes_a_self_draft_for_a_local_target(
+        tmp_path: Path, home: AppPaths, tiny_target: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "tiny-F32.gguf").write_bytes(tiny_target.read_bytes())
+    monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(folder))
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    asyncio.run(self_draft_flow(home))
+
+
+async def self_draft_flow(home: AppPaths) -> None:
+    app = WizardApp(home, QUICK)
+    async with app.run_test(size=(120, 40)) as pilot:
+        ol = wizard(pilot).query_one("#target-list", OptionList)
+        await until(pilot, lambda: any(o.id == "local:0" for o in ol.options), "the local file")
+        await choose(pilot, "#target-list", "local:0")
+        await until(pilot, lambda: wizard(pilot).step == "step-draft", "the draft step")
+        drafts = wizard(pilot).query_one("#draft-list", OptionList)
+        assert not drafts.get_option("self:Q4_0").disabled  # F32 target: a 4-bit copy pays
+        await choose(pilot, "#draft-list", "self:Q4_0")
+        await until(pilot, lambda: wizard(pilot).step == "step-check", "quantize and check")
+        assert "Verdict: compatible" in str(wizard(pilot).query_one("#check-report",
+                                                                       Static).render())
+        await pilot.click("#skip")
+        await until(pilot, lambda: wizard(pilot).step == "step-save", "the save step")
+        await pilot.click("#save")
+        await until(pilot, lambda: app.return_value is not None, "the saved pair", timeout=10)
+    pair = app.return_value
+    assert pair is not None and pair.gamma == 4
+    cat = load_catalog(home.user_catalog)
+    draft = cat.model(pair.draft)
+    assert (home.models_dir / draft.source.filename).exists()
+    assert cat.model(pair.target).source.path.name == "tiny-F32.gguf"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from textual.message import Message
 
-from specchat.errors import SpecchatError
+from specchat.errors import FetchError, SpecchatError
 from specchat.models.calibration import CalibrationOptions, calibrate
 from specchat.models.calibration_store import save_calibration
-from specchat.models.catalog import Catalog, ModelEntry
-from specchat.models.compat import ModelFacts, check_files, facts_for_entry
+from specchat.models.catalog import Catalog, HfSource, ModelEntry
+from specchat.models.compat import ModelFacts, check_files, facts_for_entry, facts_for_path
 from specchat.models.entries import hub_entry, path_entry
 from specchat.models.hub import HubRef, RepoListing, list_gguf, parse_hub_ref
 from specchat.models.local_files import LocalModel, find_local_models
@@ -82,7 +82,13 @@ def target_entry(catalog: Catalog, resolver: ModelResolver, choice: str,
 def prepare_drafts(post: Post, cancel: threading.Event, resolver: ModelResolver,
                    target: ModelEntry, local: list[LocalModel]) -> None:
     report = _progress(post)
-    facts = facts_for_entry(resolver, target)
+    try:
+        facts = facts_for_entry(resolver, target)
+    except FetchError:
+        if isinstance(target.source, HfSource):
+            raise  # the Hub said why (gated, offline, missing): the screen shows it
+        # a PyPI or derived model has no header to read until it is made: make it now
+        facts = facts_for_path(resolver.ensure(target, report, cancel=cancel), target.id)
     candidates = draft_candidates(resolver, target, facts, local, report=report, cancel=cancel)
     post(DraftsReady(target, facts, candidates, self_draft_options(facts)))
 

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, ContentSwitcher, Static
 from textual.worker import Worker, WorkerState
 
+from specchat.config import load_config
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationOptions, CalibrationResult
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, load_catalog
@@ -72,7 +73,8 @@ class WizardScreen(ModalScreen[PairEntry | None]):
         self.paths = paths
         self.catalog = catalog or load_catalog(paths.user_catalog)
         self.resolver = ModelResolver(self.catalog, paths)
-        self.calibration_options = calibration or CalibrationOptions(max_tokens=48, gamma_max=6)
+        self.calibration_options = calibration or CalibrationOptions(
+            max_tokens=48, gamma_max=6, n_threads=_configured_threads(paths))
         self.cancel_event = threading.Event()
         self.local: list[LocalModel] = []
         self.target: ModelEntry | None = None
@@ -299,3 +301,11 @@ class WizardScreen(ModalScreen[PairEntry | None]):
         self.catalog = merged
         self.dismiss(pair)
 
+
+
+def _configured_threads(paths: AppPaths) -> int:
+    """The user's thread setting, so calibration times what chatting will use (0: default)."""
+    try:
+        return load_config(paths.config_file).n_threads
+    except SpecchatError:
+        return 0  # a broken config is reported by the app; calibration uses the default
