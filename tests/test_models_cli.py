@@ -62,6 +62,20 @@ def test_pull_a_hub_file_adds_it_to_the_user_catalog(
     assert len(user_doc(home)["models"]) == 1
 
 
+def test_pull_offline_uses_the_cache(hub: LocalHub, tiny_target: Path,
+                                     capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    hub.add("org/Tiny-GGUF", {"a.gguf": tiny_target, "b.gguf": tiny_target})
+    assert run(capsys, "models", "pull", "org/Tiny-GGUF:a.gguf")[0] == 0
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    n = len(hub.requests)
+    rc, out, _ = run(capsys, "models", "pull", "org/Tiny-GGUF:a.gguf")
+    assert rc == 0 and "a.gguf" in out
+    rc, _, err = run(capsys, "models", "pull", "org/Tiny-GGUF:b.gguf")
+    assert rc == 1 and "HF_HUB_OFFLINE is set" in err
+    assert len(hub.requests) == n
+
+
 def test_pull_asks_which_file_when_a_repo_has_several(
         hub: LocalHub, capsys: pytest.CaptureFixture[str]) -> None:
     hub.add("org/Many", {"m-Q4_0.gguf": b"a", "m-Q8_0.gguf": b"bb"})

@@ -119,11 +119,13 @@ def _expand(env: Env, ids: list[str]) -> list[str]:
 def hub_model(env: Env, ref_text: str) -> ModelEntry | None:
     """A Hub reference as a catalog entry (choosing the file when the repo has only one)."""
     from specchat.models.entries import hub_entry
-    from specchat.models.hub import HubRef, list_gguf, parse_hub_ref
+    from specchat.models.hub import HubRef, hub_config, list_gguf, parse_hub_ref
 
     ref = parse_hub_ref(ref_text)
     if ref is None or ref_text in env.catalog.models:
         return None
+    if ref.file and hub_config().offline:
+        return hub_entry(env.catalog, ref)  # no listing offline: the cache may still have it
     listing = list_gguf(ref.repo, ref.revision)
     models = [f for f in listing.files if not f.is_projector]
     if ref.file is None:

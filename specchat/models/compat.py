@@ -210,7 +210,8 @@ def _fit_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
     if tt and dt and tt.strip() != dt.strip():
         out.append(Finding(Level.WARN, "chat template",
                            "the chat templates differ: the draft reads prompts in the target's "
-                           "format, which it was not tuned on, so it may agree less often"))
+                           "format, and if it was tuned on another one it agrees less often "
+                           "(calibration measures how much)"))
     tc, dc = target.n_ctx_train, draft.n_ctx_train
     if tc and dc and dc < tc:
         out.append(Finding(Level.WARN, "context",
