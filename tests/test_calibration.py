@@ -35,7 +35,8 @@ PROMPT = [1, 20, 7, 14, 14, 17, 2, 1]  # any tokens will do for teacher forcing
 
 
 def ctx(path: Path) -> LlamaContext:
-    return LlamaContext(LlamaModel(path), ContextSettings(n_ctx=256, n_batch=16))
+    # one thread: tiny models gain nothing from two, and lose a lot when the cores are shared
+    return LlamaContext(LlamaModel(path), ContextSettings(n_ctx=256, n_batch=16, n_threads=1))
 
 
 def test_a_model_agrees_with_itself_everywhere(tiny_target: Path) -> None:
@@ -106,7 +107,7 @@ def test_builtin_prompts_cover_several_kinds() -> None:
 
 def test_calibration_on_tiny_models_and_its_record(tiny_target: Path, tiny_draft: Path,
                                                    home: AppPaths) -> None:
-    opts = CalibrationOptions(max_tokens=16, gamma_max=3, n_ctx=512, repeats=1,
+    opts = CalibrationOptions(max_tokens=16, gamma_max=3, n_ctx=512, repeats=1, n_threads=1,
                               prompts=(CalibrationPrompt("a", "hello there"),
                                        CalibrationPrompt("b", "the cat sat on the mat")))
     r = calibrate(tiny_target, tiny_draft, opts)
@@ -132,7 +133,7 @@ def test_calibration_on_the_demo_pair_is_sane(demo_files: tuple[Path, Path]) -> 
     target, draft = demo_files
     prompts = tuple(p for p in builtin_prompts() if p.category == "coding")
     r = calibrate(target, draft, CalibrationOptions(max_tokens=20, gamma_max=3, n_ctx=512,
-                                                    prompts=prompts, repeats=1))
+                                                    prompts=prompts, repeats=1, n_threads=1))
     # Same weights at two precisions: they agree most of the time (measured 0.6-0.8 greedy).
     assert 0.3 < r.alpha <= 1.0 and r.positions >= 16
     assert 0 < r.draft_s < r.verify_s[0]  # Q3_K_S is cheaper per step than F32

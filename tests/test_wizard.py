@@ -24,7 +24,7 @@ from specchat.ui.wizard.app import WizardApp
 from specchat.ui.wizard.screen import WizardScreen
 
 SMALL = TinySpec(n_embd=32, n_head=2, n_head_kv=2, n_layer=1, n_ff=64, seed=7)
-QUICK = CalibrationOptions(max_tokens=16, gamma_max=3, n_ctx=512, repeats=1, prompts=(
+QUICK = CalibrationOptions(max_tokens=16, gamma_max=3, n_ctx=512, repeats=1, n_threads=1, prompts=(
     CalibrationPrompt("chat", "hello there"), CalibrationPrompt("story", "the cat sat on")))
 
 
