@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specchat.engine.agreement import agreement_trace, greedy_continuation
-from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.costs import CostCurve, draft_step_cost, non_decreasing, verify_costs
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speedup import (
@@ -81,6 +81,12 @@ def test_cost_curve_is_measured_and_the_cache_rolled_back(tiny_target: Path) -> 
     assert len(costs) == 5 and all(c > 0 for c in costs)
     assert t.tokens == PROMPT
     assert draft_step_cost(t, PROMPT, reply[:4]) > 0 and t.tokens == PROMPT
+
+
+def test_cost_curves_are_made_non_decreasing() -> None:
+    assert non_decreasing([1.0, 3.0, 2.0, 4.0]) == (1.0, 2.5, 2.5, 4.0)
+    assert non_decreasing([5.0, 1.0, 1.0]) == (7 / 3,) * 3
+    assert non_decreasing([1.0, 2.0]) == (1.0, 2.0)
 
 
 def test_speedup_model() -> None:

@@ -70,7 +70,19 @@ def verify_costs(ctx: LlamaContext, prefix: Sequence[int], tokens: Sequence[int]
             ctx.decode(tokens[:n], logits="all")
             best[n - 1] = min(best[n - 1], time.perf_counter() - t0)
             ctx.truncate(len(prefix))
-    return tuple(best)
+    return non_decreasing(best)
+
+
+def non_decreasing(values: Sequence[float]) -> tuple[float, ...]:
+    """The closest non-decreasing curve (pool adjacent violators): a batch of n + 1 tokens never
+    costs less than n, so a dip is noise — left in, it would make that γ look like a bargain."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return tuple(m for m, c in blocks for _ in range(int(c)))
 
 
 def _sync(ctx: LlamaContext, prefix: Sequence[int]) -> None:
