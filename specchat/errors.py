@@ -37,3 +37,7 @@ class ConfigError(SpecchatError):
 
 class NotEnoughMemoryError(SpecchatError):
     """A model or pair would not fit in free GPU or host memory with the settings asked for."""
+
+
+class Cancelled(SpecchatError):
+    """The user cancelled a long operation (download, quantization, calibration)."""

@@ -8,10 +8,12 @@ milliseconds. Real models are fetched once into ``.cache/test-models`` (override
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.paths import AppPaths
 
@@ -69,3 +71,18 @@ def demo_files(real_paths: AppPaths) -> tuple[Path, Path]:
     res = ModelResolver(cat, real_paths)
     pair = cat.pair("demo")
     return res.ensure(pair.target), res.ensure(pair.draft)
+
+
+@pytest.fixture
+def hub(home: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
+    """A local Hugging Face Hub stand-in; HF_ENDPOINT points at it, HF_HOME is a temp dir."""
+    from specchat.models import hf_cache
+
+    with LocalHub() as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        for var in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN",
+                    "HUGGING_FACE_HUB_TOKEN"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setattr(hf_cache, "BACKOFF_S", 0.01)
+        yield h

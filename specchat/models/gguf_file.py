@@ -76,6 +76,10 @@ class GgufHeader:
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
 
+class TruncatedHeader(ModelFileError):
+    """The bytes end inside the header (a cut file, or a prefix too short to hold it)."""
+
+
 class _Cursor:
     def __init__(self, buf: mmap.mmap | bytes, path: Path) -> None:
         self.buf = buf
@@ -84,7 +88,7 @@ class _Cursor:
 
     def need(self, n: int) -> None:
         if self.pos + n > len(self.buf):
-            raise ModelFileError(f"{self.path}: truncated GGUF header (ends at byte {len(self.buf)})")
+            raise TruncatedHeader(f"{self.path}: truncated GGUF header (ends at byte {len(self.buf)})")
 
     def scalar(self, fmt: str, size: int) -> Any:
         self.need(size)
@@ -172,6 +176,25 @@ def _parse(cur: _Cursor, token_texts: bool) -> GgufHeader:
     align = int(meta.get("general.alignment", 32))
     data_start = (cur.pos + align - 1) // align * align
     return GgufHeader(cur.path, version, meta, tensors, data_start)
+
+
+def read_header_bytes(data: bytes, label: Path, file_size: int, *,
+                      token_texts: bool = True) -> GgufHeader:
+    """Parse a header from the first bytes of a file (e.g. fetched with a Range request).
+
+    Raises :class:`TruncatedHeader` when ``data`` ends inside the header: fetch more.
+    """
+    if data[:4] != MAGIC:
+        raise ModelFileError(f"{label}: not a GGUF file (wrong magic bytes)")
+    header = _parse(_Cursor(data, label), token_texts)
+    header.file_size = file_size
+    return header
+
+
+def split_index(name: str) -> tuple[int, int] | None:
+    """``(part, count)`` for a split file name (``x-00002-of-00003.gguf`` → (2, 3)), else None."""
+    m = _SPLIT_RE.match(name)
+    return (int(m["idx"]), int(m["count"])) if m else None
 
 
 def split_parts(path: Path) -> list[Path]:

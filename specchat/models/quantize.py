@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from specchat.errors import ModelFileError
+from specchat.errors import Cancelled, ModelFileError
 from specchat.models.gguf_file import validate
 from specchat.models.progress import Progress, ProgressFn
 
@@ -31,8 +31,16 @@ def estimated_size(n_params: int, quant: str) -> int:
     return n_params * size // block
 
 
-def quantize(src: Path, dest: Path, quant: str, report: ProgressFn, n_threads: int = 0) -> Path:
-    """Write ``dest`` as ``src`` re-quantized to ``quant``; atomic (temp name, then rename)."""
+SELF_DRAFT_QUANTS = ("Q4_0", "Q3_K_S", "Q2_K")  # small and fast enough to draft for their source
+
+
+def quantize(src: Path, dest: Path, quant: str, report: ProgressFn, n_threads: int = 0,
+             cancel: threading.Event | None = None) -> Path:
+    """Write ``dest`` as ``src`` re-quantized to ``quant``; atomic (temp name, then rename).
+
+    llama.cpp's quantizer cannot be interrupted: on ``cancel`` we wait for it, then delete its
+    output and raise :class:`Cancelled`, so nothing half-written is ever left under ``dest``.
+    """
     import llama_cpp  # heavy: only when a model is actually derived
 
     from specchat.engine.llama_lib import ensure_backend, last_error
@@ -61,7 +69,11 @@ def quantize(src: Path, dest: Path, quant: str, report: ProgressFn, n_threads: i
             t.join(0.25)
             done = tmp.stat().st_size if tmp.exists() else 0
             report(Progress(task, min(done, total * 0.99), total))
+        if cancel is not None and cancel.is_set():
+            report(Progress(task, failed=True))
+            raise Cancelled(f"cancelled: {dest.name} was not made")
         if not result or result[0] != 0:
+            report(Progress(task, failed=True))
             raise ModelFileError(f"llama.cpp could not quantize {src.name} to {quant}: "
                                  f"{last_error() or 'unknown error'}")
         validate(tmp)

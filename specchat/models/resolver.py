@@ -6,6 +6,7 @@ cache (shared with other tools); ``path`` models where they are.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +33,18 @@ class LocalState:
 
 
 def model_from_ref(catalog: Catalog, ref: str) -> ModelEntry:
-    """A catalog id, or a path to a .gguf file (an ad-hoc entry)."""
+    """A catalog id, a path to a .gguf file, or a Hub file ``org/repo:file.gguf`` (the last two
+    as ad-hoc entries, or the catalog's entry for the same file)."""
     if ref in catalog.models:
         return catalog.models[ref]
     p = Path(ref).expanduser()
+    if not p.exists():
+        from specchat.models.entries import hub_entry
+        from specchat.models.hub import parse_hub_ref
+
+        hub = parse_hub_ref(ref)
+        if hub is not None and hub.file:
+            return hub_entry(catalog, hub)
     if p.suffix.lower() == ".gguf" or p.exists() or "/" in ref:
         p = p.resolve()
         return ModelEntry(id=str(p), name=p.name, source=PathSource(p), origin="command line")
@@ -64,8 +73,11 @@ class ModelResolver:
         return LocalState(entry, path, present, size)
 
     def ensure(self, ref: str | ModelEntry, report: ProgressFn = no_progress,
-               fetch: bool = True) -> Path:
-        """The model's file, fetched/derived first if needed (and ``fetch`` allows it)."""
+               fetch: bool = True, cancel: threading.Event | None = None) -> Path:
+        """The model's file, fetched/derived first if needed (and ``fetch`` allows it).
+
+        ``cancel`` stops a Hub download between chunks (what was fetched is kept for a resume).
+        """
         entry = ref if isinstance(ref, ModelEntry) else model_from_ref(self.catalog, ref)
         st = self.state(entry)
         if st.present and st.path is not None:
@@ -90,13 +102,13 @@ class ModelResolver:
             base = self.catalog.models.get(src.base)
             if base is None:
                 raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
-            base_path = self.ensure(base, report, fetch)
+            base_path = self.ensure(base, report, fetch, cancel)
             dest = self.paths.models_dir / src.filename
-            quantize(base_path, dest, src.quant, report)
+            quantize(base_path, dest, src.quant, report, cancel=cancel)
         else:
             from specchat.models.hf_cache import download
 
-            dest = download(src, report)
+            dest = download(src, report, cancel, self.paths.downloads_dir / "hf")
         validate(dest)
         return dest
 
@@ -104,6 +116,10 @@ class ModelResolver:
         """Delete a fetched or derived file (never a user's own ``path`` model)."""
         if isinstance(entry.source, PathSource):
             raise CatalogError(f"'{entry.id}' is your own file; specchat does not delete it")
+        if isinstance(entry.source, HfSource):
+            from specchat.models.hf_cache import remove
+
+            return remove(entry.source, self.paths.downloads_dir / "hf")
         st = self.state(entry)
         removed: list[Path] = []
         if st.present and st.path:

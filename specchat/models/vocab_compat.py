@@ -97,8 +97,9 @@ def _int(v: Any) -> int | None:
 
 
 def verdict(findings: list[Finding]) -> Level:
+    """The worst level among the findings (OK findings are facts, not problems)."""
     if any(f.level is Level.BAD for f in findings):
         return Level.BAD
-    if findings:
+    if any(f.level is Level.WARN for f in findings):
         return Level.WARN
     return Level.OK

@@ -1,0 +1,201 @@
+"""``specchat models check|calibrate|pair|self-draft|wizard``: pairing a draft with a target."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from specchat.cli.common import Env
+from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
+from specchat.models.catalog import ModelEntry, PairEntry
+from specchat.models.compat import CompatReport, ModelFacts, check_pair, facts_for_entry, unreadable
+from specchat.models.progress import TextProgress
+from specchat.models.vocab_compat import Level
+
+MARKS = {Level.OK: "✓", Level.WARN: "!", Level.BAD: "✗"}
+
+
+def add_parsers(msub: Any) -> None:
+    c = msub.add_parser("check", help="can DRAFT draft for TARGET? (from the files' headers)")
+    c.add_argument("refs", nargs="+", metavar="PAIR | TARGET DRAFT",
+                   help="a pair id, or two models: catalog ids, .gguf paths or REPO:FILE")
+    c.set_defaults(func=cmd_check)
+    cal = msub.add_parser("calibrate", help="measure a pair here: α, costs, best γ")
+    cal.add_argument("refs", nargs="+", metavar="PAIR | TARGET DRAFT")
+    cal.add_argument("--tokens", type=int, default=64, help="reply tokens per prompt (64)")
+    cal.add_argument("--gamma-max", type=int, default=8, help="largest γ to consider (8)")
+    cal.add_argument("--no-save", action="store_true", help="do not store γ with the pair")
+    cal.set_defaults(func=cmd_calibrate)
+    p = msub.add_parser("pair", help="check TARGET and DRAFT and save them as pair NAME")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("target", metavar="TARGET")
+    p.add_argument("draft", metavar="DRAFT")
+    p.add_argument("--gamma", type=int, help="draft length γ (default: from --calibrate)")
+    p.add_argument("--calibrate", action="store_true", help="calibrate first; use its γ")
+    p.add_argument("--default", action="store_true", help="make it the default pair")
+    p.set_defaults(func=cmd_pair)
+    s = msub.add_parser("self-draft", help="make a draft by quantizing the target itself")
+    s.add_argument("target", metavar="TARGET")
+    s.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q3_K_S", "Q2_K"))
+    s.add_argument("--name", help="pair name (default: TARGET+self-QUANT)")
+    s.add_argument("--force", action="store_true", help="even if the copy is too big to pay")
+    s.add_argument("--no-calibrate", action="store_true")
+    s.add_argument("--default", action="store_true", help="make it the default pair")
+    s.set_defaults(func=cmd_self_draft)
+    w = msub.add_parser("wizard", help="choose, download, check, calibrate and save a pair")
+    w.set_defaults(func=cmd_wizard)
+
+
+def entry_for(env: Env, ref: str) -> ModelEntry:
+    """A catalog id, a .gguf path or a Hub file, as a catalog entry (new ones not saved yet)."""
+    from specchat.cli.models_cmd import hub_model
+    from specchat.models.entries import path_entry
+
+    if ref in env.catalog.models:
+        return env.catalog.models[ref]
+    p = Path(ref).expanduser()
+    if p.exists():
+        return path_entry(env.catalog, p)
+    hub = hub_model(env, ref)
+    if hub is not None:
+        return hub
+    if p.suffix.lower() == ".gguf":
+        return path_entry(env.catalog, p)  # missing: the check says "model file not found"
+    return env.catalog.model(ref)
+
+
+def _two(env: Env, refs: list[str]) -> tuple[ModelEntry, ModelEntry, PairEntry | None]:
+    if len(refs) == 1:
+        pair = env.catalog.pair(refs[0])
+        return env.catalog.model(pair.target), env.catalog.model(pair.draft), pair
+    if len(refs) != 2:
+        raise SpecchatError("give a pair id, or a target and a draft")
+    return entry_for(env, refs[0]), entry_for(env, refs[1]), None
+
+
+def compat_report(env: Env, target: ModelEntry, draft: ModelEntry) -> CompatReport:
+    facts: dict[str, ModelFacts | None] = {}
+    findings = []
+    for role, entry in (("target", target), ("draft", draft)):
+        try:
+            facts[role] = facts_for_entry(env.resolver, entry)
+        except ModelFileError as e:
+            facts[role] = None
+            findings.append(unreadable(role, e))
+    t, d = facts["target"], facts["draft"]
+    if t is None or d is None:
+        return CompatReport(t, d, findings)
+    return check_pair(t, d, env.catalog)
+
+
+def print_report(r: CompatReport, out: TextIO) -> None:
+    for role, f in (("target", r.target), ("draft", r.draft)):
+        if f is not None:
+            note = f"  ({f.source_note})" if f.source_note else ""
+            out.write(f"{role:7} {f.label}: {f.describe()}{note}\n")
+    out.write(f"verdict: {r.headline}\n")
+    for f in r.findings:
+        out.write(f"  {MARKS[f.level]} {f.what}: {f.message}\n")
+    if r.suggestions:
+        out.write("what to do instead:\n" + "".join(f"  - {s}\n" for s in r.suggestions))
+
+
+def cmd_check(env: Env, args: argparse.Namespace) -> int:
+    target, draft, _ = _two(env, args.refs)
+    r = compat_report(env, target, draft)
+    print_report(r, sys.stdout)
+    return 1 if r.verdict is Level.BAD else 0
+
+
+def _refuse_if_incompatible(r: CompatReport) -> None:
+    if r.verdict is Level.BAD:
+        raise IncompatiblePairError("the draft cannot draft for this target: "
+                                    + r.problems[0].message)
+
+
+def run_calibration(env: Env, target: ModelEntry, draft: ModelEntry, tokens: int = 64,
+                    gamma_max: int = 8) -> int:
+    from specchat.models.calibration import CalibrationOptions, calibrate, format_result
+    from specchat.models.calibration_store import save_calibration
+    from specchat.models.compat import check_files
+
+    progress = TextProgress()
+    t_path = env.resolver.ensure(target, progress)
+    d_path = env.resolver.ensure(draft, progress)
+    _refuse_if_incompatible(check_files(t_path, d_path, env.catalog))
+    opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max,
+                              n_threads=env.config.n_threads)
+    result = calibrate(t_path, d_path, opts, progress)
+    where = save_calibration(env.paths, result)
+    print(format_result(result))
+    print(f"(stored in {where})")
+    return result.gamma
+
+
+def cmd_calibrate(env: Env, args: argparse.Namespace) -> int:
+    from specchat.models.user_catalog import update_user_catalog
+
+    if args.tokens < args.gamma_max + 1 or args.gamma_max < 1:
+        raise SpecchatError("--tokens must exceed --gamma-max, and --gamma-max be at least 1")
+    target, draft, pair = _two(env, args.refs)
+    gamma = run_calibration(env, target, draft, args.tokens, args.gamma_max)
+    if pair is not None and not args.no_save:
+        update_user_catalog(env.paths.user_catalog,
+                            pairs=[PairEntry(pair.id, pair.target, pair.draft, gamma, pair.notes)])
+        print(f"pair '{pair.id}' now uses γ={gamma} (saved in {env.paths.user_catalog})")
+    return 0
+
+
+def _save(env: Env, name: str, target: ModelEntry, draft: ModelEntry, gamma: int | None,
+          make_default: bool) -> None:
+    from specchat.models.pairing import save_pair
+
+    pair, _ = save_pair(env.paths, env.catalog, name, target, draft, gamma,
+                        make_default=make_default)
+    g = f" γ={pair.gamma}" if pair.gamma is not None else ""
+    print(f"saved pair '{pair.id}': {pair.target} ← {pair.draft}{g} in {env.paths.user_catalog}"
+          + ("; it is now the default" if make_default else ""))
+
+
+def cmd_pair(env: Env, args: argparse.Namespace) -> int:
+    target, draft = entry_for(env, args.target), entry_for(env, args.draft)
+    r = compat_report(env, target, draft)
+    print_report(r, sys.stdout)
+    _refuse_if_incompatible(r)
+    gamma = args.gamma
+    if args.calibrate:
+        measured = run_calibration(env, target, draft)
+        gamma = measured if gamma is None else gamma
+    _save(env, args.name, target, draft, gamma, args.default)
+    return 0
+
+
+def cmd_self_draft(env: Env, args: argparse.Namespace) -> int:
+    from specchat.models.compat import check_files
+    from specchat.models.pairing import self_draft_options, self_draft_pair_name
+    from specchat.models.self_draft import make_self_draft
+
+    target = entry_for(env, args.target)
+    option = next(o for o in self_draft_options(facts_for_entry(env.resolver, target))
+                  if o.quant == args.quant)
+    print(f"{args.quant} copy of {target.id}: {option.reason}")
+    if not option.pays and not args.force:
+        raise SpecchatError(f"a {args.quant} copy would be {option.ratio:.2f}× the target's size "
+                            "and cannot pay; pass --force to make it anyway")
+    draft = make_self_draft(env.resolver, target, args.quant, TextProgress())
+    t_path, d_path = env.resolver.ensure(target), env.resolver.ensure(draft)
+    r = check_files(t_path, d_path, env.catalog)
+    print_report(r, sys.stdout)
+    _refuse_if_incompatible(r)
+    gamma = None if args.no_calibrate else run_calibration(env, target, draft)
+    name = args.name or self_draft_pair_name(env.catalog, target, args.quant)
+    _save(env, name, target, draft, gamma, args.default)
+    return 0
+
+
+def cmd_wizard(env: Env, args: argparse.Namespace) -> int:
+    from specchat.ui.wizard.app import run_wizard_app
+
+    return run_wizard_app(env.paths)

@@ -1,0 +1,114 @@
+"""How often a draft predicts what the target would: teacher forcing over a committed sequence.
+
+Both models read the same tokens (a prompt, then a continuation); at every position of the
+continuation we compare what each would emit next. The fraction of positions where the greedy
+choices agree is the greedy acceptance rate α; with sampler settings, Σ min(p, q) at each
+position is the probability that rejection sampling keeps the draft's token. No speculative
+decoder is involved, so this measures the *pair*, not an implementation, and it can replay any
+conversation (calibration uses a greedy reply of the target; auto-γ can replay chat history).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.decoding import prefill
+from specchat.engine.model import DecodeCancelled, LlamaContext
+from specchat.engine.sampling import SamplerSettings, distribution
+
+
+@dataclass(frozen=True)
+class AgreementTrace:
+    """Per position of the continuation: the target's and the draft's next-token choice."""
+
+    target_tokens: list[int]
+    draft_tokens: list[int]
+    accept_probs: list[float] | None = None  # Σ min(p, q) under the settings, if asked
+
+    @property
+    def agree(self) -> list[bool]:
+        return [t == d for t, d in zip(self.target_tokens, self.draft_tokens, strict=True)]
+
+    @property
+    def positions(self) -> int:
+        return len(self.target_tokens)
+
+    @property
+    def alpha(self) -> float:
+        """Greedy acceptance rate: the fraction of positions where the argmaxes agree."""
+        a = self.agree
+        return sum(a) / len(a) if a else 0.0
+
+    @property
+    def alpha_sampled(self) -> float | None:
+        if self.accept_probs is None:
+            return None
+        return float(np.mean(self.accept_probs)) if self.accept_probs else 0.0
+
+
+def greedy_continuation(ctx: LlamaContext, prompt: Sequence[int], max_tokens: int,
+                        cancel: threading.Event | None = None) -> list[int]:
+    """The target's own greedy reply to ``prompt`` (ends before an end-of-generation token)."""
+    if cancel is not None:
+        ctx.cancel = cancel
+    row, _ = prefill(ctx, prompt)
+    out: list[int] = []
+    while len(out) < max_tokens:
+        token = int(np.argmax(row))
+        if ctx.model.is_eog(token) or len(ctx.tokens) + 1 > ctx.n_ctx:
+            break
+        out.append(token)
+        if cancel is not None and cancel.is_set():
+            raise DecodeCancelled("cancelled")
+        row = ctx.decode((token,), logits="last")[0]
+    return out
+
+
+def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[int],
+                    continuation: Sequence[int], settings: SamplerSettings | None = None
+                    ) -> AgreementTrace:
+    """Teacher-force both models over ``prompt + continuation`` and compare, position by position,
+    their predictions of each continuation token.
+
+    The draft only proposes ids both vocabularies share (as the decoder does). Leaves both caches
+    holding ``prompt + continuation[:-1]``, so a replay of a growing chat reuses its prefix.
+    """
+    n_shared = min(target.n_vocab, draft.n_vocab)
+    sampled = settings is not None and not settings.greedy
+    t_out: list[int] = []
+    d_out: list[int] = []
+    probs: list[float] = []
+    if not continuation:
+        return AgreementTrace([], [], [] if sampled else None)
+    t_row, _ = prefill(target, prompt)
+    d_row, _ = prefill(draft, prompt)
+    _compare(t_row[None, :], d_row[None, :], n_shared, settings if sampled else None,
+             t_out, d_out, probs)
+    rest = list(continuation[:-1])
+    step = min(target.n_batch, draft.n_batch)
+    for off in range(0, len(rest), step):
+        chunk = rest[off : off + step]
+        t_rows = target.decode(chunk, logits="all")
+        d_rows = draft.decode(chunk, logits="all")  # each context keeps its own logits buffer
+        _compare(t_rows, d_rows, n_shared, settings if sampled else None, t_out, d_out, probs)
+    return AgreementTrace(t_out, d_out, probs if sampled else None)
+
+
+def _compare(t_rows: npt.NDArray[np.float32], d_rows: npt.NDArray[np.float32], n_shared: int,
+             settings: SamplerSettings | None, t_out: list[int], d_out: list[int],
+             probs: list[float]) -> None:
+    t_out.extend(int(i) for i in np.argmax(t_rows, axis=1))
+    d_out.extend(int(i) for i in np.argmax(d_rows[:, :n_shared], axis=1))
+    if settings is None:
+        return
+    for t_row, d_row in zip(t_rows, d_rows, strict=True):
+        p = distribution(t_row, settings)
+        q = distribution(d_row[:n_shared], settings)
+        q_of = dict(zip(q.ids.tolist(), q.probs.tolist(), strict=True))
+        probs.append(float(sum(min(pp, q_of.get(i, 0.0))
+                               for i, pp in zip(p.ids.tolist(), p.probs.tolist(), strict=True))))

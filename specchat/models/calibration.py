@@ -1,0 +1,173 @@
+"""Calibrate a pair on this machine: α on a few kinds of prompt, draft and verify costs, and from
+them the predicted speed-up for each γ, the γ to use, and a verdict in plain words.
+
+The prompts are six Spec-Bench questions (Apache-2.0; coding, writing, maths, translation, QA)
+in ``specchat/data/calibration_prompts.jsonl``. α is measured by teacher forcing
+(:mod:`specchat.engine.agreement`), independent of any speculative decoder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import threading
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specchat.engine.agreement import agreement_trace, greedy_continuation
+from specchat.engine.chat import ChatEngine
+from specchat.engine.chat_template import Message
+from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.model import (
+    ContextSettings,
+    DecodeCancelled,
+    LlamaContext,
+    LlamaModel,
+    ModelSettings,
+)
+from specchat.engine.plain import PlainDecoder
+from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
+from specchat.errors import Cancelled, SpecchatError
+from specchat.models.progress import Progress, ProgressFn, no_progress
+
+
+@dataclass(frozen=True)
+class CalibrationPrompt:
+    category: str
+    prompt: str
+    question_id: int = 0
+
+
+def builtin_prompts() -> list[CalibrationPrompt]:
+    text = resources.files("specchat").joinpath("data/calibration_prompts.jsonl").read_text(
+        encoding="utf-8")
+    return [CalibrationPrompt(d["category"], d["prompt"], d["question_id"])
+            for d in map(json.loads, text.splitlines()) if d]
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    max_tokens: int = 64  # reply length per prompt
+    gamma_max: int = 8
+    prompts: tuple[CalibrationPrompt, ...] = ()  # empty: the built-in ones
+    n_ctx: int = 2048
+    n_threads: int = 0
+    n_gpu_layers: int = -1
+    repeats: int = 3  # timing repeats per batch size
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    category: str
+    positions: int
+    alpha: float
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    target: str  # file paths, as calibrated
+    draft: str
+    alpha: float  # pooled over every position of every prompt
+    positions: int
+    per_prompt: tuple[PromptResult, ...]
+    draft_s: float
+    verify_s: tuple[float, ...]
+    speedups: tuple[tuple[int, float], ...]
+    gamma: int  # the recommended γ (the best predicted, even when it does not pay)
+    speedup: float
+    verdict: str
+    machine: str = ""
+    n_threads: int = 0
+    when: str = field(default_factory=lambda: dt.datetime.now().isoformat(timespec="seconds"))
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup >= PAYS
+
+    @property
+    def costs(self) -> CostCurve:
+        return CostCurve(self.draft_s, self.verify_s)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> CalibrationResult:
+        d: dict[str, Any] = json.loads(text)
+        d["per_prompt"] = tuple(PromptResult(**p) for p in d["per_prompt"])
+        d["verify_s"] = tuple(d["verify_s"])
+        d["speedups"] = tuple((int(g), float(s)) for g, s in d["speedups"])
+        return cls(**d)
+
+
+def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions = CalibrationOptions(),
+              report: ProgressFn = no_progress, cancel: threading.Event | None = None
+              ) -> CalibrationResult:
+    """Measure the pair; raises :class:`Cancelled` if ``cancel`` is set on the way."""
+    cancel = cancel or threading.Event()
+    prompts = list(options.prompts) or builtin_prompts()
+    ms = ModelSettings(n_gpu_layers=options.n_gpu_layers)
+    cs = ContextSettings(n_ctx=options.n_ctx, n_threads=options.n_threads)
+    total = len(prompts) * options.max_tokens + 1
+    task = "calibrate"
+    report(Progress(task, 0, total, unit="steps"))
+    target = LlamaModel(target_path, ms)
+    draft = LlamaModel(draft_path, ms)
+    t_ctx = LlamaContext(target, cs)
+    d_ctx = LlamaContext(draft, cs)
+    t_ctx.cancel = d_ctx.cancel = cancel
+    try:
+        chat = ChatEngine(PlainDecoder(t_ctx))
+        results: list[PromptResult] = []
+        agree = 0
+        positions = 0
+        longest: tuple[list[int], list[int]] = ([], [])
+        for i, p in enumerate(prompts):
+            report(Progress(task, i * options.max_tokens, total, unit="steps"))
+            prompt = chat.tokenize_chat([Message("user", p.prompt)])
+            reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
+            trace = agreement_trace(t_ctx, d_ctx, prompt, reply)
+            results.append(PromptResult(p.category, trace.positions, trace.alpha))
+            agree += sum(trace.agree)
+            positions += trace.positions
+            if len(reply) > len(longest[1]):
+                longest = (prompt, reply)
+        prompt, reply = longest
+        n_verify = options.gamma_max + 1
+        if len(reply) < n_verify:
+            raise SpecchatError(f"the target's replies were too short to time ({len(reply)} "
+                                f"tokens; {n_verify} needed): is it a chat model?")
+        report(Progress(task, total - 1, total, unit="steps"))
+        draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
+        verify_s = verify_costs(t_ctx, prompt, reply, n_verify, options.repeats, cancel)
+    except DecodeCancelled:
+        report(Progress(task, failed=True))
+        raise Cancelled("calibration cancelled") from None
+    finally:
+        for obj in (d_ctx, t_ctx, draft, target):
+            obj.close()
+    alpha = agree / positions if positions else 0.0
+    costs = CostCurve(draft_s, verify_s)
+    table = speedup_table(alpha, costs, options.gamma_max)
+    gamma, speedup = best_gamma(table)
+    report(Progress(task, total, total, unit="steps", finished=True))
+    return CalibrationResult(
+        target=str(target_path), draft=str(draft_path), alpha=alpha, positions=positions,
+        per_prompt=tuple(results), draft_s=draft_s, verify_s=verify_s, speedups=tuple(table),
+        gamma=gamma, speedup=speedup, verdict=verdict(alpha, costs, gamma, speedup),
+        machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads)
+
+
+def format_result(r: CalibrationResult) -> str:
+    """The result as a few lines of text (the CLI prints this; the wizard shows a table)."""
+    lines = [f"α (greedy agreement) {r.alpha:.2f} over {r.positions} positions: " + ", ".join(
+        f"{p.category} {p.alpha:.2f}" for p in r.per_prompt)]
+    lines.append(f"draft step {r.draft_s * 1000:.1f} ms ({r.costs.draft_ratio:.0%} of a target "
+                 "step); target pass over n tokens: " + ", ".join(
+                     f"{n}: {s * 1000:.1f} ms" for n, s in enumerate(r.verify_s, 1)))
+    lines.append("predicted speed-up by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in r.speedups))
+    lines.append(f"recommended γ = {r.gamma}: {r.verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""Calibration results on disk, keyed by the identity of the two model files.
+
+``<data>/calibration/<target id>-<draft id>.json``. A file's identity is its size plus a hash of
+its first and last MiB: cheap on a 5 GB file, stable when the file is moved or re-linked, and
+different for another quantization or a re-upload. Results are per machine (the data folder is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from specchat.models.calibration import CalibrationResult
+from specchat.models.gguf_file import split_parts
+from specchat.paths import AppPaths
+
+_EDGE = 1 << 20
+
+
+def file_identity(path: Path) -> str:
+    h = hashlib.sha256()
+    parts = split_parts(Path(path))
+    for part in parts:
+        size = part.stat().st_size
+        h.update(str(size).encode())
+        with part.open("rb") as f:
+            h.update(f.read(_EDGE))
+            if size > 2 * _EDGE:
+                f.seek(size - _EDGE)
+                h.update(f.read(_EDGE))
+    return h.hexdigest()[:16]
+
+
+def calibration_file(paths: AppPaths, target: Path, draft: Path) -> Path:
+    return paths.data_dir / "calibration" / f"{file_identity(target)}-{file_identity(draft)}.json"
+
+
+def save_calibration(paths: AppPaths, result: CalibrationResult) -> Path:
+    dest = calibration_file(paths, Path(result.target), Path(result.draft))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
+    tmp.write_text(result.to_json(), encoding="utf-8")
+    os.replace(tmp, dest)
+    return dest
+
+
+def load_calibration(paths: AppPaths, target: Path, draft: Path) -> CalibrationResult | None:
+    """The last calibration of exactly these two files on this machine, if any (a damaged
+    record counts as none)."""
+    f = calibration_file(paths, target, draft)
+    if not f.exists():
+        return None
+    try:
+        return CalibrationResult.from_json(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

@@ -1,0 +1,138 @@
+"""Step 2: choose a draft — compatible ones first, each with its reason; a Hub repo; or a draft
+made from the target itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from specchat.models.catalog import HfSource, PypiSource
+from specchat.models.compat import ModelFacts
+from specchat.models.hub import RepoListing
+from specchat.models.pairing import DraftCandidate, SelfDraftOption
+from specchat.models.progress import format_bytes
+from specchat.models.vocab_compat import Level
+from specchat.ui.wizard.target_step import file_option
+
+MARKS = {Level.OK: ("✓", "green"), Level.WARN: ("!", "yellow"), Level.BAD: ("✗", "red"),
+         None: ("·", "dim")}
+
+
+def candidate_label(c: DraftCandidate) -> Text:
+    mark, style = MARKS[c.level]
+    text = Text(f" {mark} ", style=f"bold {style}")
+    text.append(c.entry.id, style="bold" if c.level in (Level.OK, Level.WARN) else "")
+    src = c.entry.source
+    if c.on_disk:
+        where = "on disk"
+    elif isinstance(src, (HfSource, PypiSource)) and src.size:
+        where = f"{format_bytes(src.size)} to download"
+    else:
+        where = "to download" if isinstance(src, (HfSource, PypiSource)) else "to make"
+    if c.level is None and c.report is None and not c.reason.startswith("could not"):
+        text.append(f"  · {where} · {c.reason}", style="dim")  # unchecked: one quiet line
+        return text
+    text.append(f"  · {where}\n     {c.reason}", style="dim" if c.level is Level.BAD else "")
+    return text
+
+
+class DraftStep(Vertical):
+    DEFAULT_CSS = """
+    DraftStep { height: 1fr; }
+    DraftStep OptionList { height: 1fr; }
+    """
+
+    @dataclass
+    class Picked(Message):
+        choice: str  # "cand:<n>", "hub:<file>", "self:<quant>", "back"
+
+    @dataclass
+    class RepoRequested(Message):
+        text: str
+
+    def __init__(self) -> None:
+        super().__init__(id="step-draft")
+        self.candidates: list[DraftCandidate] = []
+        self.self_drafts: list[SelfDraftOption] = []
+        self.listing: RepoListing | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="draft-title", classes="hint")
+        yield OptionList(id="draft-list")
+        yield Input(placeholder="or a draft from a Hub repo: org/name, then Enter",
+                    id="draft-input")
+
+    def populate(self, target: ModelFacts, candidates: list[DraftCandidate],
+                 self_drafts: list[SelfDraftOption]) -> None:
+        self.candidates, self.self_drafts, self.listing = candidates, self_drafts, None
+        self.query_one("#draft-title", Static).update(Text.assemble(
+            ("Drafts for ", ""), (target.name, "bold"),
+            (f"  ({target.architecture}, {target.n_vocab} tokens"
+             f"{'; ' + target.source_note if target.source_note else ''})\n", "dim"),
+            "A draft must share the target's vocabulary and be much smaller. Compatible ones "
+            "come first; the others say why not."))
+        self._render_list()
+
+    def _render_list(self) -> None:
+        options: list[Option | None] = []
+        for i, c in enumerate(self.candidates):
+            options.append(Option(candidate_label(c), id=f"cand:{i}",
+                                  disabled=c.level is Level.BAD))
+        if not any(c.level in (Level.OK, Level.WARN) for c in self.candidates):
+            options.insert(0, Option(Text("No compatible draft on disk or in the catalog yet: "
+                                          "try a Hub repo below, or make one from the target.",
+                                          style="yellow"), disabled=True))
+        options += [None, Option(Text("Make a draft from the target itself", style="bold"),
+                                 disabled=True)]
+        for o in self.self_drafts:
+            label = Text(f"  quantize to {o.quant}  · {o.reason}",
+                         style="" if o.pays else "dim")
+            options.append(Option(label, id=f"self:{o.quant}", disabled=not o.pays))
+        ol = self.query_one(OptionList)
+        ol.set_options(options)
+        ol.highlighted = next((i for i, o in enumerate(ol.options) if not o.disabled), None)
+        ol.focus()
+
+    def update_candidate(self, c: DraftCandidate) -> None:
+        for i, old in enumerate(self.candidates):
+            if old.entry.id == c.entry.id:
+                self.candidates[i] = c
+                if self.listing is None:
+                    ol = self.query_one(OptionList)
+                    ol.replace_option_prompt(f"cand:{i}", candidate_label(c))
+                    if c.level is Level.BAD:
+                        ol.disable_option(f"cand:{i}")
+                return
+        self.candidates.append(c)
+
+    def show_repo(self, listing: RepoListing) -> None:
+        self.listing = listing
+        options: list[Option | None] = [Option(Text(listing.repo, style="bold"), disabled=True)]
+        options += [file_option(f, f"hub:{f.name}") for f in listing.files]
+        options += [None, Option("← back to the drafts", id="back")]
+        ol = self.query_one(OptionList)
+        ol.set_options(options)
+        ol.highlighted = next((i for i, o in enumerate(ol.options) if not o.disabled), None)
+        ol.focus()
+
+    def back_to_list(self) -> None:
+        self.listing = None
+        self._render_list()
+
+    @on(Input.Submitted, "#draft-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.post_message(self.RepoRequested(event.value.strip()))
+
+    @on(OptionList.OptionSelected, "#draft-list")
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.post_message(self.Picked(event.option.id))
