@@ -39,6 +39,17 @@ class Env:
         model = ModelSettings() if ngl is None else ModelSettings(n_gpu_layers=ngl)
         return RuntimeOptions(context=ctx, target=model, draft=model)
 
+    def gamma(self, args: argparse.Namespace) -> int | None:
+        """γ from --gamma, else the config's number; None = the pair's recommended γ."""
+        g = getattr(args, "gamma", None)
+        if g is not None:
+            return int(g)
+        # "auto" is the adaptive controller (not in this build yet): the pair's γ meanwhile.
+        return self.config.gamma if isinstance(self.config.gamma, int) else None
+
+    def ngram(self, args: argparse.Namespace) -> bool:
+        return bool(getattr(args, "ngram", False) or self.config.ngram)
+
 
 def make_env() -> Env:
     return Env(app_paths())
@@ -50,6 +61,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "pair, else 'demo')")
     g.add_argument("--model", help="one model: a catalog id or a path to a .gguf file (plain "
                    "decoding)")
+    p.add_argument("--draft", metavar="MODEL", help="a draft model for --model (catalog id or "
+                   ".gguf path): speculative decoding with an ad-hoc pair")
     p.add_argument("--ctx-size", type=int, metavar="N", help="context window in tokens")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads")
     p.add_argument("--gpu-layers", type=int, metavar="N",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,14 @@ import numpy.typing as npt
 from specchat.engine.llama_lib import clear_log, ensure_backend, last_error
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.models.gguf_file import GgufHeader, validate
+
+
+# Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
+# ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is
+# a Python call per graph node (~500 per forward pass for a 30-layer model, ~0.5 ms in all),
+# and cancel is checked between steps anyway.
+ABORTABLE_BATCH = 16
+_NO_ABORT = llama_cpp.ggml_abort_callback(0)
 
 
 class DecodeCancelled(SpecchatError):
@@ -189,16 +198,18 @@ class LlamaContext:
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
         self.tokens: list[int] = []  # what the KV cache holds, in order
+        self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self.cancel.is_set())
-        llama_cpp.llama_set_abort_callback(ctx, self._abort_cb, None)
+        self._abortable = False
 
     @property
     def n_vocab(self) -> int:
         return self.model.n_vocab
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
-        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row) or ``all``.
+        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row), ``all``, or
+        ``none`` (0 rows: the tokens only fill the cache).
 
         The returned array is a view into llama.cpp's buffer, valid until the next decode.
         """
@@ -218,9 +229,16 @@ class LlamaContext:
             self._out[:m] = 1 if (logits == "all" and last_chunk) else 0
             if last_chunk and logits == "last":
                 self._out[m - 1] = 1
-            rows = m if logits == "all" else 1
+            rows = m if logits == "all" else 1 if logits == "last" else 0
             self.batch.n_tokens = m
+            abortable = m > ABORTABLE_BATCH
+            if abortable != self._abortable:
+                cb = self._abort_cb if abortable else _NO_ABORT
+                llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+                self._abortable = abortable
+            t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self.ptr, self.batch)
+            self.decode_s += time.perf_counter() - t0
             if rc != 0:
                 self._after_failed_decode(start + off)
                 if rc == 2:
@@ -231,6 +249,8 @@ class LlamaContext:
             self.tokens.extend(chunk)
         if logits == "all" and n > self.n_batch:
             raise ValueError("logits for every row need the tokens to fit in one batch")
+        if rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 
