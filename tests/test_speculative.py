@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 
@@ -25,7 +26,7 @@ from specchat.engine.events import (
     TokenOrigin,
 )
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, flash_attention
 from specchat.engine.ngram import NgramDrafter
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings, distribution
@@ -64,6 +65,13 @@ def ctx(model: LlamaModel, n_ctx: int = 512, **settings: str) -> LlamaContext:
 # F32 KV cache, by ~1e-6. Comparisons of caches use the latter, so that a tight tolerance
 # separates rounding from a rollback that left a wrong token behind (an O(1) difference).
 EXACT_KV = {"flash_attn": "off", "type_k": "f32", "type_v": "f32"}
+
+
+def test_flash_attention_is_off_by_default_on_a_cpu() -> None:
+    cpu_only = not llama_cpp.llama_supports_gpu_offload()
+    assert flash_attention("auto") == ("off" if cpu_only else "auto")
+    assert flash_attention("on") == "on" and flash_attention("off") == "off"
+    assert flash_attention("sideways") == flash_attention("auto")
 
 
 def prompt_of(model: LlamaModel, text: str = "hello there") -> list[int]:
@@ -379,3 +387,40 @@ def test_target_with_a_larger_vocabulary_stops_drafting_past_the_draft(
         past += any(t >= 52 for t in ids)
         assert stats.generated_tokens == 40
     assert past > 0  # the target did produce ids the draft cannot read, and nothing broke
+
+
+# ----------------------------------------------------------------------- the γ policy
+
+
+class StopAtTwo:
+    """A policy that asks for 5 but stops drafting after 2, recording what it is told."""
+
+    def __init__(self) -> None:
+        self.seen: list[StepEvent] = []
+        self.confidences: list[float] = []
+
+    def next_gamma(self) -> int:
+        return 5
+
+    def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
+        self.confidences.append(top_prob())
+        return drafted < 2
+
+    def observe(self, step: StepEvent) -> None:
+        self.seen.append(step)
+
+
+@pytest.mark.parametrize("settings", [GREEDY, T1.with_(seed=2, max_tokens=40)],
+                         ids=["greedy", "sampled"])
+def test_policy_can_stop_drafting_early_and_sees_every_step(
+        target: LlamaModel, close_draft: LlamaModel, settings: SamplerSettings) -> None:
+    policy = StopAtTwo()
+    events, stats = run(SpeculativeDecoder(ctx(target), ctx(close_draft), policy),
+                        prompt_of(target), settings)
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert policy.seen == steps and len(steps) == stats.steps
+    assert max(s.gamma for s in steps) == 2
+    assert all(0 < c <= 1 for c in policy.confidences)
+    if settings.greedy:
+        plain, _ = run(PlainDecoder(ctx(target)), prompt_of(target), settings)
+        assert token_ids(events) == token_ids(plain)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Union
+from typing import Any
 
 
 class TokenOrigin(str, Enum):
@@ -104,4 +104,4 @@ class GenerationStats:
         return d
 
 
-Event = Union[TokenEvent, RejectedEvent, StepEvent, NoticeEvent, GenerationStats]
+Event = TokenEvent | RejectedEvent | StepEvent | NoticeEvent | GenerationStats

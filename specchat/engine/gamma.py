@@ -19,10 +19,12 @@ class GammaPolicy(Protocol):
         ...
 
     def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
-        """After ``drafted`` tokens of this step: draft another one?
+        """After ``drafted`` tokens of this step (draft model only): draft another one?
 
-        ``top_prob()`` is the drafter's probability of its most likely next token (computed only
-        when called: under greedy decoding it costs a softmax over the vocabulary).
+        ``top_prob()`` is the draft model's probability of its most likely token at the position
+        just drafted (after the sampler transform) — a confidence signal for stopping early. It
+        is computed only when called: under greedy decoding it costs a softmax over the
+        vocabulary.
         """
         ...
 

@@ -24,7 +24,6 @@ from specchat.engine.llama_lib import clear_log, ensure_backend, last_error
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.models.gguf_file import GgufHeader, validate
 
-
 # Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
 # ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is
 # a Python call per graph node (~500 per forward pass for a 30-layer model, ~0.5 ms in all),
@@ -56,12 +55,13 @@ class ContextSettings:
     n_batch: int = 512
     n_threads: int = 0  # 0 = default_threads()
     n_threads_batch: int = 0
-    flash_attn: str = "auto"  # auto | on | off
+    flash_attn: str = "auto"  # auto (off without GPU offload, see flash_attention) | on | off
     type_k: str = "f16"
     type_v: str = "f16"
 
 
-_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+          "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
           "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 _KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
@@ -104,7 +104,8 @@ class LlamaModel:
         ids = []
         for t in range(self.n_vocab):
             attr = llama_cpp.llama_vocab_get_attr(self.vocab, t)
-            if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED):
+            special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            if attr & special:
                 ids.append(t)
         for t in (self.eos, llama_cpp.llama_vocab_eot(self.vocab)):
             if t >= 0:
@@ -118,11 +119,13 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return token in self._eog_ids
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special,
+                                     parse_special)
         if n < 0:
             n_max = -n
             buf = (llama_cpp.llama_token * n_max)()
@@ -160,6 +163,22 @@ class LlamaModel:
         self.close()
 
 
+def flash_attention(setting: str) -> str:
+    """Resolve "auto": off on a CPU-only build, llama.cpp's own choice otherwise.
+
+    On the CPU, llama.cpp's flash-attention kernel makes logits depend on how tokens are batched
+    by ~1e-3 (a row verified in a batch of γ + 1 vs the same token decoded alone). That is enough
+    to flip a near-tie — seen on the demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 —
+    so greedy speculative output would part from greedy plain output. Without it the difference
+    is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
+    """
+    if setting not in _FLASH:
+        setting = "auto"
+    if setting == "auto" and not llama_cpp.llama_supports_gpu_offload():
+        return "off"
+    return setting
+
+
 class LlamaContext:
     """A KV cache (one sequence) over a model, and a reusable batch."""
 
@@ -173,7 +192,7 @@ class LlamaContext:
         params.n_seq_max = 1
         params.n_threads = settings.n_threads or default_threads()
         params.n_threads_batch = settings.n_threads_batch or params.n_threads
-        params.flash_attn_type = _FLASH.get(settings.flash_attn, _FLASH["auto"])
+        params.flash_attn_type = _FLASH[flash_attention(settings.flash_attn)]
         params.type_k = _KV_TYPES.get(settings.type_k, 1)
         params.type_v = _KV_TYPES.get(settings.type_v, 1)
         params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
