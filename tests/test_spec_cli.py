@@ -180,3 +180,53 @@ def test_summarize_weights_by_time_not_by_prompt() -> None:
     assert by[("draft", "c")]["speedup"] == pytest.approx(2.0)
     assert by[("draft", "c")]["acceptance_by_position"] == [1.0, 0.0]
     assert by[("draft", "c")]["alpha"] == pytest.approx(0.75)
+
+
+def fake_llama_bin(folder: Path) -> Path:
+    """Stand-ins for llama.cpp's tools that print what the real ones print (as of b-2025/26)."""
+    folder.mkdir()
+    spec = folder / "llama-speculative-simple"
+    spec.write_text(
+        "#!/bin/sh\n"
+        "grep -q -- '--spec-type draft-simple' <<EOF || exit 3\n$*\nEOF\n"
+        "echo 'generated text'\n"
+        "cat >&2 <<'EOF'\n"
+        "0.00.221.013 I encoded   30 tokens in    0.016 seconds, speed: 1875.000 t/s\n"
+        "0.00.221.049 I decoded   16 tokens in    0.100 seconds, speed:  160.000 t/s\n"
+        "0.00.221.094 I n_draft   = 3\n0.00.221.115 I n_predict = 16\n"
+        "0.00.221.134 I n_drafted = 12\n0.00.221.153 I n_accept  = 9\n"
+        "0.00.221.177 I accept    = 75.000%\nEOF\n", encoding="utf-8")
+    bench = folder / "llama-bench"
+    bench.write_text("#!/bin/sh\necho '[{\"n_prompt\": 0, \"n_gen\": 16, \"avg_ts\": 123.5}]'\n",
+                     encoding="utf-8")
+    for f in (spec, bench):
+        f.chmod(0o755)
+    return folder
+
+
+def test_bench_runs_llama_cpp_tools_on_the_same_prompts(tiny_target: Path, tiny_draft: Path,
+                                                        home: AppPaths, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "3", "--temperature", "0",
+               "--max-tokens", "16", "--threads", "1", "--out", str(out),
+               "--llama-bin", str(fake_llama_bin(tmp_path / "bin"))])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    ref = doc["llama_cpp"]
+    (spec,) = ref["speculative_simple"]
+    assert spec["gamma"] == 3 and len(spec["runs"]) == 2  # one per prompt
+    assert spec["tok_s"] == pytest.approx(160.0) and spec["accept"] == pytest.approx(0.75)
+    assert spec["ratio"] == pytest.approx(spec["ours_tok_s"] / 160.0)
+    assert ref["llama_bench_target_tok_s"] == ref["llama_bench_draft_tok_s"] == 123.5
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| llama-speculative-simple | 3 | 160.0 | 0.75 |" in md
+
+
+def test_bench_without_llama_tools_says_so(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                           tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--llama-bin", str(tmp_path / "none")])
+    assert rc == 1
+    assert "llama-speculative-simple not found in" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """Run plain and speculative decoding over benchmark prompts and record what each run did.
 
-Runs are interleaved per prompt (plain, then each γ) so that a machine getting busier or quieter
-affects every mode alike; both KV caches are cleared before each run so no run profits from
-another's prompt. Each record is one run's ``GenerationStats`` plus what was run.
+Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
+``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
+both KV caches are cleared before each run so no run profits from another's prompt. Each record
+is one run's ``GenerationStats`` plus what was run.
 """
 
 from __future__ import annotations
@@ -82,8 +83,14 @@ def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],
     return stats
 
 
+AfterPrompt = Callable[[float, BenchPrompt, str], None]
+
+
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig,
-              progress: Callable[[str], None] = lambda _m: None) -> list[dict[str, Any]]:
+              progress: Callable[[str], None] = lambda _m: None,
+              after_prompt: AfterPrompt | None = None) -> list[dict[str, Any]]:
+    """Run every mode on every prompt at every temperature; ``after_prompt(T, prompt, text)``
+    runs right after a prompt's own runs (a reference tool on the same rendered text)."""
     ms = modes(runtime, cfg)
     rendered = [render_prompt(runtime, p, cfg) for p in prompts]
     # Warm-up: page the weights in and let the CPU settle before anything is timed.
@@ -92,7 +99,7 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
     total = len(cfg.temperatures) * len(prompts) * len(ms)
     for temp in cfg.temperatures:
         settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
-        for prompt, (_text, tokens) in zip(prompts, rendered, strict=True):
+        for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
             for mode in ms:
                 stats = run_once(runtime, mode, tokens, settings)
                 rec = {"question_id": prompt.question_id, "category": prompt.category,
@@ -106,4 +113,6 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
                 progress(f"[{len(records)}/{total}] T={temp:g} {prompt.category} "
                          f"#{prompt.question_id} {mode.label}: {stats.generated_tokens} tokens, "
                          f"{tps:.1f} tok/s{alpha}")
+            if after_prompt is not None:
+                after_prompt(temp, prompt, text)
     return records

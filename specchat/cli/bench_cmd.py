@@ -12,9 +12,9 @@ from typing import Any
 
 from specchat import __version__
 from specchat.bench import llama_tools
-from specchat.bench.prompts import DEFAULT_PROMPTS, load_prompts
+from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from specchat.bench.report import ALL, markdown, summarize
-from specchat.bench.runner import BenchConfig, render_prompt, run_bench
+from specchat.bench.runner import BenchConfig, run_bench
 from specchat.cli.common import Env, add_model_args
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
@@ -79,11 +79,11 @@ def run(env: Env, args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()
         started = time.time()
-        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr))
+        ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
+        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr),
+                            ref.after_prompt if ref else None)
         rows = summarize(records)
-        llama = None
-        if args.llama_bin is not None:
-            llama = _llama_reference(runtime, prompts, cfg, args.llama_bin, rows)
+        llama = ref.finish(rows) if ref else None
         doc = {
             "specchat": __version__, "started": started, "seconds": time.time() - started,
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
@@ -108,24 +108,40 @@ def run(env: Env, args: argparse.Namespace) -> int:
     return 0
 
 
-def _llama_reference(runtime: Runtime, prompts: Any, cfg: BenchConfig, bin_dir: Path,
-                     rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """llama.cpp's tools on the same files, prompts and γ (greedy), and our/their ratios."""
-    threads = runtime.target_ctx.n_threads
-    out: dict[str, Any] = {"bin": str(bin_dir), "threads": threads, "speculative_simple": []}
-    if runtime.draft is not None and 0.0 in cfg.temperatures:
-        for gamma in cfg.gammas:
-            runs = []
-            for prompt in prompts:
-                text, _ = render_prompt(runtime, prompt, cfg)
-                r = llama_tools.speculative_simple(bin_dir, runtime.target.path,
-                                                   runtime.draft.path, text, gamma,
-                                                   cfg.max_tokens, threads)
-                runs.append({"question_id": prompt.question_id, "category": prompt.category,
-                             "tokens": r.tokens, "seconds": r.seconds, "drafted": r.drafted,
-                             "accepted": r.accepted, "prompt_tokens": r.prompt_tokens})
-                print(f"llama-speculative-simple γ={gamma} {prompt.category} "
-                      f"#{prompt.question_id}: {r.tok_s:.1f} tok/s", file=sys.stderr)
+class LlamaReference:
+    """llama.cpp's tools on the same files, prompts and γ (greedy), and our/their ratios.
+
+    ``llama-speculative-simple`` runs right after specchat's own runs of each prompt, so both
+    see the same machine conditions.
+    """
+
+    def __init__(self, runtime: Runtime, cfg: BenchConfig, bin_dir: Path) -> None:
+        self.runtime, self.cfg, self.bin_dir = runtime, cfg, bin_dir
+        llama_tools.tool(bin_dir, "llama-speculative-simple")  # fail early if missing
+        llama_tools.tool(bin_dir, "llama-bench")
+        self.threads = runtime.target_ctx.n_threads
+        self.runs: dict[int, list[dict[str, Any]]] = {g: [] for g in cfg.gammas}
+
+    def after_prompt(self, temperature: float, prompt: BenchPrompt, text: str) -> None:
+        rt = self.runtime
+        if temperature != 0.0 or rt.draft is None:
+            return
+        for gamma in self.cfg.gammas:
+            r = llama_tools.speculative_simple(self.bin_dir, rt.target.path, rt.draft.path, text,
+                                               gamma, self.cfg.max_tokens, self.threads)
+            self.runs[gamma].append({
+                "question_id": prompt.question_id, "category": prompt.category,
+                "tokens": r.tokens, "seconds": r.seconds, "drafted": r.drafted,
+                "accepted": r.accepted, "prompt_tokens": r.prompt_tokens})
+            print(f"    llama-speculative-simple γ={gamma}: {r.tokens} tokens, "
+                  f"{r.tok_s:.1f} tok/s", file=sys.stderr)
+
+    def finish(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"bin": str(self.bin_dir), "threads": self.threads,
+                               "speculative_simple": []}
+        for gamma, runs in self.runs.items():
+            if not runs:
+                continue
             tokens = sum(r["tokens"] for r in runs)
             seconds = sum(r["seconds"] for r in runs)
             drafted = sum(r["drafted"] for r in runs)
@@ -137,16 +153,17 @@ def _llama_reference(runtime: Runtime, prompts: Any, cfg: BenchConfig, bin_dir: 
                 "gamma": gamma, "tok_s": theirs, "runs": runs,
                 "accept": sum(r["accepted"] for r in runs) / drafted if drafted else None,
                 "ours_tok_s": ours, "ratio": ours / theirs if ours and theirs else None})
-    n = cfg.max_tokens
-    out["llama_bench_target_tok_s"] = llama_tools.llama_bench(bin_dir, runtime.target.path, n,
-                                                              threads)
-    if runtime.draft is not None:
-        out["llama_bench_draft_tok_s"] = llama_tools.llama_bench(bin_dir, runtime.draft.path, n,
-                                                                 threads)
-    plain = [r["tok_s"] for r in rows if r["mode"] == "plain" and r["category"] == ALL
-             and r["temperature"] == 0.0]
-    out["plain_ours_tok_s"] = plain[0] if plain else None
-    return out
+        rt, n = self.runtime, self.cfg.max_tokens
+        out["llama_bench_target_tok_s"] = llama_tools.llama_bench(self.bin_dir, rt.target.path,
+                                                                  n, self.threads)
+        if rt.draft is not None:
+            out["llama_bench_draft_tok_s"] = llama_tools.llama_bench(self.bin_dir,
+                                                                     rt.draft.path, n,
+                                                                     self.threads)
+        plain = [r["tok_s"] for r in rows if r["mode"] == "plain" and r["category"] == ALL
+                 and r["temperature"] == 0.0]
+        out["plain_ours_tok_s"] = plain[0] if plain else None
+        return out
 
 
 def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, Any] | None) -> str:
