@@ -189,6 +189,8 @@ def fake_llama_bin(folder: Path) -> Path:
     spec.write_text(
         "#!/bin/sh\n"
         "grep -q -- '--spec-type draft-simple' <<EOF || exit 3\n$*\nEOF\n"
+        # the prompt goes in whole with -p (-f would drop its final newline)
+        "grep -q -- '<|im_start|>assistant' <<EOF || exit 4\n$*\nEOF\n"
         "echo 'generated text'\n"
         "cat >&2 <<'EOF'\n"
         "0.00.221.013 I encoded   30 tokens in    0.016 seconds, speed: 1875.000 t/s\n"

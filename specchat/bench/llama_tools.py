@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,18 +60,13 @@ def speculative_simple(bin_dir: Path, target: Path, draft: Path, prompt: str, ga
 
 def _speculative_simple(bin_dir: Path, target: Path, draft: Path, prompt: str, gamma: int,
                         max_tokens: int, threads: int, n_ctx: int, timeout: float) -> SpecRun:
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as fh:
-        fh.write(prompt)
-        prompt_file = fh.name
+    # -p, not -f: -f drops the file's final newline, which the chat template's generation
+    # prompt ends with; --no-escape keeps backslashes in the prompt as they are.
     cmd = [str(tool(bin_dir, "llama-speculative-simple")), "-m", str(target), "-md", str(draft),
            "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma),
-           "-f", prompt_file, "--no-escape", "-n", str(max_tokens), "--temp", "0",
+           "-p", prompt, "--no-escape", "-n", str(max_tokens), "--temp", "0",
            "-t", str(threads), "-c", str(n_ctx), "-ngl", "0", "-ngld", "0", "-s", "1"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             errors="replace")
-    finally:
-        Path(prompt_file).unlink(missing_ok=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
     log = out.stdout + out.stderr
     m = _DECODED.search(log)
     if out.returncode != 0 or not m:

@@ -55,6 +55,8 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tau": _ratio(gen, forwards) if any(r["steps"] for r in group) else None,
         "drafted": sum(r["drafted"] for r in group),
         "accepted": acc,
+        # accepted / drafted: biased low against α at large γ, but what llama.cpp prints
+        "accepted_per_drafted": _ratio(acc, sum(r["drafted"] for r in group)),
         "acceptance_by_position": [_ratio(a, d) for a, d in zip(pos_a, pos_d, strict=True)],
         "overlap_mean": _ratio(sum((x.get("overlap_mean") or 0) * x.get("overlap_n", 0)
                                    for x in extras), n_overlap),

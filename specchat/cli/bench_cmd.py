@@ -146,13 +146,14 @@ class LlamaReference:
             seconds = sum(r["seconds"] for r in runs)
             drafted = sum(r["drafted"] for r in runs)
             theirs = tokens / seconds if seconds else None
-            ours = next((r["tok_s"] for r in rows if r["temperature"] == 0.0
-                         and r["category"] == ALL and r["mode"].startswith("draft")
-                         and r["gamma"] == gamma), None)
+            row = next((r for r in rows if r["temperature"] == 0.0 and r["category"] == ALL
+                        and r["mode"].startswith("draft") and r["gamma"] == gamma), None)
+            ours = row["tok_s"] if row else None
             out["speculative_simple"].append({
                 "gamma": gamma, "tok_s": theirs, "runs": runs,
                 "accept": sum(r["accepted"] for r in runs) / drafted if drafted else None,
-                "ours_tok_s": ours, "ratio": ours / theirs if ours and theirs else None})
+                "ours_tok_s": ours, "ours_accept": row["accepted_per_drafted"] if row else None,
+                "ratio": ours / theirs if ours and theirs else None})
         rt, n = self.runtime, self.cfg.max_tokens
         out["llama_bench_target_tok_s"] = llama_tools.llama_bench(self.bin_dir, rt.target.path,
                                                                   n, self.threads)
@@ -174,18 +175,19 @@ def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, 
              markdown([r for r in rows if r["category"] != ALL], "Per category")]
     if llama:
         lines = ["### llama.cpp in the same run (greedy)", "",
-                 "| tool | γ | their tok/s | their accept | specchat tok/s | specchat / theirs |",
-                 "|---|---|---|---|---|---|"]
+                 "| tool | γ | their tok/s | their accepted/drafted | specchat tok/s | "
+                 "specchat accepted/drafted | specchat / theirs |",
+                 "|---|---|---|---|---|---|---|"]
         for s in llama["speculative_simple"]:
             lines.append(f"| llama-speculative-simple | {s['gamma']} | {_n(s['tok_s'])} | "
                          f"{_n(s['accept'], '.2f')} | {_n(s['ours_tok_s'])} | "
-                         f"{_n(s['ratio'], '.2f')}× |")
+                         f"{_n(s['ours_accept'], '.2f')} | {_n(s['ratio'], '.2f')}× |")
         tb, ours = llama.get("llama_bench_target_tok_s"), llama.get("plain_ours_tok_s")
         lines.append(f"| llama-bench (target, plain) | – | {_n(tb)} | – | {_n(ours)} (plain) | "
-                     f"{_n(ours / tb if ours and tb else None, '.2f')}× |")
+                     f"– | {_n(ours / tb if ours and tb else None, '.2f')}× |")
         if "llama_bench_draft_tok_s" in llama:
             lines.append(f"| llama-bench (draft, plain) | – | "
-                         f"{_n(llama['llama_bench_draft_tok_s'])} | – | – | – |")
+                         f"{_n(llama['llama_bench_draft_tok_s'])} | – | – | – | – |")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
