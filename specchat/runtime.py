@@ -6,21 +6,27 @@ and the benchmarks alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specchat.engine.decoding import Decoder
+from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import LoadRequest, MemoryReadings, PairPlan, check, plan_load
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
+from specchat.engine.ngram import NgramDrafter
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
-from specchat.errors import SpecchatError
+from specchat.engine.speculative import SpeculativeDecoder
+from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
-from specchat.models.gguf_file import validate
+from specchat.models.gguf_file import read_header, validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
+from specchat.models.vocab_compat import Finding, Level, compare_vocab
+
+DEFAULT_GAMMA = 4
 
 
 @dataclass(frozen=True)
@@ -48,13 +54,29 @@ class Selection:
     def label(self) -> str:
         if self.pair:
             return self.pair.id
-        return self.target.id
+        return self.target.id if self.draft is None else f"{self.target.id} + {self.draft.id}"
+
+
+def check_pair(target: Path, draft: Path) -> list[Finding]:
+    """Refuse a draft that cannot draft for the target; return the warnings, if any."""
+    findings = compare_vocab(read_header(target), read_header(draft))
+    bad = [f for f in findings if f.level is Level.BAD]
+    if bad:
+        raise IncompatiblePairError(f"{draft.name} cannot draft for {target.name}: "
+                                    f"{bad[0].message}")
+    return findings
 
 
 def select(catalog: Catalog, pair: str | None = None, model: str | None = None,
-           default_pair: str | None = None) -> Selection:
+           default_pair: str | None = None, draft: str | None = None) -> Selection:
+    """A pair from the catalog, one model, or an ad-hoc pair (``model`` + ``draft``)."""
+    if draft and not model:
+        from specchat.errors import CatalogError
+
+        raise CatalogError("--draft needs --model (the target it drafts for)")
     if model:
-        return Selection(model_from_ref(catalog, model))
+        target = model_from_ref(catalog, model)
+        return Selection(target, model_from_ref(catalog, draft) if draft else None)
     pair_id = pair or default_pair or catalog.default_pair
     if not pair_id:
         raise_no_default(catalog)
@@ -102,6 +124,7 @@ class Runtime:
         self.draft_ctx = draft_ctx
         self.plan = plan  # the memory estimate the models were loaded with
         self._placement: Placement | None = None
+        self.pair_warnings: list[Finding] = []  # vocabulary differences that still allow drafting
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -116,6 +139,9 @@ class Runtime:
         draft_path = None
         if selection.draft is not None and with_draft:
             draft_path = resolver.ensure(selection.draft, report, fetch)
+        warnings: list[Finding] = []
+        if draft_path is not None:
+            warnings = check_pair(target_path, draft_path)
         check_main_gpu(options)
         reqs = load_requests(selection, target_path, draft_path, options)
         if options.memory_check:
@@ -133,12 +159,15 @@ class Runtime:
             if draft_path is not None:
                 draft = LlamaModel(draft_path, plan.plan("draft").model_settings)
                 opened.append(draft)
-                draft_ctx = LlamaContext(draft, options.draft_ctx)
+                # Same window as the target's (n_ctx 0 means each model's own training length).
+                draft_ctx = LlamaContext(draft, replace(options.draft_ctx, n_ctx=target_ctx.n_ctx))
         except BaseException:
             for obj in reversed(opened):  # free GPU memory now, not at garbage collection
                 obj.close()
             raise
-        return cls(selection, target, target_ctx, draft, draft_ctx, plan)
+        runtime = cls(selection, target, target_ctx, draft, draft_ctx, plan)
+        runtime.pair_warnings = warnings
+        return runtime
 
     @property
     def placement(self) -> Placement:
@@ -150,8 +179,25 @@ class Runtime:
             self._placement = Placement.of(backend_label(), loaded)
         return self._placement
 
-    def decoder(self, plain: bool = False) -> Decoder:
-        return PlainDecoder(self.target_ctx)
+    @property
+    def default_gamma(self) -> int:
+        pair = self.selection.pair
+        return pair.gamma if pair is not None and pair.gamma is not None else DEFAULT_GAMMA
+
+    def decoder(self, plain: bool = False, gamma: int | GammaPolicy | None = None,
+                ngram: bool = False) -> Decoder:
+        """Speculative when a draft is loaded or ``ngram`` is asked for, else plain.
+
+        ``gamma``: a draft length, a policy (auto-γ), or None for the pair's recommended γ.
+        """
+        if plain or (self.draft_ctx is None and not ngram):
+            return PlainDecoder(self.target_ctx)
+        if gamma is None:
+            gamma = self.default_gamma
+        policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
+        # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
+        drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
+        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)
 
     def close(self) -> None:
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):

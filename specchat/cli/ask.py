@@ -38,8 +38,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", help="system prompt (default: the configured one)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
+    p.add_argument("--gamma", type=gamma_arg, metavar="N",
+                   help="draft tokens per step (default: the pair's recommended γ)")
+    p.add_argument("--ngram", action="store_true",
+                   help="prompt-lookup drafting (before the draft model; alone with --model)")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
+
+
+def gamma_arg(text: str) -> int:
+    try:
+        g = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"γ must be a whole number, not {text!r}") from None
+    if not 0 <= g <= 32:
+        raise argparse.ArgumentTypeError("γ must be between 0 and 32")
+    return g
 
 
 def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
@@ -58,13 +72,17 @@ def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
 
 def run(env: Env, args: argparse.Namespace) -> int:
     settings = sampler_from_args(env, args)
-    selection = select(env.catalog, args.pair, args.model, env.config.default_pair)
+    selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
+                       getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
                            with_draft=not args.plain)
     for notice in runtime.plan.notices() if runtime.plan else []:
         sys.stderr.write(f"[{notice}]\n")
     try:
-        engine = ChatEngine(runtime.decoder(plain=args.plain))
+        for w in runtime.pair_warnings:
+            sys.stderr.write(f"specchat: note: {w.message}\n")
+        decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args))
+        engine = ChatEngine(decoder)
         system = args.system if args.system is not None else env.config.system_prompt
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
         cancel = threading.Event()
@@ -99,11 +117,12 @@ def _stream(events: Any, as_json: bool) -> GenerationStats | None:
 
 def summary(s: GenerationStats) -> str:
     parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
-             f"ttft {s.ttft_s * 1000:.0f} ms", f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
-    if s.alpha is not None:
-        parts.append(f"α {s.alpha:.2f}")
-    if s.tau is not None and s.steps:
-        parts.append(f"τ {s.tau:.2f}")
+             f"ttft {s.ttft_s * 1000:.0f} ms",
+             f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
+    if s.steps:
+        parts.append(f"α {s.alpha:.2f}" if s.alpha is not None else "α -")
+        if s.tau is not None:
+            parts.append(f"τ {s.tau:.2f}")
     if s.stop_reason != "eos":
         parts.append(f"stopped: {s.stop_reason}")
     return "[" + " · ".join(parts) + "]"
@@ -118,7 +137,9 @@ def event_json(ev: Event) -> dict[str, Any]:
                 "p": ev.p, "q": ev.q}
     if isinstance(ev, StepEvent):
         return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
-                "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter}
+                "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
+                "position": ev.position, "committed": ev.committed,
+                "overlap": list(ev.overlap)}
     if isinstance(ev, NoticeEvent):
         return {"type": "notice", "message": ev.message}
     return {"type": "stats", **ev.as_dict()}

@@ -61,6 +61,17 @@ class Env:
             memory_check=self.config.memory_check and not getattr(args, "no_memory_check", False),
         )
 
+    def gamma(self, args: argparse.Namespace) -> int | None:
+        """γ from --gamma, else the config's number; None = the pair's recommended γ."""
+        g = getattr(args, "gamma", None)
+        if g is not None:
+            return int(g)
+        # "auto" is the adaptive controller (not in this build yet): the pair's γ meanwhile.
+        return self.config.gamma if isinstance(self.config.gamma, int) else None
+
+    def ngram(self, args: argparse.Namespace) -> bool:
+        return bool(getattr(args, "ngram", False) or self.config.ngram)
+
 
 def make_env() -> Env:
     return Env(app_paths())
@@ -72,6 +83,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "pair, else 'demo')")
     g.add_argument("--model", help="one model: a catalog id or a path to a .gguf file (plain "
                    "decoding)")
+    p.add_argument("--draft", metavar="MODEL", help="a draft model for --model (catalog id or "
+                   ".gguf path): speculative decoding with an ad-hoc pair")
     p.add_argument("--ctx-size", type=int, metavar="N", help="context window in tokens")
     add_hardware_args(p)
 

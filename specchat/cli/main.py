@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specchat import __version__
-from specchat.cli import ask, doctor, models_cmd
+from specchat.cli import ask, bench_cmd, doctor, models_cmd
 from specchat.cli.common import add_model_args, make_env
 from specchat.errors import SpecchatError
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ask.add_parser(sub)
     models_cmd.add_parser(sub)
+    bench_cmd.add_parser(sub)
     doctor.add_parser(sub)
     return parser
 

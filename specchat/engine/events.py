@@ -44,8 +44,13 @@ class StepEvent:
     gamma: int  # draft tokens proposed this step
     accepted: int  # of which the target kept
     draft_s: float
-    verify_s: float
-    drafter: str = "draft"  # "draft" (model) or "ngram"
+    verify_s: float  # the target's batched forward pass plus the verification rule
+    drafter: str = "draft"  # "draft" (model), "ngram", or "none" (a plain step)
+    position: int = 0  # reply position of the step's first token
+    committed: int = 0  # tokens the step added to the reply (accepted + the target's own)
+    # Σ min(p, q) at each verified position (sampled decoding only): the probability that the
+    # rule keeps a token there — a lower-variance view of acceptance than the 0/1 outcomes.
+    overlap: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

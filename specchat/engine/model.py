@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,13 @@ from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, la
 from specchat.engine.placement import LoadReport
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.models.gguf_file import GgufHeader, validate
+
+# Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
+# ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is
+# a Python call per graph node (~500 per forward pass for a 30-layer model, ~0.5 ms in all),
+# and cancel is checked between steps anyway.
+ABORTABLE_BATCH = 16
+_NO_ABORT = llama_cpp.ggml_abort_callback(0)
 
 
 class DecodeCancelled(SpecchatError):
@@ -50,12 +58,13 @@ class ContextSettings:
     n_batch: int = 512
     n_threads: int = 0  # 0 = default_threads()
     n_threads_batch: int = 0
-    flash_attn: str = "auto"  # auto | on | off
+    flash_attn: str = "auto"  # auto (off without GPU offload, see flash_attention) | on | off
     type_k: str = "f16"
     type_v: str = "f16"
 
 
-_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+          "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
           "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 FLASH_ATTN_MODES = tuple(_FLASH)
 # KV cache element types llama.cpp accepts (enum ggml_type values).
@@ -107,7 +116,8 @@ class LlamaModel:
         ids = []
         for t in range(self.n_vocab):
             attr = llama_cpp.llama_vocab_get_attr(self.vocab, t)
-            if attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED):
+            special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            if attr & special:
                 ids.append(t)
         for t in (self.eos, llama_cpp.llama_vocab_eot(self.vocab)):
             if t >= 0:
@@ -121,11 +131,13 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return token in self._eog_ids
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special,
+                                     parse_special)
         if n < 0:
             n_max = -n
             buf = (llama_cpp.llama_token * n_max)()
@@ -163,6 +175,22 @@ class LlamaModel:
         self.close()
 
 
+def flash_attention(setting: str) -> str:
+    """Resolve "auto": off on a CPU-only build, llama.cpp's own choice otherwise.
+
+    On the CPU, llama.cpp's flash-attention kernel makes logits depend on how tokens are batched
+    by ~1e-3 (a row verified in a batch of γ + 1 vs the same token decoded alone). That is enough
+    to flip a near-tie — seen on the demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 —
+    so greedy speculative output would part from greedy plain output. Without it the difference
+    is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
+    """
+    if setting not in _FLASH:
+        setting = "auto"
+    if setting == "auto" and not llama_cpp.llama_supports_gpu_offload():
+        return "off"
+    return setting
+
+
 class LlamaContext:
     """A KV cache (one sequence) over a model, and a reusable batch."""
 
@@ -181,7 +209,7 @@ class LlamaContext:
                                    ("V cache type", settings.type_v, KV_CACHE_TYPES)):
             if value not in known:
                 raise SpecchatError(f"unknown {name} '{value}' (choose from {', '.join(known)})")
-        params.flash_attn_type = _FLASH[settings.flash_attn]
+        params.flash_attn_type = _FLASH[flash_attention(settings.flash_attn)]
         params.type_k = KV_CACHE_TYPES[settings.type_k]
         params.type_v = KV_CACHE_TYPES[settings.type_v]
         params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
@@ -210,16 +238,18 @@ class LlamaContext:
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
         self.tokens: list[int] = []  # what the KV cache holds, in order
+        self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self.cancel.is_set())
-        llama_cpp.llama_set_abort_callback(ctx, self._abort_cb, None)
+        self._abortable = False
 
     @property
     def n_vocab(self) -> int:
         return self.model.n_vocab
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
-        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row) or ``all``.
+        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row), ``all``, or
+        ``none`` (0 rows: the tokens only fill the cache).
 
         The returned array is a view into llama.cpp's buffer, valid until the next decode.
         """
@@ -239,9 +269,16 @@ class LlamaContext:
             self._out[:m] = 1 if (logits == "all" and last_chunk) else 0
             if last_chunk and logits == "last":
                 self._out[m - 1] = 1
-            rows = m if logits == "all" else 1
+            rows = m if logits == "all" else 1 if logits == "last" else 0
             self.batch.n_tokens = m
+            abortable = m > ABORTABLE_BATCH
+            if abortable != self._abortable:
+                cb = self._abort_cb if abortable else _NO_ABORT
+                llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+                self._abortable = abortable
+            t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self.ptr, self.batch)
+            self.decode_s += time.perf_counter() - t0
             if rc != 0:
                 self._after_failed_decode(start + off)
                 if rc == 2:
@@ -252,6 +289,8 @@ class LlamaContext:
             self.tokens.extend(chunk)
         if logits == "all" and n > self.n_batch:
             raise ValueError("logits for every row need the tokens to fit in one batch")
+        if rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 

@@ -1,0 +1,1 @@
+"""``specchat bench``: plain vs speculative decoding over Spec-Bench prompts, headless."""

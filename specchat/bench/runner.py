@@ -1,0 +1,118 @@
+"""Run plain and speculative decoding over benchmark prompts and record what each run did.
+
+Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
+``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
+both KV caches are cleared before each run so no run profits from another's prompt. Each record
+is one run's ``GenerationStats`` plus what was run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.bench.prompts import BenchPrompt
+from specchat.engine.chat import ChatEngine
+from specchat.engine.chat_template import Message
+from specchat.engine.decoding import Decoder
+from specchat.engine.events import GenerationStats
+from specchat.engine.sampling import SamplerSettings
+from specchat.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    gammas: tuple[int, ...] = (4,)
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    max_tokens: int = 128
+    seed: int = 1
+    ngram: bool = False
+    system: str | None = "You are a helpful assistant."
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # plain | draft | draft+ngram | ngram
+    gamma: int | None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.gamma is None else f"{self.name} γ={self.gamma}"
+
+
+def modes(runtime: Runtime, cfg: BenchConfig) -> list[Mode]:
+    out = [Mode("plain", None)]
+    spec = "draft" if runtime.draft_ctx is not None else None
+    if cfg.ngram:
+        spec = "draft+ngram" if spec else "ngram"
+    if spec is not None:
+        out += [Mode(spec, g) for g in cfg.gammas]
+    return out
+
+
+def render_prompt(runtime: Runtime, prompt: BenchPrompt, cfg: BenchConfig) -> tuple[str, list[int]]:
+    """The chat-formatted prompt as text (for llama.cpp's tools) and as tokens."""
+    engine = ChatEngine(runtime.decoder(plain=True))
+    messages = ([Message("system", cfg.system)] if cfg.system else []) + [
+        Message("user", prompt.text)]
+    text = engine.template.render(messages, add_generation_prompt=True)
+    return text, engine.tokenize_chat(messages)
+
+
+def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
+    if mode.gamma is None:
+        return runtime.decoder(plain=True)
+    return runtime.decoder(gamma=mode.gamma, ngram=mode.name.endswith("ngram"))
+
+
+def _clear(runtime: Runtime) -> None:
+    runtime.target_ctx.clear()
+    if runtime.draft_ctx is not None:
+        runtime.draft_ctx.clear()
+
+
+def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],
+             settings: SamplerSettings) -> GenerationStats:
+    _clear(runtime)
+    stats = None
+    for ev in _decoder(runtime, mode).run(tokens, settings, threading.Event()):
+        stats = ev
+    assert isinstance(stats, GenerationStats)
+    return stats
+
+
+AfterPrompt = Callable[[float, BenchPrompt, str], None]
+
+
+def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig,
+              progress: Callable[[str], None] = lambda _m: None,
+              after_prompt: AfterPrompt | None = None) -> list[dict[str, Any]]:
+    """Run every mode on every prompt at every temperature; ``after_prompt(T, prompt, text)``
+    runs right after a prompt's own runs (a reference tool on the same rendered text)."""
+    ms = modes(runtime, cfg)
+    rendered = [render_prompt(runtime, p, cfg) for p in prompts]
+    # Warm-up: page the weights in and let the CPU settle before anything is timed.
+    run_once(runtime, ms[-1], rendered[0][1], SamplerSettings(temperature=0, max_tokens=16))
+    records: list[dict[str, Any]] = []
+    total = len(cfg.temperatures) * len(prompts) * len(ms)
+    for temp in cfg.temperatures:
+        settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
+        for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
+            for mode in ms:
+                stats = run_once(runtime, mode, tokens, settings)
+                rec = {"question_id": prompt.question_id, "category": prompt.category,
+                       "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
+                       **stats.as_dict()}
+                records.append(rec)
+                gen_s = stats.total_s - stats.prompt_s
+                tps = stats.generated_tokens / gen_s if gen_s > 0 else 0.0
+                alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
+                    and stats.tau is not None else ""
+                progress(f"[{len(records)}/{total}] T={temp:g} {prompt.category} "
+                         f"#{prompt.question_id} {mode.label}: {stats.generated_tokens} tokens, "
+                         f"{tps:.1f} tok/s{alpha}")
+            if after_prompt is not None:
+                after_prompt(temp, prompt, text)
+    return records

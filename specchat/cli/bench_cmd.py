@@ -1,0 +1,196 @@
+"""``specchat bench``: plain vs speculative decoding on Spec-Bench prompts; JSON + Markdown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specchat import __version__
+from specchat.bench import llama_tools
+from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
+from specchat.bench.report import ALL, markdown, summarize
+from specchat.bench.runner import BenchConfig, run_bench
+from specchat.cli.common import Env, add_model_args
+from specchat.engine.llama_lib import system_info
+from specchat.errors import SpecchatError
+from specchat.models.progress import TextProgress
+from specchat.runtime import Runtime, select
+
+
+def _numbers(kind: type, text: str) -> tuple[Any, ...]:
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}"
+                                         ) from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected numbers ≥ 0, got {text!r}")
+    return values
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="measure plain vs speculative decoding on Spec-Bench prompts",
+                       description="Runs plain and speculative decoding on the same prompts "
+                       "(greedy and sampled), per category, and writes results.json and "
+                       "results.md to --out.")
+    add_model_args(p)
+    p.add_argument("--prompts", type=Path, metavar="FILE",
+                   help=f"Spec-Bench JSONL (default: {DEFAULT_PROMPTS.parent.name}/"
+                   f"{DEFAULT_PROMPTS.name} in the source tree)")
+    p.add_argument("--categories", metavar="A,B", help="only these categories")
+    p.add_argument("--per-category", type=int, default=1, metavar="N",
+                   help="prompts per category (default 1)")
+    p.add_argument("--max-tokens", type=int, default=128, metavar="N")
+    p.add_argument("--gamma", type=lambda t: _numbers(int, t), metavar="G[,G...]",
+                   help="draft lengths to run, e.g. 1,3,6 (default: the pair's γ)")
+    p.add_argument("--temperature", type=lambda t: _numbers(float, t), default=(0.0, 0.7),
+                   metavar="T[,T...]", help="temperatures (default 0,0.7; 0 = greedy)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ngram", action="store_true",
+                   help="n-gram drafting before the draft model (alone with --model)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="results folder (default: bench-results/<date-time>)")
+    p.add_argument("--llama-bin", type=Path, metavar="DIR",
+                   help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")
+    p.set_defaults(func=run)
+
+
+def run(env: Env, args: argparse.Namespace) -> int:
+    if args.per_category < 1 or args.max_tokens < 1:
+        raise SpecchatError("--per-category and --max-tokens must be ≥ 1")
+    cats = tuple(c.strip() for c in args.categories.split(",")) if args.categories else ()
+    prompts = load_prompts(args.prompts, cats, args.per_category)
+    selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    try:
+        if runtime.draft_ctx is None and not args.ngram:
+            raise SpecchatError("nothing to compare: give a pair, --model with --draft, "
+                                "or --ngram")
+        gammas = args.gamma or (runtime.default_gamma,)
+        cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
+                          max_tokens=args.max_tokens, seed=args.seed, ngram=args.ngram,
+                          system=env.config.system_prompt or None)
+        out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        load_before = os.getloadavg()
+        started = time.time()
+        ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
+        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr),
+                            ref.after_prompt if ref else None)
+        rows = summarize(records)
+        llama = ref.finish(rows) if ref else None
+        doc = {
+            "specchat": __version__, "started": started, "seconds": time.time() - started,
+            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+            "pair": selection.label, "target": str(runtime.target.path),
+            "draft": str(runtime.draft.path) if runtime.draft else None,
+            "threads": runtime.target_ctx.n_threads, "n_ctx": runtime.target_ctx.n_ctx,
+            "system_info": system_info(),
+            "config": {"gammas": cfg.gammas, "temperatures": cfg.temperatures,
+                       "max_tokens": cfg.max_tokens, "seed": cfg.seed, "ngram": cfg.ngram,
+                       "prompts": str(args.prompts or DEFAULT_PROMPTS),
+                       "per_category": args.per_category, "categories": cats},
+            "rows": rows, "llama_cpp": llama, "records": records,
+        }
+        (out_dir / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False),
+                                              encoding="utf-8")
+        md = _markdown(doc, rows, llama)
+        (out_dir / "results.md").write_text(md, encoding="utf-8")
+        print(md)
+        print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
+    finally:
+        runtime.close()
+    return 0
+
+
+class LlamaReference:
+    """llama.cpp's tools on the same files, prompts and γ (greedy), and our/their ratios.
+
+    ``llama-speculative-simple`` runs right after specchat's own runs of each prompt, so both
+    see the same machine conditions.
+    """
+
+    def __init__(self, runtime: Runtime, cfg: BenchConfig, bin_dir: Path) -> None:
+        self.runtime, self.cfg, self.bin_dir = runtime, cfg, bin_dir
+        llama_tools.tool(bin_dir, "llama-speculative-simple")  # fail early if missing
+        llama_tools.tool(bin_dir, "llama-bench")
+        self.threads = runtime.target_ctx.n_threads
+        self.runs: dict[int, list[dict[str, Any]]] = {g: [] for g in cfg.gammas}
+
+    def after_prompt(self, temperature: float, prompt: BenchPrompt, text: str) -> None:
+        rt = self.runtime
+        if temperature != 0.0 or rt.draft is None:
+            return
+        for gamma in self.cfg.gammas:
+            r = llama_tools.speculative_simple(self.bin_dir, rt.target.path, rt.draft.path, text,
+                                               gamma, self.cfg.max_tokens, self.threads)
+            self.runs[gamma].append({
+                "question_id": prompt.question_id, "category": prompt.category,
+                "tokens": r.tokens, "seconds": r.seconds, "drafted": r.drafted,
+                "accepted": r.accepted, "prompt_tokens": r.prompt_tokens})
+            print(f"    llama-speculative-simple γ={gamma}: {r.tokens} tokens, "
+                  f"{r.tok_s:.1f} tok/s", file=sys.stderr)
+
+    def finish(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"bin": str(self.bin_dir), "threads": self.threads,
+                               "speculative_simple": []}
+        for gamma, runs in self.runs.items():
+            if not runs:
+                continue
+            tokens = sum(r["tokens"] for r in runs)
+            seconds = sum(r["seconds"] for r in runs)
+            drafted = sum(r["drafted"] for r in runs)
+            theirs = tokens / seconds if seconds else None
+            row = next((r for r in rows if r["temperature"] == 0.0 and r["category"] == ALL
+                        and r["mode"].startswith("draft") and r["gamma"] == gamma), None)
+            ours = row["tok_s"] if row else None
+            out["speculative_simple"].append({
+                "gamma": gamma, "tok_s": theirs, "runs": runs,
+                "accept": sum(r["accepted"] for r in runs) / drafted if drafted else None,
+                "ours_tok_s": ours, "ours_accept": row["accepted_per_drafted"] if row else None,
+                "ratio": ours / theirs if ours and theirs else None})
+        rt, n = self.runtime, self.cfg.max_tokens
+        out["llama_bench_target_tok_s"] = llama_tools.llama_bench(self.bin_dir, rt.target.path,
+                                                                  n, self.threads)
+        if rt.draft is not None:
+            out["llama_bench_draft_tok_s"] = llama_tools.llama_bench(self.bin_dir,
+                                                                     rt.draft.path, n,
+                                                                     self.threads)
+        plain = [r["tok_s"] for r in rows if r["mode"] == "plain" and r["category"] == ALL
+                 and r["temperature"] == 0.0]
+        out["plain_ours_tok_s"] = plain[0] if plain else None
+        return out
+
+
+def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, Any] | None) -> str:
+    head = (f"# specchat bench — {doc['pair']}\n\n{doc['threads']} threads, "
+            f"{doc['config']['max_tokens']} tokens max, load average "
+            f"{doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}\n\n")
+    parts = [head, markdown([r for r in rows if r["category"] == ALL], "All categories"),
+             markdown([r for r in rows if r["category"] != ALL], "Per category")]
+    if llama:
+        lines = ["### llama.cpp in the same run (greedy)", "",
+                 "| tool | γ | their tok/s | their accepted/drafted | specchat tok/s | "
+                 "specchat accepted/drafted | specchat / theirs |",
+                 "|---|---|---|---|---|---|---|"]
+        for s in llama["speculative_simple"]:
+            lines.append(f"| llama-speculative-simple | {s['gamma']} | {_n(s['tok_s'])} | "
+                         f"{_n(s['accept'], '.2f')} | {_n(s['ours_tok_s'])} | "
+                         f"{_n(s['ours_accept'], '.2f')} | {_n(s['ratio'], '.2f')}× |")
+        tb, ours = llama.get("llama_bench_target_tok_s"), llama.get("plain_ours_tok_s")
+        lines.append(f"| llama-bench (target, plain) | – | {_n(tb)} | – | {_n(ours)} (plain) | "
+                     f"– | {_n(ours / tb if ours and tb else None, '.2f')}× |")
+        if "llama_bench_draft_tok_s" in llama:
+            lines.append(f"| llama-bench (draft, plain) | – | "
+                         f"{_n(llama['llama_bench_draft_tok_s'])} | – | – | – | – |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def _n(v: float | None, fmt: str = ".1f") -> str:
+    return "–" if v is None else format(v, fmt)

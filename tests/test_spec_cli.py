@@ -1,0 +1,234 @@
+"""Speculation wired in: Runtime (pair check, decoder choice), `specchat ask`, `specchat bench`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specchat.bench.prompts import load_prompts
+from specchat.bench.report import summarize
+from specchat.cli.main import main
+from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.engine.plain import PlainDecoder
+from specchat.engine.speculative import SpeculativeDecoder
+from specchat.errors import IncompatiblePairError, SpecchatError
+from specchat.models.catalog import load_catalog
+from specchat.models.resolver import ModelResolver
+from specchat.paths import AppPaths
+from specchat.runtime import Runtime, RuntimeOptions, check_pair, select
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    toks = vocabulary()
+    toks[10], toks[11] = toks[11], toks[10]
+    return write_tiny_model(tmp_path_factory.mktemp("swap") / "swapped.gguf", TinySpec(seed=4),
+                            tokens=toks)
+
+
+def test_incompatible_pair_is_refused_with_what_differs(tiny_target: Path, swapped: Path,
+                                                        home: AppPaths) -> None:
+    with pytest.raises(IncompatiblePairError, match=r"swapped.gguf cannot draft for target.gguf:"
+                       r" token 10 is '\w' in the target but '\w' in the draft"):
+        check_pair(tiny_target, swapped)
+    sel = select(load_catalog(), model=str(tiny_target), draft=str(swapped))
+    with pytest.raises(IncompatiblePairError):
+        Runtime.open(sel, ModelResolver(load_catalog(), home))
+
+
+def test_padding_difference_opens_with_a_warning(tiny_target: Path, tiny_other_vocab: Path,
+                                                 home: AppPaths) -> None:
+    sel = select(load_catalog(), model=str(tiny_target), draft=str(tiny_other_vocab))
+    rt = Runtime.open(sel, ModelResolver(load_catalog(), home))
+    try:
+        assert [w.what for w in rt.pair_warnings] == ["vocab size"]
+        dec = rt.decoder()
+        assert isinstance(dec, SpeculativeDecoder) and dec.n_shared == 52
+    finally:
+        rt.close()
+
+
+def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
+    cat = load_catalog()
+    rt = Runtime.open(select(cat, model=str(tiny_target), draft=str(tiny_draft)),
+                      ModelResolver(cat, home), RuntimeOptions())
+    try:
+        assert isinstance(rt.decoder(plain=True), PlainDecoder)
+        spec = rt.decoder()
+        assert isinstance(spec, SpeculativeDecoder) and spec.policy.next_gamma() == 4
+        assert spec.ngram is None
+        assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
+        both = rt.decoder(ngram=True)
+        assert isinstance(both, SpeculativeDecoder) and both.ngram is not None
+        assert both.ngram.n_min == 2  # with a draft model, only specific matches go first
+    finally:
+        rt.close()
+    rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
+    try:
+        assert isinstance(rt.decoder(), PlainDecoder)
+        alone = rt.decoder(ngram=True)
+        assert isinstance(alone, SpeculativeDecoder) and alone.draft is None
+        assert alone.name == "ngram"
+    finally:
+        rt.close()
+    with pytest.raises(SpecchatError, match="--draft needs --model"):
+        select(cat, draft=str(tiny_draft))
+
+
+def test_ask_streams_speculative_events_as_json(tiny_target: Path, tiny_draft: Path,
+                                               home: AppPaths,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
+               "--gamma", "3", "--temperature", "0", "--max-tokens", "20", "--json",
+               "--threads", "1"])
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    kinds = {x["type"] for x in lines}
+    assert {"token", "step", "stats"} <= kinds
+    stats = lines[-1]
+    assert stats["type"] == "stats" and stats["steps"] > 0 and stats["alpha"] is not None
+    assert max(x["gamma"] for x in lines if x["type"] == "step") == 3
+    origins = {x["origin"] for x in lines if x["type"] == "token"}
+    # ("plain": a step with nothing to draft, e.g. the last token before --max-tokens)
+    assert {"corrected"} <= origins <= {"accepted", "corrected", "bonus", "plain"}
+
+
+def test_ask_summary_line_shows_alpha_and_tau(tiny_target: Path, home: AppPaths,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["ask", "the cat the cat the cat", "--model", str(tiny_target), "--ngram",
+               "--temperature", "0", "--max-tokens", "30", "--threads", "1"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "α " in err and "τ " in err
+
+
+def test_ask_refuses_an_incompatible_pair_in_one_line(tiny_target: Path, swapped: Path,
+                                                      home: AppPaths,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["ask", "hi", "--model", str(tiny_target), "--draft", str(swapped)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.count("\n") == 1 and err.startswith("specchat: error: swapped.gguf cannot draft")
+
+
+def test_ask_rejects_a_bad_gamma(tiny_target: Path, home: AppPaths,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["ask", "hi", "--model", str(tiny_target), "--gamma", "x"])
+    assert "γ must be a whole number" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- bench
+
+
+def write_prompts(path: Path) -> Path:
+    lines = [{"question_id": i, "category": cat, "turns": [f"hello {i}", "next"]}
+             for i, cat in enumerate(["alpha", "beta", "alpha", "beta"])]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_prompts(tmp_path: Path) -> None:
+    path = write_prompts(tmp_path / "q.jsonl")
+    got = load_prompts(path, per_category=1)
+    assert [(p.category, p.text) for p in got] == [("alpha", "hello 0"), ("beta", "hello 1")]
+    assert len(load_prompts(path, ["beta"], per_category=5)) == 2
+    with pytest.raises(SpecchatError, match="no prompts in category 'gamma'"):
+        load_prompts(path, ["gamma"])
+    (tmp_path / "bad.jsonl").write_text('{"category": "x"}\n', encoding="utf-8")
+    with pytest.raises(SpecchatError, match=r"bad.jsonl:1: not a Spec-Bench line"):
+        load_prompts(tmp_path / "bad.jsonl")
+    default = load_prompts(per_category=1)  # the copy shipped in benchmarks/spec_bench
+    assert len(default) == 13
+
+
+def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                        tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--per-category", "1", "--gamma", "1,3",
+               "--max-tokens", "16", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert len(doc["records"]) == 2 * 2 * 3  # temperatures × prompts × (plain, γ 1, γ 3)
+    rows = {(r["temperature"], r["mode"], r["gamma"], r["category"]): r for r in doc["rows"]}
+    plain, spec = rows[(0.0, "plain", None, "all")], rows[(0.0, "draft", 3, "all")]
+    assert plain["speedup"] == pytest.approx(1.0) and plain["alpha"] is None
+    assert spec["speedup"] == pytest.approx(spec["tok_s"] / plain["tok_s"])
+    assert spec["alpha"] is not None and spec["tau"] >= 1
+    assert len(spec["acceptance_by_position"]) == 3
+    assert rows[(0.7, "draft", 1, "beta")]["prompts"] == 1
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| 0 | all | draft | 3 |" in md and "acc@3" in md
+    assert md in capsys.readouterr().out
+
+
+def test_summarize_weights_by_time_not_by_prompt() -> None:
+    def rec(mode: str, gamma: int | None, gen: int, secs: float) -> dict:
+        return {"question_id": "1", "category": "c", "mode": mode, "gamma": gamma,
+                "temperature": 0.0, "generated_tokens": gen, "total_s": secs + 1,
+                "prompt_s": 1.0, "accepted": 3, "rejections": 1, "target_forwards": gen // 2,
+                "steps": gen // 2 if gamma else 0, "drafted": 4, "draft_s": 0.1,
+                "extra": {"position_drafted": [1, 1], "position_accepted": [1, 0]}}
+    rows = summarize([rec("plain", None, 10, 1.0), rec("plain", None, 30, 1.0),
+                      rec("draft", 2, 40, 1.0)])
+    by = {(r["mode"], r["category"]): r for r in rows}
+    assert by[("plain", "all")]["tok_s"] == pytest.approx(20.0)  # 40 tokens / 2 s
+    assert by[("draft", "c")]["speedup"] == pytest.approx(2.0)
+    assert by[("draft", "c")]["acceptance_by_position"] == [1.0, 0.0]
+    assert by[("draft", "c")]["alpha"] == pytest.approx(0.75)
+
+
+def fake_llama_bin(folder: Path) -> Path:
+    """Stand-ins for llama.cpp's tools that print what the real ones print (as of b-2025/26)."""
+    folder.mkdir()
+    spec = folder / "llama-speculative-simple"
+    spec.write_text(
+        "#!/bin/sh\n"
+        "grep -q -- '--spec-type draft-simple' <<EOF || exit 3\n$*\nEOF\n"
+        # the prompt goes in whole with -p (-f would drop its final newline)
+        "grep -q -- '<|im_start|>assistant' <<EOF || exit 4\n$*\nEOF\n"
+        "echo 'generated text'\n"
+        "cat >&2 <<'EOF'\n"
+        "0.00.221.013 I encoded   30 tokens in    0.016 seconds, speed: 1875.000 t/s\n"
+        "0.00.221.049 I decoded   16 tokens in    0.100 seconds, speed:  160.000 t/s\n"
+        "0.00.221.094 I n_draft   = 3\n0.00.221.115 I n_predict = 16\n"
+        "0.00.221.134 I n_drafted = 12\n0.00.221.153 I n_accept  = 9\n"
+        "0.00.221.177 I accept    = 75.000%\nEOF\n", encoding="utf-8")
+    bench = folder / "llama-bench"
+    bench.write_text("#!/bin/sh\necho '[{\"n_prompt\": 0, \"n_gen\": 16, \"avg_ts\": 123.5}]'\n",
+                     encoding="utf-8")
+    for f in (spec, bench):
+        f.chmod(0o755)
+    return folder
+
+
+def test_bench_runs_llama_cpp_tools_on_the_same_prompts(tiny_target: Path, tiny_draft: Path,
+                                                        home: AppPaths, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "3", "--temperature", "0",
+               "--max-tokens", "16", "--threads", "1", "--out", str(out),
+               "--llama-bin", str(fake_llama_bin(tmp_path / "bin"))])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    ref = doc["llama_cpp"]
+    (spec,) = ref["speculative_simple"]
+    assert spec["gamma"] == 3 and len(spec["runs"]) == 2  # one per prompt
+    assert spec["tok_s"] == pytest.approx(160.0) and spec["accept"] == pytest.approx(0.75)
+    assert spec["ratio"] == pytest.approx(spec["ours_tok_s"] / 160.0)
+    assert ref["llama_bench_target_tok_s"] == ref["llama_bench_draft_tok_s"] == 123.5
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| llama-speculative-simple | 3 | 160.0 | 0.75 |" in md
+
+
+def test_bench_without_llama_tools_says_so(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                           tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--llama-bin", str(tmp_path / "none")])
+    assert rc == 1
+    assert "llama-speculative-simple not found in" in capsys.readouterr().err
