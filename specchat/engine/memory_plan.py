@@ -19,7 +19,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.engine.hardware import Device, HostMemory, devices, gpu_devices, host_memory
 from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.model import KV_CACHE_TYPES, ContextSettings, ModelSettings
+from specchat.engine.model import KV_CACHE_TYPES, ContextSettings, ModelSettings, flash_attention
 from specchat.errors import NotEnoughMemoryError
 from specchat.models.gguf_file import GgufHeader
 
@@ -195,7 +195,8 @@ class LoadPlan:
 def _place(req: LoadRequest, fp: Footprint, k: int) -> LoadPlan:
     n_ctx = req.context.n_ctx or fp.n_ctx_train
     kv = fp.kv_bytes(n_ctx, req.context.type_k)
-    compute = fp.compute_bytes(n_ctx, req.context.n_batch, req.context.flash_attn)
+    compute = fp.compute_bytes(n_ctx, req.context.n_batch,
+                               flash_attention(req.context.flash_attn, req.context.type_v))
     # Offloaded units are the last k of [block 0 … block n-1, output head].
     first_gpu = fp.n_layer + 1 - k
     host, gpu = fp.input_weights, 0

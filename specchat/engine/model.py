@@ -175,7 +175,7 @@ class LlamaModel:
         self.close()
 
 
-def flash_attention(setting: str) -> str:
+def flash_attention(setting: str, type_v: str = "f16") -> str:
     """Resolve "auto": off on a CPU-only build, llama.cpp's own choice otherwise.
 
     On the CPU, llama.cpp's flash-attention kernel makes logits depend on how tokens are batched
@@ -183,10 +183,14 @@ def flash_attention(setting: str) -> str:
     to flip a near-tie — seen on the demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 —
     so greedy speculative output would part from greedy plain output. Without it the difference
     is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
+
+    A quantized V cache needs flash attention, so there "auto" stays llama.cpp's choice (on): the
+    user picked memory over bit-for-bit batch independence.
     """
     if setting not in _FLASH:
         setting = "auto"
-    if setting == "auto" and not llama_cpp.llama_supports_gpu_offload():
+    quantized_v = type_v not in ("f32", "f16", "bf16")
+    if setting == "auto" and not quantized_v and not llama_cpp.llama_supports_gpu_offload():
         return "off"
     return setting
 
@@ -209,7 +213,7 @@ class LlamaContext:
                                    ("V cache type", settings.type_v, KV_CACHE_TYPES)):
             if value not in known:
                 raise SpecchatError(f"unknown {name} '{value}' (choose from {', '.join(known)})")
-        params.flash_attn_type = _FLASH[flash_attention(settings.flash_attn)]
+        params.flash_attn_type = _FLASH[flash_attention(settings.flash_attn, settings.type_v)]
         params.type_k = KV_CACHE_TYPES[settings.type_k]
         params.type_v = KV_CACHE_TYPES[settings.type_v]
         params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
