@@ -10,9 +10,8 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 
-# The copy in the source tree (benchmarks/spec_bench/, Apache-2.0; see its README).
-DEFAULT_PROMPTS = (Path(__file__).resolve().parents[2] / "benchmarks" / "spec_bench"
-                   / "question.jsonl")
+# Shipped with the package (Apache-2.0; see benchmarks/spec_bench/README.md in the source tree).
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "data" / "spec_bench" / "question.jsonl"
 
 
 @dataclass(frozen=True)
