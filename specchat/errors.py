@@ -33,3 +33,7 @@ class ContextFullError(SpecchatError):
 
 class ConfigError(SpecchatError):
     """The user's config file is malformed."""
+
+
+class StoreError(SpecchatError):
+    """The chat database cannot be opened, is too new, or has no such chat."""
