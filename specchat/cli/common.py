@@ -30,10 +30,12 @@ class Env:
     def resolver(self) -> ModelResolver:
         return ModelResolver(self.catalog, self.paths)
 
-    def runtime_options(self, args: argparse.Namespace) -> RuntimeOptions:
+    def runtime_options(self, args: argparse.Namespace,
+                        config: UserConfig | None = None) -> RuntimeOptions:
+        config = config or self.config
         ctx = ContextSettings(
-            n_ctx=getattr(args, "ctx_size", None) or self.config.n_ctx,
-            n_threads=getattr(args, "threads", None) or self.config.n_threads,
+            n_ctx=getattr(args, "ctx_size", None) or config.n_ctx,
+            n_threads=getattr(args, "threads", None) or config.n_threads,
         )
         ngl = getattr(args, "gpu_layers", None)
         model = ModelSettings() if ngl is None else ModelSettings(n_gpu_layers=ngl)
