@@ -7,9 +7,12 @@ the backend is given, and no live timing is drawn. Update with
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ui_helpers import make_services, tiny_runtime, wait_for
 
 from specchat.engine.events import RejectedEvent, TokenEvent, TokenOrigin
@@ -19,6 +22,12 @@ from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.widgets.chat_input import ChatInput
 
 SIZE = (120, 36)
+
+
+@pytest.fixture(autouse=True)
+def _collect_cycles() -> Iterator[None]:
+    yield
+    gc.collect()  # see ui_helpers.app_test: finalizers run here, not inside pytest's imports
 A, C, B = TokenOrigin.ACCEPTED, TokenOrigin.CORRECTED, TokenOrigin.BONUS
 
 REPLY = [  # (text, origin, rejected drafts after it)

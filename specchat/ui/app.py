@@ -8,13 +8,14 @@ to its owner), so failures of every kind arrive at one sink,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from specchat.engine.chat import ChatEngine
 from specchat.engine.llama_lib import backend_name
@@ -70,7 +71,27 @@ class SpecchatApp(App[int]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load")
     def open_models(self) -> None:
-        runtime = self.services.open_runtime(self._report)
+        # Fetching can take minutes and cannot be interrupted (pip, the quantizer), so it runs
+        # in a daemon thread: quitting mid-download must not wait for the download to end.
+        worker = get_current_worker()
+        done: list[Runtime] = []
+        failed: list[BaseException] = []
+
+        def fetch_and_load() -> None:
+            try:
+                done.append(self.services.open_runtime(self._report))
+            except BaseException as e:
+                failed.append(e)
+
+        thread = threading.Thread(target=fetch_and_load, name="open-models", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            if worker.is_cancelled:
+                return  # the app is closing
+        if failed:
+            raise failed[0]
+        runtime = done[0]
         backend = self.services.backend or backend_of(runtime)
         if not self.post_message(RuntimeReady(runtime, backend)):
             runtime.close()  # the app closed while the models were loading
