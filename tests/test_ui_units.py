@@ -31,7 +31,7 @@ from specchat.ui.chat_settings import ChatSettings, parse_settings
 from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.generation import ReplyJob, run_reply
 from specchat.ui.keys import CHAT_KEYS, display
-from specchat.ui.live import EventBatcher, live_from_record
+from specchat.ui.live import EventBatcher, Pace, live_from_record
 from specchat.ui.messages import LoadProgress, ReplyChunk, ReplyFinished, StatsUpdate
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.stats_bar import sparkline
@@ -102,6 +102,33 @@ def test_saved_stats_become_a_stats_bar_snapshot() -> None:
     assert plain.alpha is None and plain.tau is None and plain.gamma_mode is None
 
 
+def test_pace_slows_drawing_to_its_cpu_budget_and_recovers() -> None:
+    pace = Pace(fastest=0.1, slowest=0.5, budget=0.05)
+    for _ in range(40):  # each redraw costs 15 ms: 15% of a core at 10 a second
+        pace.observe(0.015, pace.interval)
+    assert pace.interval == pytest.approx(0.3)  # a third as often: back to 5%
+    for _ in range(3):
+        pace.observe(0.5, 1.0)
+    assert pace.interval == 0.5  # never slower than slowest
+    for _ in range(30):
+        pace.observe(0.001, 1.0)  # a fast machine
+    assert pace.interval == 0.1
+    pace.observe(1.0, 0.0)  # no time passed: ignored
+    assert pace.interval == 0.1
+
+
+def test_text_splits_into_blocks_at_line_breaks() -> None:
+    from specchat.store.fates import Segment
+    from specchat.ui.widgets.fate_text import BLOCK_CHARS, split_blocks
+
+    para = "word " * (BLOCK_CHARS // 5 + 10)
+    segs = [Segment(para + "\nnext line\n", "a"), Segment("tail", "c"), Segment("gone", "x")]
+    blocks = split_blocks(segs, show_rejected=False)
+    assert [b.plain for b in blocks] == [para, "next line\ntail"]
+    assert "\n".join(b.plain for b in blocks) == para + "\nnext line\ntail"
+    assert split_blocks([Segment("short\ntext", "p")], False)[0].plain == "short\ntext"
+
+
 def test_sparkline_scale_is_fixed() -> None:
     assert sparkline([], 4, 0, 1) == "    "
     assert sparkline([0.9, 0.9], 4, 0, 1) == "▇▇  "  # high, not flat
@@ -125,8 +152,9 @@ def test_a_fast_reply_posts_a_bounded_number_of_ui_messages(tiny_target: Path) -
     try:
         engine = ChatEngine(SpeculativeStandIn(runtime.target_ctx))
         posted: list[object] = []
-        job = ReplyJob(1, [Message("user", "hello")], GREEDY.with_(max_tokens=200))
-        stats = run_reply(job, engine, posted.append, interval=60.0)
+        job = ReplyJob(1, [Message("user", "hello")], GREEDY.with_(max_tokens=200),
+                       pace=Pace(fastest=60.0, slowest=60.0))
+        stats = run_reply(job, engine, posted.append, stats_interval=60.0)
         # One batch for the whole reply, however many events: the UI is never flooded.
         assert [type(m) for m in posted] == [ReplyChunk, ReplyFinished]
         chunk = posted[0]
@@ -155,8 +183,9 @@ def test_a_stalled_decoder_still_shows_its_tokens(tiny_target: Path) -> None:
 
     try:
         engine = ChatEngine(Stalling(runtime.target_ctx))
-        job = ReplyJob(1, [Message("user", "hi")], GREEDY.with_(max_tokens=6))
-        worker = threading.Thread(target=run_reply, args=(job, engine, posted.append, 0.05))
+        job = ReplyJob(1, [Message("user", "hi")], GREEDY.with_(max_tokens=6),
+                       pace=Pace(fastest=0.05, slowest=0.05))
+        worker = threading.Thread(target=run_reply, args=(job, engine, posted.append))
         worker.start()
         deadline = threading.Event()
         for _ in range(100):

@@ -54,6 +54,8 @@ class ContextSettings:
 
 _FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
           "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+ABORTABLE_MIN_TOKENS = 64  # decodes this long can be aborted mid-way through ``cancel``
+
 _KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 
@@ -191,7 +193,8 @@ class LlamaContext:
         self.tokens: list[int] = []  # what the KV cache holds, in order
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self.cancel.is_set())
-        llama_cpp.llama_set_abort_callback(ctx, self._abort_cb, None)
+        self._no_abort_cb = llama_cpp.ggml_abort_callback(0)
+        self._abortable = False
 
     @property
     def n_vocab(self) -> int:
@@ -208,6 +211,7 @@ class LlamaContext:
         start = len(self.tokens)
         if start + n > self.n_ctx:
             raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
+        self._set_abortable(n >= ABORTABLE_MIN_TOKENS)
         rows = 0
         for off in range(0, n, self.n_batch):
             chunk = tokens[off : off + self.n_batch]
@@ -233,6 +237,17 @@ class LlamaContext:
             raise ValueError("logits for every row need the tokens to fit in one batch")
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def _set_abortable(self, on: bool) -> None:
+        # The abort callback is Python: llama.cpp calls it before every graph node (~600 times
+        # a token for a 30-layer model) and each call must take the GIL, so while another
+        # thread (the app's UI) runs Python, a token waits for it again and again. Only long
+        # decodes (a prompt's prefill) need stopping mid-way; a short one ends in
+        # milliseconds and the decoders check ``cancel`` between decodes.
+        if on != self._abortable:
+            cb = self._abort_cb if on else self._no_abort_cb
+            llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+            self._abortable = on
 
     def _after_failed_decode(self, committed: int) -> None:
         # A fatal error or abort can leave part of the batch in the cache: drop it.

@@ -14,12 +14,10 @@ message header says which it is, so their difference never rests on colour alone
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from rich.style import Style
 from rich.text import Text
 
-from specchat.store.fates import REJECTED, Segment
+from specchat.store.fates import REJECTED
 
 OKABE_ITO = {
     "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73", "yellow": "#F0E442",
@@ -36,19 +34,6 @@ STYLES: dict[str, Style] = {
 
 NAMES = {"a": "accepted draft", "c": "corrected", "b": "bonus", "p": "plain target",
          REJECTED: "rejected draft"}
-
-
-def append_segments(text: Text, segments: Iterable[Segment], show_rejected: bool) -> None:
-    for seg in segments:
-        if seg.rejected and not show_rejected:
-            continue
-        text.append(seg.text, STYLES[seg.kind])
-
-
-def render_segments(segments: Iterable[Segment], show_rejected: bool) -> Text:
-    text = Text()
-    append_segments(text, segments, show_rejected)
-    return text
 
 
 SHORT_NAMES = {"a": "accepted", "c": "corrected", "b": "bonus", "p": "plain",

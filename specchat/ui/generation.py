@@ -1,13 +1,15 @@
 """One reply, generated in a worker thread: run the engine, batch its events, post them.
 
 Nothing here touches a widget; the only way back to the UI is ``post`` (``post_message``,
-which is thread-safe). The UI thread sees at most one chunk and one stats update per
-``interval``, whatever the decoder's speed.
+which is thread-safe). The UI thread sees at most one text chunk per ``interval`` and one
+stats update per ``stats_interval``, whatever the decoder's speed: every redraw costs the UI
+thread time, and the decoder's Python steps share the GIL with it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,10 +19,12 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import GenerationStats
 from specchat.engine.sampling import SamplerSettings
-from specchat.ui.live import EventBatcher
+from specchat.ui.live import EventBatcher, Pace
 from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
 
-INTERVAL_S = 0.08  # at most ~12 UI updates a second
+# A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
+# most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
+STATS_INTERVAL_S = 0.5
 
 
 @dataclass
@@ -29,32 +33,38 @@ class ReplyJob:
     messages: list[Message]
     sampling: SamplerSettings
     cancel: threading.Event = field(default_factory=threading.Event)
+    pace: Pace = field(default_factory=Pace)  # the UI thread tunes it while the reply runs
 
 
 def run_reply(job: ReplyJob, engine: ChatEngine, post: Callable[[UIMessage], object],
-              interval: float = INTERVAL_S) -> GenerationStats:
+              stats_interval: float = STATS_INTERVAL_S) -> GenerationStats:
     """Generate ``job``'s reply, posting batches; return the final stats.
 
-    Batches go out when an event arrives after ``interval`` has passed, and from a ticker
-    thread when the decoder goes quiet (a speculative step bursts tokens, then verifies), so
-    nothing sits unseen for longer than ``interval``.
+    Batches go out when an event arrives after ``job.pace.interval`` has passed, and from a
+    ticker thread when the decoder goes quiet (a speculative step bursts tokens, then
+    verifies), so nothing sits unseen for longer than that.
     """
     ctx = engine.decoder.target
-    batcher = EventBatcher(interval, ctx_used=lambda: len(ctx.tokens), ctx_size=ctx.n_ctx)
+    pace = job.pace
+    batcher = EventBatcher(pace.interval, ctx_used=lambda: len(ctx.tokens),
+                           ctx_size=ctx.n_ctx)
     lock = threading.Lock()
     done = threading.Event()
+    last_stats = [0.0]
 
     def flush() -> None:
+        batcher.interval = pace.interval
         batch = batcher.take()
         if batch.segments or batch.notices:
             post(ReplyChunk(job.id, batch.segments, batch.notices))
         if batch.final is not None:
             post(ReplyFinished(job.id, batch.final, batch.stats))
-        else:
+        elif time.monotonic() - last_stats[0] >= stats_interval:
+            last_stats[0] = time.monotonic()
             post(StatsUpdate(job.id, batch.stats))
 
     def tick() -> None:
-        while not done.wait(interval):
+        while not done.wait(pace.fastest):
             with lock:
                 if batcher.dirty and batcher.due():
                     flush()

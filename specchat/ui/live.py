@@ -173,3 +173,28 @@ def live_from_record(d: dict[str, object]) -> LiveStats:
                      draft_share=draft / (draft + verify) if draft + verify > 0 else None,
                      ctx_used=used, ctx_size=int(ctx) if ctx else None, final=True,
                      gamma_mode=mode if isinstance(mode, str) and num("steps") else None)
+
+
+class Pace:
+    """How often the worker may post text, set by what drawing it costs the UI thread.
+
+    The UI thread reports its own CPU time between chunks (``observe``); the interval
+    stretches until drawing takes at most ``budget`` of a core, never below ``fastest``
+    (~10 updates a second) nor above ``slowest``. A fast machine streams at 10 Hz; a small,
+    busy one draws less often rather than taking CPU from the decoder. Written by the UI
+    thread and read by the worker: a float assignment, atomic in CPython.
+    """
+
+    def __init__(self, fastest: float = 0.1, slowest: float = 0.5, budget: float = 0.05) -> None:
+        self.fastest = fastest
+        self.slowest = slowest
+        self.budget = budget
+        self.interval = fastest
+
+    def observe(self, ui_cpu_s: float, wall_s: float) -> None:
+        if wall_s <= 0:
+            return
+        share = ui_cpu_s / wall_s
+        wanted = self.interval * share / self.budget
+        smoothed = 0.7 * self.interval + 0.3 * wanted  # no jumps on one slow frame
+        self.interval = min(self.slowest, max(self.fastest, smoothed))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self._after_reply: Callable[[], None] | None = None
         self.idle = threading.Event()  # set while no reply is being generated
         self.idle.set()
+        self._ui_clock: tuple[float, float] | None = None  # (thread CPU, wall) at last chunk
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -153,6 +155,8 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self._jobs += 1
         self.job = ReplyJob(self._jobs, messages, self.settings.sampling)
         self.idle.clear()
+        self._ui_clock = None
+        self.query_one(ChatInput).cursor_blink = False  # a redraw twice a second, saved
         self.stats_bar.show(self.stats_bar.stats, busy=True, record=False)
         self.app.generate_reply(self.job, self.engine, self)  # type: ignore[attr-defined]
         if new_chat:
@@ -162,6 +166,11 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def on_reply_chunk(self, msg: ReplyChunk) -> None:
         if self.job is None or msg.job != self.job.id or self.job_widget is None:
             return
+        # This thread's CPU time since the last chunk is what drawing costs: pace by it.
+        cpu, wall = time.thread_time(), time.monotonic()
+        if self._ui_clock is not None:
+            self.job.pace.observe(cpu - self._ui_clock[0], wall - self._ui_clock[1])
+        self._ui_clock = (cpu, wall)
         self.transcript.append(self.job_widget, msg.segments)
         for notice in msg.notices:
             self.notify(notice, severity="warning", timeout=8)
@@ -196,6 +205,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def _end_reply(self, status: str, stats: dict[str, Any] | None) -> None:
         widget, self.job, self.job_widget = self.job_widget, None, None
         self.stats_bar.busy = False
+        self.query_one(ChatInput).cursor_blink = True
         if widget is not None:
             self.transcript.finish(widget, status, stats)
             turn = widget.turn

@@ -114,7 +114,7 @@ class StatsBar(Vertical):
             if stats.tps is not None:
                 self.tps_history.append(stats.tps)
             self._draw_sparks()
-        self.query_one("#stats-line", Static).update(self._line())
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
 
     def set_history(self, alpha: Sequence[float], tps: Sequence[float]) -> None:
         self.alpha_history, self.tps_history = list(alpha), list(tps)
@@ -122,18 +122,18 @@ class StatsBar(Vertical):
 
     def set_mode(self, gamma_mode: str) -> None:
         self.gamma_mode = gamma_mode
-        self.query_one("#stats-line", Static).update(self._line())
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
 
     def reset(self) -> None:
         self.stats = LiveStats(ctx_size=self.ctx_size)
         self.busy = False
         self.set_history([], [])
-        self.query_one("#stats-line", Static).update(self._line())
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
 
     def _draw_sparks(self) -> None:
         del self.alpha_history[:-HISTORY]
         del self.tps_history[:-HISTORY]
         self.query_one("#alpha-spark", Static).update(
-            sparkline(self.alpha_history, SPARK_WIDTH, 0.0, 1.0))
+            sparkline(self.alpha_history, SPARK_WIDTH, 0.0, 1.0), layout=False)
         self.query_one("#tps-spark", Static).update(
-            sparkline(self.tps_history, SPARK_WIDTH, 0.0, None))
+            sparkline(self.tps_history, SPARK_WIDTH, 0.0, None), layout=False)

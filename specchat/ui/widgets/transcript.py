@@ -1,6 +1,6 @@
 """The scrolling transcript: user messages and assistant replies.
 
-A reply streams in as token-fate text (one rich ``Text`` appended to, redrawn at most ~10×/s).
+A reply streams in as token-fate text (see fate_text.py: only its last block is redrawn).
 When it is complete it can be shown as Markdown instead; the Markdown widget is built once, from
 the final text, the first time it is needed.
 """
@@ -17,7 +17,7 @@ from textual.widgets import Markdown, Static
 
 from specchat.store.fates import Segment
 from specchat.ui.conversation import Turn
-from specchat.ui.fate_style import append_segments, render_segments
+from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
 
@@ -63,8 +63,7 @@ class AssistantMessage(Vertical):
         self.streaming = streaming
         self.view = view
         self.show_rejected = show_rejected
-        self._text = render_segments(turn.trace.segments, show_rejected)
-        self._fates = Static(self._text, classes="fates")
+        self._fates = FateText(turn.trace.segments, show_rejected, classes="fates")
         self._header = Static(self._header_text(), classes="who")
         self._meta = Static(self._meta_text(), classes="meta")
         self._markdown: Markdown | None = None
@@ -97,15 +96,15 @@ class AssistantMessage(Vertical):
 
     # --- streaming --------------------------------------------------------------------------
 
-    def append(self, segments: Iterable[Segment]) -> None:
+    def append(self, segments: Iterable[Segment]) -> bool:
+        """Add streamed text; return whether the message got taller."""
         segments = list(segments)
         first = not self.turn.trace.segments
         self.turn.trace.extend(segments)
-        append_segments(self._text, segments, self.show_rejected)
-        self._fates.update(self._text)
+        taller = self._fates.append(segments)
         if first:
             self._header.update(self._header_text())
-
+        return taller
     def finish(self, status: str, stats: dict[str, Any] | None) -> None:
         self.streaming = False
         self.turn.status = status
@@ -119,8 +118,7 @@ class AssistantMessage(Vertical):
     def set_view(self, view: str, show_rejected: bool) -> None:
         if show_rejected != self.show_rejected:
             self.show_rejected = show_rejected
-            self._text = render_segments(self.turn.trace.segments, show_rejected)
-            self._fates.update(self._text)
+            self._fates.rebuild(self.turn.trace.segments, show_rejected)
         self.view = view
         self._apply_view()
 
@@ -174,8 +172,8 @@ class Transcript(VerticalScroll):
 
     def append(self, widget: AssistantMessage, segments: Iterable[Segment]) -> None:
         at_bottom = self.is_vertical_scroll_end
-        widget.append(segments)
-        self._follow(at_bottom)
+        if widget.append(segments):  # only a taller reply can need scrolling
+            self._follow(at_bottom)
 
     def finish(self, widget: AssistantMessage, status: str, stats: dict[str, Any] | None) -> None:
         at_bottom = self.is_vertical_scroll_end
