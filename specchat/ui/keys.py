@@ -41,8 +41,7 @@ CHAT_KEYS: tuple[Key, ...] = (
 
 INPUT_KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
-    ("Shift+Enter / Ctrl+J / Alt+Enter",
-     "New line in the message (Ctrl+J works in every terminal)"),
+    ("Shift+Enter / Ctrl+J", "New line in the message (Ctrl+J works in every terminal)"),
     ("Tab / Shift+Tab", "Move between the message box, the transcript and the chat list"),
 )
 

@@ -13,9 +13,28 @@ from textual.containers import Center, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ProgressBar, Static
 
-from specchat.models.progress import Progress, describe
+from specchat.models.progress import Progress, format_bytes, format_duration
 
 LOADING_TASK = "Loading the models into memory"
+
+
+def progress_detail(p: Progress, elapsed: float) -> str:
+    """``40.2 MB / 98.4 MB · 12.3 MB/s · 0:05 left`` (the bar and the task are shown apart)."""
+
+    def amount(v: float) -> str:
+        return format_bytes(v) if p.unit == "B" else f"{v:.0f} {p.unit}"
+
+    rate = p.done / elapsed if elapsed > 0 else 0.0
+    parts = [amount(p.done) + (f" / {amount(p.total)}" if p.total else "")]
+    if rate > 0:
+        parts.append(f"{amount(rate)}/s")
+    if p.finished:
+        parts.append(f"done in {format_duration(elapsed)}")
+    elif p.total and rate > 0:
+        parts.append(f"{format_duration((p.total - p.done) / rate)} left")
+    else:
+        parts.append(f"{format_duration(elapsed)} so far")
+    return " · ".join(parts)
 
 
 class LoadingScreen(Screen[None]):
@@ -42,7 +61,7 @@ class LoadingScreen(Screen[None]):
             bar.update(total=p.total, progress=min(p.done, p.total))
         else:
             bar.update(total=None)
-        self.query_one("#loading-detail", Static).update(describe(p, now - start))
+        self.query_one("#loading-detail", Static).update(progress_detail(p, now - start))
         if p.finished:
             self._started.pop(p.task, None)
 
@@ -67,8 +86,9 @@ class LoadFailedScreen(Screen[str]):
         with Center(), Vertical(id="failed-box"):
             yield Static(f"Could not open [b]{self.label}[/b]", id="failed-title")
             yield Static(self.message, id="failed-message", markup=False)
-            yield Static("Check the network for a first fetch, or run `specchat doctor`; "
-                         "`specchat models list` shows what is on disk.", id="failed-hint")
+            yield Static("A first start fetches models: it needs the network. A damaged model "
+                         "file: remove it with `specchat models rm ID`, then retry. "
+                         "`specchat doctor` checks the installation.", id="failed-hint")
             with Horizontal(id="failed-buttons"):
                 yield Button("Retry (r)", id="retry", variant="primary")
                 yield Button("Quit (q)", id="quit", variant="error")

@@ -1,7 +1,9 @@
-"""The message box: a TextArea where Enter sends and Shift+Enter (or Ctrl+J, Alt+Enter) starts a
-new line. Most terminals send the same byte for Enter and Shift+Enter; Ctrl+J is a distinct
-byte everywhere, and Textual's kitty-protocol support delivers Shift+Enter where the terminal
-can tell them apart.
+"""The message box: a TextArea where Enter sends and Shift+Enter (or Ctrl+J) starts a new line.
+
+Most terminals send the same byte for Enter and Shift+Enter; Ctrl+J is a distinct byte
+everywhere, and Textual's kitty-protocol support delivers Shift+Enter where the terminal can
+tell them apart (xterm's modifyOtherKeys form arrives as ``shift+\r``). Alt+Enter is not
+offered: Textual reads ESC CR as a plain Enter.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-NEWLINE_KEYS = frozenset({"shift+enter", "ctrl+j", "newline", "alt+enter"})
+NEWLINE_KEYS = frozenset({"shift+enter", "ctrl+j", "newline", "shift+\r"})
 
 
 class ChatInput(TextArea):

@@ -83,10 +83,9 @@ class AssistantMessage(Vertical):
         stats = self.turn.stats or {}
         speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
         mode = "speculative" if speculative else "plain"
-        if self.streaming and not self.turn.trace.segments:
-            mode = "thinking…"
         out = Text("Assistant", style="bold")
-        out.append(f"  {mode}", style="dim")
+        if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
+            out.append(f"  {mode}", style="dim")
         if self.streaming:
             out.append("  generating… (Esc stops)", style="dim italic")
         return out
