@@ -149,6 +149,29 @@ async def test_cancel_keeps_the_partial_reply_and_the_next_message_works(
 
 
 @app_test
+async def test_quitting_mid_reply_stops_it_and_frees_the_models(tmp_path: Path,
+                                                               tiny_target: Path) -> None:
+    runtime = tiny_runtime(tiny_target)
+    gated: list[GatedDecoder] = []
+
+    def decoder(rt: Runtime, _s: ChatSettings) -> GatedDecoder:
+        gated.append(GatedDecoder(PlainDecoder(rt.target_ctx), after=3))
+        return gated[-1]
+
+    services = make_services(tmp_path, runtime, make_decoder=decoder)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "hello")
+        await wait_for(pilot, lambda: gated[0].paused.is_set() and bool(reply.turn.text))
+        await pilot.press("ctrl+q")  # the gate never opens: only the cancel event ends it
+    assert chat.idle.is_set() and runtime.target_ctx.ptr is None
+    (saved,) = services.store.list_chats()
+    _user, partial = services.store.messages(saved.id)
+    assert (partial.role, partial.status) == ("assistant", "cancelled") and partial.content
+
+
+@app_test
 async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_target: Path) -> None:
     seen: list[ChatSettings] = []
 

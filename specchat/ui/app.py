@@ -167,6 +167,7 @@ class SpecchatApp(App[int]):
         if self.chat is not None:
             self.chat.cancel_for_exit()
             self.chat.idle.wait(SHUTDOWN_WAIT_S)
+            self.chat.save_partial_reply()
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None

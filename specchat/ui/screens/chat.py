@@ -142,6 +142,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         if self._engine_stale:
             self.engine = ChatEngine(self.services.make_decoder(self.runtime, self.settings))
             self._engine_stale = False
+            self.stats_bar.speculative = self.speculative
         new_chat = self.conversation.chat_id is None
         user = Turn.user(text)
         self.conversation.turns.append(user)
@@ -236,6 +237,14 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def cancel_for_exit(self) -> None:
         if self.job is not None:
             self.job.cancel.set()
+
+    def save_partial_reply(self) -> None:
+        """On quitting mid-reply (after the worker stopped): keep what was shown, as stopped."""
+        widget = self.job_widget
+        if self.job is not None and widget is not None and widget.turn.text:
+            widget.turn.status = "cancelled"
+            self._save(lambda: self.conversation.save_assistant(self.services.store, widget.turn))
+        self.job = self.job_widget = None
 
     # --- actions ----------------------------------------------------------------------------
 
