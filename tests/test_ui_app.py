@@ -270,6 +270,17 @@ async def test_rename_delete_and_export_a_chat(tmp_path: Path, tiny_target: Path
 
 
 @app_test
+async def test_brackets_in_text_are_shown_as_written(tmp_path: Path, tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await send(pilot, "[b]x[/b] and [/]")  # Rich markup, and a broken tag
+        await finished(pilot)
+        assert "[b]x[/b] and [/]" in str(chat.query_one("#topbar").render())
+        assert "[b]x[/b] and [/]" in app.export_screenshot().replace("&#160;", " ")
+
+
+@app_test
 async def test_keys_help_and_newline(tmp_path: Path, tiny_target: Path) -> None:
     app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
     async with app.run_test(size=SIZE) as pilot:

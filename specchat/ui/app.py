@@ -147,7 +147,8 @@ class SpecchatApp(App[int]):
         elif event.worker.group == "reply" and self.chat is not None:
             self.chat.reply_failed(error)
         else:
-            self.notify(f"{type(error).__name__}: {error}", title="Error", severity="error")
+            self.notify(f"{type(error).__name__}: {error}", title="Error", severity="error",
+                        markup=False)
 
     # --- command palette --------------------------------------------------------------------
 

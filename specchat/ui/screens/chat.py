@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -110,15 +111,15 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
                        gamma_mode=self.settings.gamma_label, id="stats")
         yield Footer()
 
-    def _topbar(self) -> str:
-        return f"specchat · {self.conversation.title}"
+    def _topbar(self) -> Text:
+        return Text(f"specchat · {self.conversation.title}")  # a title is text, not markup
 
     def on_mount(self) -> None:
         self.refresh_chat_list()
         self.query_one(ChatInput).focus()
         if self.services.config_problem:
             self.notify(f"{self.services.config_problem}; using default settings",
-                        title="Settings not loaded", severity="warning", timeout=10)
+                        title="Settings not loaded", severity="warning", timeout=10, markup=False)
 
     @property
     def transcript(self) -> Transcript:
@@ -174,7 +175,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self._ui_clock = (cpu, wall)
         self.transcript.append(self.job_widget, msg.segments)
         for notice in msg.notices:
-            self.notify(notice, severity="warning", timeout=8)
+            self.notify(notice, severity="warning", timeout=8, markup=False)
 
     def on_stats_update(self, msg: StatsUpdate) -> None:
         if self.job is not None and msg.job == self.job.id:
@@ -224,7 +225,8 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         try:
             write()
         except SpecchatError as e:
-            self.notify(f"Not saved: {e}", title="Chat history", severity="error", timeout=10)
+            self.notify(f"Not saved: {e}", title="Chat history", severity="error", timeout=10,
+                        markup=False)
 
     def when_idle(self, then: Callable[[], None]) -> None:
         """Run ``then`` now, or after stopping the reply in flight (Ctrl+N, opening a chat)."""
@@ -251,7 +253,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def action_stop(self) -> None:
         if self.job is not None and not self.job.cancel.is_set():
             self.job.cancel.set()
-            self.notify("Stopping the reply…", timeout=2)
+            self.notify("Stopping the reply…", timeout=2, markup=False)
 
     def action_new_chat(self) -> None:
         self.when_idle(lambda: self.show_conversation(Conversation()))
@@ -310,6 +312,6 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
             note = self.services.save_settings(new)
         except SpecchatError as e:
             self.notify(f"{e}; the new settings apply to this session only",
-                        severity="error", timeout=10)
+                        severity="error", timeout=10, markup=False)
             return
-        self.notify(note or "Settings saved.", timeout=4 if not note else 10)
+        self.notify(note or "Settings saved.", timeout=4 if not note else 10, markup=False)

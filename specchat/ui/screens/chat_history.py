@@ -25,7 +25,7 @@ class ChatHistoryMixin(_Base):
         try:
             chats = self.services.store.list_chats()
         except SpecchatError as e:
-            self.notify(str(e), title="Chat history", severity="error")
+            self.notify(str(e), title="Chat history", severity="error", markup=False)
             return
         self.query_one(ChatList).show(chats, self.conversation.chat_id)
 
@@ -38,7 +38,7 @@ class ChatHistoryMixin(_Base):
         try:
             conversation = Conversation.load(self.services.store, chat_id)
         except SpecchatError as e:
-            self.notify(str(e), title="Cannot open the chat", severity="error")
+            self.notify(str(e), title="Cannot open the chat", severity="error", markup=False)
             return
         self.show_conversation(conversation)
 
@@ -49,7 +49,7 @@ class ChatHistoryMixin(_Base):
 
     def action_rename_chat(self) -> None:
         if self.conversation.chat_id is None:
-            self.notify("This chat is not saved yet: send a message first.")
+            self.notify("This chat is not saved yet: send a message first.", markup=False)
             return
         self._ask_rename(self.conversation.chat_id, self.conversation.title)
 
@@ -60,7 +60,7 @@ class ChatHistoryMixin(_Base):
             try:
                 self.services.store.rename_chat(chat_id, new_title)
             except SpecchatError as e:
-                self.notify(str(e), severity="error")
+                self.notify(str(e), severity="error", markup=False)
                 return
             if chat_id == self.conversation.chat_id:
                 self.conversation.title = " ".join(new_title.split())
@@ -93,20 +93,20 @@ class ChatHistoryMixin(_Base):
         try:
             self.services.store.delete_chat(chat_id)
         except SpecchatError as e:
-            self.notify(str(e), severity="error")
+            self.notify(str(e), severity="error", markup=False)
             return
         if current:
             self.show_conversation(Conversation())
         else:
             self.refresh_chat_list()
-        self.notify("Chat deleted.", timeout=3)
+        self.notify("Chat deleted.", timeout=3, markup=False)
 
     # --- export -----------------------------------------------------------------------------
 
     def action_export(self) -> None:
         chat_id = self.conversation.chat_id
         if chat_id is None:
-            self.notify("Nothing to export yet: send a message first.")
+            self.notify("Nothing to export yet: send a message first.", markup=False)
             return
         try:
             store = self.services.store
@@ -114,6 +114,6 @@ class ChatHistoryMixin(_Base):
             path = self.services.export_dir / export_filename(chat)
             path.write_text(chat_to_markdown(chat, store.messages(chat_id)), encoding="utf-8")
         except (SpecchatError, OSError) as e:
-            self.notify(f"Export failed: {e}", severity="error", timeout=10)
+            self.notify(f"Export failed: {e}", severity="error", timeout=10, markup=False)
             return
-        self.notify(f"Saved {path}", title="Exported to Markdown", timeout=8)
+        self.notify(f"Saved {path}", title="Exported to Markdown", timeout=8, markup=False)

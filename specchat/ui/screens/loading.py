@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Center, Horizontal, Vertical
@@ -45,7 +46,7 @@ class LoadingScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Center(), Vertical(id="loading-box"):
-            yield Static(f"Opening [b]{self.label}[/b]", id="loading-title")
+            yield Static(Text.assemble("Opening ", (self.label, "bold")), id="loading-title")
             yield Static("Checking the model files…", id="loading-task")
             yield ProgressBar(total=None, show_eta=False, id="loading-bar")
             yield Static("", id="loading-detail")
@@ -56,7 +57,7 @@ class LoadingScreen(Screen[None]):
         now = time.monotonic()
         start = self._started.setdefault(p.task, now)
         bar = self.query_one(ProgressBar)
-        self.query_one("#loading-task", Static).update(p.task)
+        self.query_one("#loading-task", Static).update(Text(p.task))
         if p.total:
             bar.update(total=p.total, progress=min(p.done, p.total))
         else:
@@ -84,7 +85,8 @@ class LoadFailedScreen(Screen[str]):
 
     def compose(self) -> ComposeResult:
         with Center(), Vertical(id="failed-box"):
-            yield Static(f"Could not open [b]{self.label}[/b]", id="failed-title")
+            yield Static(Text.assemble("Could not open ", (self.label, "bold")),
+                         id="failed-title")
             yield Static(self.message, id="failed-message", markup=False)
             yield Static("A first start fetches models: it needs the network. A damaged model "
                          "file: remove it with `specchat models rm ID`, then retry. "

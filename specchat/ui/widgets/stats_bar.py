@@ -97,7 +97,7 @@ class StatsBar(Vertical):
             yield Static(sparkline([], SPARK_WIDTH, 0, 1), id="alpha-spark", classes="spark")
             yield Label("tok/s", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="tps-spark", classes="spark")
-            yield Label(f"{self.backend} · {self.models}", id="stats-models")
+            yield Label(f"{self.backend} · {self.models}", id="stats-models", markup=False)
 
     def _line(self) -> Text:
         return stats_line(self.stats, self.gamma_mode, self.speculative, self.busy)
