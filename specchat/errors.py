@@ -41,3 +41,7 @@ class NotEnoughMemoryError(SpecchatError):
 
 class Cancelled(SpecchatError):
     """The user cancelled a long operation (download, quantization, calibration)."""
+
+
+class StoreError(SpecchatError):
+    """The chat database cannot be opened, is too new, or has no such chat."""

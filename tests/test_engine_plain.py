@@ -162,3 +162,18 @@ def test_loading_bad_files_gives_clear_errors(tmp_path: Path) -> None:
     junk.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 100)
     with pytest.raises(ModelFileError):
         LlamaModel(junk)
+
+
+def test_a_long_decode_stops_mid_way_and_short_ones_run_free(model: LlamaModel) -> None:
+    from specchat.engine.model import ABORTABLE_BATCH, DecodeCancelled
+
+    ctx = LlamaContext(model, ContextSettings(n_ctx=512))
+    ctx.decode([5, 6, 7])
+    ctx.cancel.set()
+    with pytest.raises(DecodeCancelled):
+        ctx.decode([10 + i % 30 for i in range(ABORTABLE_BATCH + 10)])
+    assert ctx.tokens == [5, 6, 7]  # nothing of the aborted batch is left in the cache
+    # A short decode (one generation step) carries no Python callback: it completes, and the
+    # decoders see the cancel flag between steps instead.
+    assert ctx.decode([8]).shape == (1, model.n_vocab)
+    assert ctx.tokens == [5, 6, 7, 8]

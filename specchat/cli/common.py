@@ -46,19 +46,21 @@ class Env:
                 raise SpecchatError(f"{role} model: {e}") from None
         return target, draft
 
-    def runtime_options(self, args: argparse.Namespace) -> RuntimeOptions:
+    def runtime_options(self, args: argparse.Namespace,
+                        config: UserConfig | None = None) -> RuntimeOptions:
+        config = config or self.config
         threads = getattr(args, "threads", None)
         if threads is not None and threads < 0:
             raise SpecchatError("--threads must be 0 (automatic) or more")
         ctx = ContextSettings(
-            n_ctx=getattr(args, "ctx_size", None) or self.config.n_ctx,
-            n_threads=threads or self.config.n_threads,
+            n_ctx=getattr(args, "ctx_size", None) or config.n_ctx,
+            n_threads=threads or config.n_threads,
         )
         target, draft = self.offload_settings(args)
         return RuntimeOptions(
             context=target.context_settings(ctx), target=target.model_settings(),
             draft=draft.model_settings(), draft_context=draft.context_settings(ctx),
-            memory_check=self.config.memory_check and not getattr(args, "no_memory_check", False),
+            memory_check=config.memory_check and not getattr(args, "no_memory_check", False),
         )
 
     def gamma(self, args: argparse.Namespace) -> int | None:

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from specchat import __version__
-from specchat.cli import ask, bench_cmd, doctor, models_cmd
-from specchat.cli.common import add_model_args, make_env
+from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd
+from specchat.cli.common import Env, add_model_args, make_env
 from specchat.errors import SpecchatError
 
 
@@ -24,13 +24,14 @@ def build_parser() -> argparse.ArgumentParser:
     models_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
     doctor.add_parser(sub)
+    chats_cmd.add_parsers(sub)
     return parser
 
 
-def run_app(env: object, args: argparse.Namespace) -> int:
-    sys.stderr.write("specchat: the chat app is not installed in this build yet; try "
-                     "`specchat ask \"...\"`\n")
-    return 2
+def run_app(env: Env, args: argparse.Namespace) -> int:
+    from specchat.ui.launch import launch  # Textual loads only when the app runs
+
+    return launch(env, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

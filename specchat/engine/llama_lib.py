@@ -96,3 +96,23 @@ def supports_gpu_offload() -> bool:
 
 def version() -> str:
     return str(getattr(llama_cpp, "__version__", "unknown"))
+
+
+# Names llama.cpp's system info gives its GPU backends ("CUDA : ARCHS = ... | CPU : ...").
+_GPU_BACKENDS = ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "MUSA", "SYCL", "OpenCL", "CANN",
+                 "Kompute")
+
+
+def backend_name(info: str | None = None, gpu_offload: bool | None = None) -> str:
+    """The compute backend this build runs models on: "CUDA", "Metal", ... or "CPU"."""
+    if gpu_offload is None:
+        gpu_offload = supports_gpu_offload()
+    if not gpu_offload:
+        return "CPU"
+    info = system_info() if info is None else info
+    for part in info.split("|"):
+        name = part.split(":", 1)[0].strip() if ":" in part else ""
+        for known in _GPU_BACKENDS:
+            if name.lower() == known.lower():
+                return known
+    return "GPU"

@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,7 +245,9 @@ class LlamaContext:
         self.tokens: list[int] = []  # what the KV cache holds, in order
         self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
         self.cancel = threading.Event()  # set from any thread to abort a long decode
-        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self.cancel.is_set())
+        me = weakref.ref(self)  # no reference cycle: the context is freed as soon as it is dropped
+        self._abort_cb = llama_cpp.ggml_abort_callback(
+            lambda _data: (ctx := me()) is not None and ctx.cancel.is_set())
         self._abortable = False
 
     @property

@@ -1,0 +1,59 @@
+"""``specchat chats`` (list saved chats) and ``specchat export CHAT_ID`` (a chat as Markdown)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specchat.cli.common import Env
+from specchat.errors import SpecchatError
+from specchat.store import ChatStore, chat_to_markdown
+
+
+def add_parsers(sub: Any) -> None:
+    ls = sub.add_parser("chats", help="list saved chats (ids for `specchat export`)")
+    ls.set_defaults(func=cmd_chats)
+    ex = sub.add_parser("export", help="write a saved chat as Markdown")
+    ex.add_argument("chat_id", type=int, metavar="CHAT_ID", help="from `specchat chats`")
+    ex.add_argument("-o", "--output", type=Path, metavar="FILE",
+                    help="write to FILE instead of standard output")
+    ex.set_defaults(func=cmd_export)
+
+
+def _open(env: Env) -> ChatStore | None:
+    if not env.paths.chats_db.exists():
+        return None  # reading must not create a database
+    return ChatStore.open(env.paths.chats_db)
+
+
+def cmd_chats(env: Env, args: argparse.Namespace) -> int:
+    store = _open(env)
+    chats = store.list_chats() if store else []
+    if not chats:
+        sys.stdout.write("no saved chats yet: run `specchat` to start one\n")
+        return 0
+    sys.stdout.write(f"{'ID':>5}  {'UPDATED':16}  {'MSGS':>4}  {'PAIR':12}  TITLE\n")
+    for c in chats:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
+        sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {c.pair[:12]:12}  {c.title}\n")
+    return 0
+
+
+def cmd_export(env: Env, args: argparse.Namespace) -> int:
+    store = _open(env)
+    if store is None:
+        raise SpecchatError(f"no chat with id {args.chat_id}: no chats saved yet")
+    chat = store.get_chat(args.chat_id)
+    text = chat_to_markdown(chat, store.messages(chat.id))
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise SpecchatError(f"cannot write {args.output}: {e.strerror or e}") from None
+    sys.stderr.write(f"wrote {args.output}\n")
+    return 0

@@ -1,0 +1,80 @@
+"""The chat database's schema and its migrations, versioned with ``PRAGMA user_version``.
+
+Each migration moves the database from version ``i`` to ``i + 1`` inside one transaction, so a
+crash mid-upgrade leaves the old version intact. A database from a newer specchat is refused
+with a message rather than misread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from specchat.errors import StoreError
+
+# Index i holds the SQL that upgrades version i to version i + 1. Append, never edit.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE chats (
+        id       INTEGER PRIMARY KEY,
+        title    TEXT NOT NULL,
+        pair     TEXT NOT NULL DEFAULT '',   -- what the chat was started on, for the list
+        created  REAL NOT NULL,
+        updated  REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        id       INTEGER PRIMARY KEY,
+        chat_id  INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        seq      INTEGER NOT NULL,           -- order within the chat
+        role     TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+        content  TEXT NOT NULL,
+        fates    TEXT,                       -- FateTrace.encode(); NULL for user messages
+        stats    TEXT,                       -- JSON: GenerationStats and decoder settings
+        status   TEXT NOT NULL DEFAULT 'done' CHECK (status IN ('done', 'cancelled', 'error')),
+        created  REAL NOT NULL,
+        UNIQUE (chat_id, seq)
+    );
+    CREATE INDEX chats_by_update ON chats(updated DESC);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS,
+            where: str = "the chat database") -> int:
+    """Bring the database up to ``len(migrations)``; return the version it had before."""
+    before = user_version(conn)
+    if before > len(migrations):
+        raise StoreError(f"{where} is schema version {before}, newer than this specchat knows "
+                         f"({len(migrations)}): upgrade specchat")
+    for version in range(before, len(migrations)):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _statements(migrations[version]):
+                conn.execute(statement)
+            # PRAGMA takes no parameters; the value is our own integer.
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"{where}: upgrade to schema version {version + 1} failed: {e}") \
+                from None
+    return before
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT on its own; split so the whole step is one transaction.
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return [s for s in out if s.strip(" ;\n")]

@@ -1,0 +1,174 @@
+"""The specchat app: opens the models (with progress) in a worker, then the chat screen.
+
+Later screens (the race view, the model wizard) are pushed onto this app the same way the
+settings and help screens are. Every worker is the app's (Textual tells a worker's state only
+to its owner), so failures of every kind arrive at one sink,
+:meth:`SpecchatApp.on_worker_state_changed`, and become a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from specchat.engine.chat import ChatEngine
+from specchat.engine.llama_lib import backend_name
+from specchat.errors import SpecchatError
+from specchat.models.progress import Progress
+from specchat.runtime import Runtime
+from specchat.ui.generation import ReplyJob, run_reply
+from specchat.ui.messages import LoadProgress, RuntimeReady
+from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
+from specchat.ui.services import AppServices
+
+SHUTDOWN_WAIT_S = 30.0  # a decode step is milliseconds; this only guards a wedged backend
+
+COMMANDS = (
+    ("New chat", "Start an empty chat", "new_chat"),
+    ("Stop the reply", "Stop generating; what was written is kept", "stop"),
+    ("Toggle Markdown / token colours", "Switch finished replies between the two views",
+     "toggle_view"),
+    ("Show / hide rejected drafts", "Draft tokens the target threw away, struck out",
+     "toggle_rejected"),
+    ("Show / hide past chats", "The side list of saved chats", "toggle_chats"),
+    ("Rename this chat", "Give the current chat a new title", "rename_chat"),
+    ("Delete this chat", "Delete the current chat and its messages", "delete_chat"),
+    ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
+    ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
+    ("Keys", "Every key and what the colours mean", "help"),
+)
+
+
+def backend_of(runtime: Runtime) -> str:
+    # A CUDA build with no layers offloaded still runs on the CPU.
+    if runtime.target.settings.n_gpu_layers == 0:
+        return "CPU"
+    return backend_name()
+
+
+class SpecchatApp(App[int]):
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
+    TITLE = "specchat"
+
+    def __init__(self, services: AppServices) -> None:
+        super().__init__()
+        self.services = services
+        self.runtime: Runtime | None = None
+        self.chat: ChatScreen | None = None
+
+    # --- opening the models -----------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.push_screen(LoadingScreen(self.services.label))
+        self.open_models()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load")
+    def open_models(self) -> None:
+        # Fetching can take minutes and cannot be interrupted (pip, the quantizer), so it runs
+        # in a daemon thread: quitting mid-download must not wait for the download to end.
+        worker = get_current_worker()
+        done: list[Runtime] = []
+        failed: list[BaseException] = []
+
+        def fetch_and_load() -> None:
+            try:
+                done.append(self.services.open_runtime(self._report))
+            except BaseException as e:
+                failed.append(e)
+
+        thread = threading.Thread(target=fetch_and_load, name="open-models", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            if worker.is_cancelled:
+                return  # the app is closing
+        if failed:
+            raise failed[0]
+        runtime = done[0]
+        backend = self.services.backend or backend_of(runtime)
+        if not self.post_message(RuntimeReady(runtime, backend)):
+            runtime.close()  # the app closed while the models were loading
+
+    def _report(self, p: Progress) -> None:
+        self.post_message(LoadProgress(p))  # from the worker thread: thread-safe
+
+    def on_load_progress(self, msg: LoadProgress) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            if msg.progress.task == LOADING_TASK:
+                self.screen.show_loading()
+            else:
+                self.screen.show_progress(msg.progress)
+
+    def on_runtime_ready(self, msg: RuntimeReady) -> None:
+        self.runtime = msg.runtime
+        self.chat = ChatScreen(self.services, msg.runtime, msg.backend)
+        self.switch_screen(self.chat)
+
+    def _load_failed(self, error: BaseException) -> None:
+        message = str(error) if isinstance(error, SpecchatError) else \
+            f"{type(error).__name__}: {error} (a bug in specchat)"
+
+        def after(choice: str | None) -> None:
+            if choice == "retry":  # the failed screen has been dismissed
+                self.push_screen(LoadingScreen(self.services.label))
+                self.open_models()
+            else:
+                self.exit(return_code=1)
+
+        if isinstance(self.screen, LoadingScreen):
+            self.pop_screen()
+        self.push_screen(LoadFailedScreen(self.services.label, message), after)
+
+    # --- replies ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="reply")
+    def generate_reply(self, job: ReplyJob, engine: ChatEngine, screen: ChatScreen) -> None:
+        """Runs in a thread; results go to ``screen`` as messages (thread-safe posting)."""
+        try:
+            run_reply(job, engine, screen.post_message)
+        finally:
+            screen.idle.set()
+
+    # --- the one error sink -----------------------------------------------------------------
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error or RuntimeError("unknown error")
+        if event.worker.group == "load":
+            self._load_failed(error)
+        elif event.worker.group == "reply" and self.chat is not None:
+            self.chat.reply_failed(error)
+        else:
+            self.notify(f"{type(error).__name__}: {error}", title="Error", severity="error",
+                        markup=False)
+
+    # --- command palette --------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, ChatScreen):
+            for title, help_text, action in COMMANDS:
+                yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
+
+    # --- shutting down ----------------------------------------------------------------------
+
+    def on_unmount(self) -> None:
+        self.shutdown_engine()
+
+    def shutdown_engine(self) -> None:
+        """Stop a reply in flight, wait for its thread, then free the models (once)."""
+        if self.chat is not None:
+            self.chat.cancel_for_exit()
+            self.chat.idle.wait(SHUTDOWN_WAIT_S)
+            self.chat.save_partial_reply()
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None

@@ -1,0 +1,71 @@
+"""The chat on screen as data: its turns, their token fates and stats, and how they map to the
+engine's messages and to the store. No Textual here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.engine.chat_template import Message
+from specchat.store import ChatStore, FateTrace, StoredMessage, title_from
+
+
+@dataclass
+class Turn:
+    role: str  # "user" | "assistant"
+    trace: FateTrace
+    stats: dict[str, Any] | None = None
+    status: str = "done"  # done | cancelled | error
+
+    @property
+    def text(self) -> str:
+        return self.trace.text
+
+    @classmethod
+    def user(cls, text: str) -> Turn:
+        return cls("user", FateTrace.plain(text))
+
+    @classmethod
+    def from_stored(cls, m: StoredMessage) -> Turn:
+        trace = FateTrace.decode(m.content, m.fates) if m.role == "assistant" else \
+            FateTrace.plain(m.content)
+        return cls(m.role, trace, m.stats, m.status)
+
+
+@dataclass
+class Conversation:
+    chat_id: int | None = None  # None until the first message is saved
+    title: str = "New chat"
+    turns: list[Turn] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, store: ChatStore, chat_id: int) -> Conversation:
+        chat = store.get_chat(chat_id)
+        turns = [Turn.from_stored(m) for m in store.messages(chat_id) if m.role != "system"]
+        return cls(chat.id, chat.title, turns)
+
+    def engine_messages(self, system_prompt: str) -> list[Message]:
+        """The conversation as the model sees it. A stopped reply stays in (the user saw it);
+        a reply that failed with no text is left out."""
+        msgs = [Message("system", system_prompt)] if system_prompt.strip() else []
+        for t in self.turns:
+            if t.role == "assistant" and not t.text.strip():
+                continue
+            msgs.append(Message(t.role, t.text))
+        return msgs
+
+    def save_user(self, store: ChatStore, turn: Turn, pair: str) -> None:
+        if self.chat_id is None:
+            self.title = title_from(turn.text)
+            self.chat_id = store.create_chat(self.title, pair)
+        store.add_message(self.chat_id, "user", turn.text)
+
+    def save_assistant(self, store: ChatStore, turn: Turn) -> None:
+        assert self.chat_id is not None, "a reply always follows a saved user message"
+        store.add_message(self.chat_id, "assistant", turn.text, fates=turn.trace.encode(),
+                          stats=turn.stats, status=turn.status)
+
+    def assistant_stats(self) -> Sequence[dict[str, Any]]:
+        return [t.stats for t in self.turns if t.role == "assistant" and t.stats]

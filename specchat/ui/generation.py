@@ -1,0 +1,92 @@
+"""One reply, generated in a worker thread: run the engine, batch its events, post them.
+
+Nothing here touches a widget; the only way back to the UI is ``post`` (``post_message``,
+which is thread-safe). The UI thread sees at most one text chunk per ``interval`` and one
+stats update per ``stats_interval``, whatever the decoder's speed: every redraw costs the UI
+thread time, and the decoder's Python steps share the GIL with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from textual.message import Message as UIMessage
+
+from specchat.engine.chat import ChatEngine
+from specchat.engine.chat_template import Message
+from specchat.engine.events import GenerationStats
+from specchat.engine.sampling import SamplerSettings
+from specchat.ui.live import EventBatcher, Pace
+from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
+
+# A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
+# most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
+STATS_INTERVAL_S = 0.5
+
+
+@dataclass
+class ReplyJob:
+    id: int
+    messages: list[Message]
+    sampling: SamplerSettings
+    cancel: threading.Event = field(default_factory=threading.Event)
+    pace: Pace = field(default_factory=Pace)  # the UI thread tunes it while the reply runs
+
+
+def run_reply(job: ReplyJob, engine: ChatEngine, post: Callable[[UIMessage], object],
+              stats_interval: float = STATS_INTERVAL_S) -> GenerationStats:
+    """Generate ``job``'s reply, posting batches; return the final stats.
+
+    Batches go out when an event arrives after ``job.pace.interval`` has passed, and from a
+    ticker thread when the decoder goes quiet (a speculative step bursts tokens, then
+    verifies), so nothing sits unseen for longer than that.
+    """
+    ctx = engine.decoder.target
+    pace = job.pace
+    batcher = EventBatcher(pace.interval, ctx_used=lambda: len(ctx.tokens),
+                           ctx_size=ctx.n_ctx)
+    lock = threading.Lock()
+    done = threading.Event()
+    last_stats = [0.0]
+
+    def flush() -> None:
+        batcher.interval = pace.interval
+        batch = batcher.take()
+        if batch.segments or batch.notices:
+            post(ReplyChunk(job.id, batch.segments, batch.notices))
+        if batch.final is not None:
+            post(ReplyFinished(job.id, batch.final, batch.stats))
+        elif time.monotonic() - last_stats[0] >= stats_interval:
+            last_stats[0] = time.monotonic()
+            post(StatsUpdate(job.id, batch.stats))
+
+    def tick() -> None:
+        while not done.wait(pace.fastest):
+            with lock:
+                if batcher.dirty and batcher.due():
+                    flush()
+
+    ticker = threading.Thread(target=tick, name=f"reply-{job.id}-ticker", daemon=True)
+    ticker.start()
+    try:
+        for ev in engine.reply(job.messages, job.sampling, job.cancel):
+            with lock:
+                batcher.add(ev)
+                if isinstance(ev, GenerationStats):
+                    done.set()
+                    flush()
+                    return ev
+                if batcher.due():
+                    flush()
+        raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")
+    except BaseException:
+        with lock:
+            done.set()
+            flush()  # the text generated before the failure still reaches the screen
+        raise
+    finally:
+        done.set()
+        ticker.join()

@@ -1,0 +1,70 @@
+"""Every key the chat screen answers to, in one table: the bindings, the footer and the help
+screen are all made from it, so they cannot disagree.
+
+Keys are chosen to work while the message box has focus (so no bare letters) and in ordinary
+terminals: Ctrl+J arrives as a distinct key everywhere, Shift+Enter only where the terminal
+speaks the kitty keyboard protocol (kitty, WezTerm, foot, Ghostty, recent iTerm2). Ctrl+B is
+left alone for tmux users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma-separated
+    action: str
+    label: str  # short, for the footer
+    help: str  # one line, for the help screen
+    show: bool = True  # in the footer
+    priority: bool = False  # before the focused widget sees it
+
+
+CHAT_KEYS: tuple[Key, ...] = (
+    Key("escape", "stop", "Stop", "Stop the reply being generated (what was written is kept)",
+        priority=True),
+    Key("ctrl+n", "new_chat", "New", "Start a new chat"),
+    Key("ctrl+t", "toggle_view", "Tokens/MD",
+        "Switch finished replies between Markdown and the token-fate colours", priority=True),
+    Key("ctrl+r", "toggle_rejected", "Drafts",
+        "Show or hide the rejected draft tokens (struck through)", priority=True),
+    Key("ctrl+l", "toggle_chats", "Chats", "Show or hide the list of past chats"),
+    Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, n-gram, seed",
+        priority=True),
+    Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
+    Key("f1", "help", "Help", "This list of keys"),
+)
+
+INPUT_KEYS: tuple[tuple[str, str], ...] = (
+    ("Enter", "Send the message"),
+    ("Shift+Enter / Ctrl+J", "New line in the message (Ctrl+J works in every terminal)"),
+    ("Tab / Shift+Tab", "Move between the message box, the transcript and the chat list"),
+)
+
+LIST_KEYS: tuple[tuple[str, str], ...] = (
+    ("Enter", "Open the highlighted chat"),
+    ("F2", "Rename the highlighted chat"),
+    ("Delete", "Delete the highlighted chat (asks first)"),
+)
+
+APP_KEYS: tuple[tuple[str, str], ...] = (
+    ("Ctrl+P", "Command palette: every action by name"),
+    ("Ctrl+Q", "Quit"),
+)
+
+
+def bindings(keys: tuple[Key, ...]) -> list[Binding]:
+    return [Binding(k.keys, k.action, k.label, show=k.show, priority=k.priority) for k in keys]
+
+
+def display(keys: str) -> str:
+    """``ctrl+n,f1`` → ``Ctrl+N / F1``"""
+    out = []
+    for key in keys.split(","):
+        parts = key.split("+")
+        out.append("+".join(p.capitalize() if len(p) > 1 else p.upper() for p in parts))
+    return " / ".join(out).replace("Escape", "Esc")

@@ -1,0 +1,60 @@
+"""``specchat`` with no command: build the app's services from the CLI's state and run it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specchat.cli.common import Env
+from specchat.config import UserConfig
+from specchat.errors import ConfigError, SpecchatError
+from specchat.models.progress import Progress, ProgressFn
+from specchat.runtime import Runtime, select
+from specchat.store import ChatStore
+from specchat.ui.app import SpecchatApp
+from specchat.ui.screens.loading import LOADING_TASK
+from specchat.ui.services import AppServices
+
+
+def build_services(env: Env, args: argparse.Namespace) -> AppServices:
+    """Everything that can fail before the app starts fails here, as a one-line error;
+    fetching and loading the models happen later, inside the app, with progress."""
+    problem = None
+    try:
+        config = env.config
+    except ConfigError as e:
+        config, problem = UserConfig(), str(e)  # start with defaults; say so in the app
+    model = args.model
+    if model is None and args.pair is None and not config.default_pair:
+        model = config.default_model  # a single model configured instead of a pair
+    selection = select(env.catalog, args.pair, model, config.default_pair)
+    options = env.runtime_options(args, config)
+    resolver = env.resolver
+    env.paths.ensure()
+    store = ChatStore.open(env.paths.chats_db)
+
+    def open_runtime(report: ProgressFn) -> Runtime:
+        for entry in (selection.target, selection.draft):
+            if entry is not None:
+                resolver.ensure(entry, report)  # fetch/derive what is missing, with progress
+        report(Progress(LOADING_TASK))
+        return Runtime.open(selection, resolver, options, report)
+
+    return AppServices(store=store, config=config, open_runtime=open_runtime,
+                       label=selection.label,
+                       pair_gamma=selection.pair.gamma if selection.pair else None,
+                       config_path=env.paths.config_file, config_problem=problem)
+
+
+def launch(env: Env, args: argparse.Namespace) -> int:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise SpecchatError("the chat app needs a terminal; for scripts use "
+                            "`specchat ask \"...\"`")
+    services = build_services(env, args)
+    app = SpecchatApp(services)
+    try:
+        app.run()
+    finally:
+        app.shutdown_engine()
+        services.store.close()
+    return app.return_code or 0

@@ -1,0 +1,200 @@
+"""Turns the engine's event stream into what the screen shows, in batches. No Textual here.
+
+The generation worker feeds every event to an :class:`EventBatcher` and, at most every
+``interval`` seconds, takes a :class:`Batch` (new text segments + a :class:`LiveStats`
+snapshot) to post to the UI thread. The UI therefore redraws ~10× a second however fast the
+decoder runs, and the decoder never waits for the UI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specchat.engine.events import (
+    Event,
+    GenerationStats,
+    NoticeEvent,
+    RejectedEvent,
+    StepEvent,
+    TokenEvent,
+)
+from specchat.store.fates import FateTrace, Segment, merge_segments
+
+WINDOW_S = 1.0  # rolling window for tokens/s and the sparkline's α
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    tokens: int = 0  # generated so far in this reply
+    tps: float | None = None  # rolling tokens/s
+    alpha: float | None = None  # acceptance rate over the reply so far
+    alpha_window: float | None = None  # over the last WINDOW_S (what the sparkline plots)
+    tau: float | None = None  # tokens committed per verification step
+    gamma: int | None = None  # draft length of the latest step
+    draft_share: float | None = None  # draft time / (draft + verify) time
+    ctx_used: int | None = None
+    ctx_size: int | None = None
+    final: bool = False  # from GenerationStats: whole-reply figures
+    gamma_mode: str | None = None  # set for a saved reply: the mode it was generated with
+
+    @classmethod
+    def from_stats(cls, s: GenerationStats, ctx_used: int | None, ctx_size: int | None,
+                   gamma: int | None = None) -> LiveStats:
+        spent = s.draft_s + s.verify_s
+        tau = s.tau if s.steps else None
+        return cls(tokens=s.generated_tokens, tps=s.decode_tps or None, alpha=s.alpha,
+                   alpha_window=s.alpha, tau=tau, gamma=gamma,
+                   draft_share=s.draft_s / spent if spent > 0 else None, ctx_used=ctx_used,
+                   ctx_size=ctx_size, final=True)
+
+
+@dataclass
+class Batch:
+    segments: list[Segment] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    stats: LiveStats = field(default_factory=LiveStats)
+    final: GenerationStats | None = None
+
+
+class EventBatcher:
+    def __init__(self, interval: float = 0.08, ctx_used: Callable[[], int] | None = None,
+                 ctx_size: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.trace = FateTrace()
+        self._ctx_used = ctx_used
+        self._ctx_size = ctx_size
+        self._clock = clock
+        self._last_flush = clock()
+        self._pending = Batch()
+        self._dirty = False
+        self._times: deque[float] = deque()  # token timestamps within the window
+        self._steps: deque[tuple[float, int, bool]] = deque()  # (t, accepted, rejected)
+        self._last_t = 0.0
+        self.tokens = 0
+        self.steps = 0
+        self.accepted = 0
+        self.rejections = 0
+        self.committed_in_steps = 0
+        self.draft_s = 0.0
+        self.verify_s = 0.0
+        self.gamma: int | None = None
+
+    @property
+    def dirty(self) -> bool:
+        """Events arrived since the last take."""
+        return self._dirty
+
+    def add(self, ev: Event) -> None:
+        self._dirty = True
+        if isinstance(ev, TokenEvent):
+            self.tokens += 1
+            self._last_t = ev.t
+            self._times.append(ev.t)
+            self._pending.segments += self.trace.add_token(ev)
+        elif isinstance(ev, RejectedEvent):
+            self._pending.segments += self.trace.add_rejected(ev)
+        elif isinstance(ev, StepEvent):
+            self.steps += 1
+            self.gamma = ev.gamma
+            self.accepted += ev.accepted
+            rejected = ev.accepted < ev.gamma
+            self.rejections += int(rejected)
+            self.committed_in_steps += ev.accepted + 1  # the correction or the bonus token
+            self.draft_s += ev.draft_s
+            self.verify_s += ev.verify_s
+            self._steps.append((self._last_t, ev.accepted, rejected))
+        elif isinstance(ev, NoticeEvent):
+            self._pending.notices.append(ev.message)
+        elif isinstance(ev, GenerationStats):
+            self._pending.segments += self.trace.finish()
+            self._pending.final = ev
+
+    def due(self) -> bool:
+        return self._clock() - self._last_flush >= self.interval
+
+    def take(self) -> Batch:
+        """What to show now: segments and notices since the last take, and fresh stats."""
+        self._last_flush = self._clock()
+        self._dirty = False
+        batch, self._pending = self._pending, Batch()
+        batch.segments = merge_segments(batch.segments)
+        ctx_used = self._ctx_used() if self._ctx_used else None
+        if batch.final is not None:
+            batch.stats = LiveStats.from_stats(batch.final, ctx_used, self._ctx_size, self.gamma)
+        else:
+            batch.stats = self.snapshot(ctx_used)
+        return batch
+
+    def snapshot(self, ctx_used: int | None = None) -> LiveStats:
+        horizon = self._last_t - WINDOW_S
+        while self._times and self._times[0] < horizon:
+            self._times.popleft()
+        while self._steps and self._steps[0][0] < horizon:
+            self._steps.popleft()
+        tps = None
+        if len(self._times) >= 2 and self._times[-1] > self._times[0]:
+            tps = (len(self._times) - 1) / (self._times[-1] - self._times[0])
+        spent = self.draft_s + self.verify_s
+        win_acc = sum(a for _, a, _ in self._steps)
+        win_rej = sum(int(r) for _, _, r in self._steps)
+        return LiveStats(
+            tokens=self.tokens, tps=tps,
+            alpha=_ratio(self.accepted, self.accepted + self.rejections),
+            alpha_window=_ratio(win_acc, win_acc + win_rej),
+            tau=_ratio(self.committed_in_steps, self.steps), gamma=self.gamma,
+            draft_share=self.draft_s / spent if spent > 0 else None,
+            ctx_used=ctx_used, ctx_size=self._ctx_size)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def live_from_record(d: dict[str, object]) -> LiveStats:
+    """The stats bar for a saved reply (the figures stored with the message)."""
+
+    def num(key: str) -> float | None:
+        v = d.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    draft, verify = num("draft_s") or 0.0, num("verify_s") or 0.0
+    prompt, generated = num("prompt_tokens"), num("generated_tokens")
+    used = int(prompt + generated) if prompt is not None and generated is not None else None
+    ctx = num("ctx_size")
+    gamma = num("gamma")
+    mode = d.get("gamma_mode")
+    return LiveStats(tokens=int(generated or 0), tps=num("decode_tps") or None,
+                     alpha=num("alpha"), alpha_window=num("alpha"),
+                     tau=num("tau") if num("steps") else None,
+                     gamma=int(gamma) if gamma is not None else None,
+                     draft_share=draft / (draft + verify) if draft + verify > 0 else None,
+                     ctx_used=used, ctx_size=int(ctx) if ctx else None, final=True,
+                     gamma_mode=mode if isinstance(mode, str) and num("steps") else None)
+
+
+class Pace:
+    """How often the worker may post text, set by what drawing it costs the UI thread.
+
+    The UI thread reports its own CPU time between chunks (``observe``); the interval
+    stretches until drawing takes at most ``budget`` of a core, never below ``fastest``
+    (~10 updates a second) nor above ``slowest``. A fast machine streams at 10 Hz; a small,
+    busy one draws less often rather than taking CPU from the decoder. Written by the UI
+    thread and read by the worker: a float assignment, atomic in CPython.
+    """
+
+    def __init__(self, fastest: float = 0.1, slowest: float = 0.5, budget: float = 0.05) -> None:
+        self.fastest = fastest
+        self.slowest = slowest
+        self.budget = budget
+        self.interval = fastest
+
+    def observe(self, ui_cpu_s: float, wall_s: float) -> None:
+        if wall_s <= 0:
+            return
+        share = ui_cpu_s / wall_s
+        wanted = self.interval * share / self.budget
+        smoothed = 0.7 * self.interval + 0.3 * wanted  # no jumps on one slow frame
+        self.interval = min(self.slowest, max(self.fastest, smoothed))

@@ -1,0 +1,1 @@
+"""Screens and modals. The app pushes them; each returns a typed result where it has one."""

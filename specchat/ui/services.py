@@ -1,0 +1,68 @@
+"""Everything the app needs from outside, built once by the CLI (or a test) and passed in.
+
+The app never reads the environment, the catalog or the file system on its own: a test gives
+it a runtime on tiny models and a temporary store; ``specchat`` gives it the real ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specchat.config import UserConfig, save_config
+from specchat.engine.decoding import Decoder
+from specchat.errors import ConfigError
+from specchat.models.progress import ProgressFn
+from specchat.runtime import Runtime
+from specchat.store import ChatStore
+from specchat.ui.chat_settings import ChatSettings
+
+DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
+
+
+def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
+    """The one place the app turns its settings into a decoder.
+
+    Today ``Runtime.decoder`` builds plain decoding only; once it builds the speculative decoder
+    for pairs, γ (``settings.gamma_mode`` / ``settings.gamma``) and n-gram drafting
+    (``settings.ngram``) are passed here. Sampling settings go with each request instead.
+    """
+    return runtime.decoder()
+
+
+@dataclass
+class AppServices:
+    store: ChatStore
+    config: UserConfig
+    open_runtime: Callable[[ProgressFn], Runtime]  # runs in a worker thread; may fetch models
+    label: str  # what is being opened ("demo", a model id), for the loading screen
+    pair_gamma: int | None = None  # the pair's recommended γ, for γ mode "pair"
+    config_path: Path | None = None  # where settings are saved (None: not saved)
+    config_problem: str | None = None  # why the config file could not be read, if it couldn't
+    backend: str | None = None  # "CPU", "CUDA", "Metal"...; None: ask llama.cpp
+    export_dir: Path = field(default_factory=Path.cwd)
+    make_decoder: DecoderFactory = runtime_decoder
+
+    def settings(self) -> ChatSettings:
+        return ChatSettings.from_config(self.config, self.pair_gamma)
+
+    def save_settings(self, settings: ChatSettings) -> str | None:
+        """Save to the config file; return a note for the user when something else happened."""
+        self.config = settings.to_config(self.config)
+        if self.config_path is None:
+            return None
+        note = None
+        if self.config_problem and self.config_path.exists():
+            # The broken file may hold edits the user wants back: keep it beside the new one.
+            backup = self.config_path.with_name(self.config_path.name + ".broken")
+            shutil.copy2(self.config_path, backup)
+            note = f"your unreadable settings file was kept as {backup}"
+            self.config_problem = None
+        try:
+            save_config(self.config_path, self.config)
+        except OSError as e:
+            raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
+                from None
+        return note

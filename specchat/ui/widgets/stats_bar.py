@@ -1,0 +1,139 @@
+"""The live stats bar: rolling tokens/s, α, τ, γ and its mode, draft vs verify time, context
+fill, backend and models, with sparklines of α and tokens/s over the conversation.
+
+It is fed :class:`LiveStats` snapshots (at most ~10 a second, coalesced in the message queue)
+and draws nothing on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Label, Static
+
+from specchat.ui.live import LiveStats
+
+HISTORY = 240  # points kept per sparkline
+SPARK_WIDTH = 24
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int, lo: float, hi: float | None) -> str:
+    """``values`` averaged into at most ``width`` bars, on a fixed scale from ``lo`` to ``hi``
+    (``hi=None``: the largest value), so a steady α of 0.9 looks high rather than flat."""
+    if not values:
+        return " " * width
+    n = len(values)
+    buckets = [values[i * n // width : (i + 1) * n // width] for i in range(width)] \
+        if n > width else [[v] for v in values]
+    top = max(values) if hi is None else hi
+    span = top - lo or 1.0
+    bars = []
+    for b in buckets:
+        if not b:
+            continue
+        v = sum(b) / len(b)
+        level = round((min(max(v, lo), top) - lo) / span * (len(BARS) - 1))
+        bars.append(BARS[level])
+    return "".join(bars).ljust(width)
+
+
+def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> Text:
+    def fmt(v: float | None, spec: str) -> str:
+        return "—" if v is None else format(v, spec)
+
+    dim = "dim"
+    out = Text()
+    out.append(f"{fmt(s.tps, '5.1f')}", "bold")
+    out.append(" tok/s" + (" (live)" if busy else ""), dim)
+    out.append("  α ", dim)
+    out.append(fmt(s.alpha, ".2f"), "bold")
+    out.append("  τ ", dim)
+    out.append(fmt(s.tau, ".2f"), "bold")
+    out.append("  γ ", dim)
+    if s.gamma_mode is not None:  # a saved speculative reply, whatever runs now
+        out.append("—" if s.gamma is None else str(s.gamma), "bold")
+        out.append(f" {s.gamma_mode}", dim)
+    elif speculative:
+        out.append("—" if s.gamma is None else str(s.gamma), "bold")
+        out.append(f" {gamma_mode}", dim)
+    else:
+        out.append("off", "bold")
+        out.append(" plain decoding", dim)
+    out.append("  draft/verify ", dim)
+    if s.draft_share is None:
+        out.append("—", "bold")
+    else:
+        out.append(f"{s.draft_share:.0%}/{1 - s.draft_share:.0%}", "bold")
+    out.append("  ctx ", dim)
+    used = "—" if s.ctx_used is None else str(s.ctx_used)
+    size = "—" if s.ctx_size is None else str(s.ctx_size)
+    out.append(f"{used}/{size}", "bold")
+    return out
+
+
+class StatsBar(Vertical):
+    def __init__(self, backend: str, models: str, ctx_size: int | None, speculative: bool,
+                 gamma_mode: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.backend = backend
+        self.models = models
+        self.ctx_size = ctx_size
+        self.speculative = speculative
+        self.gamma_mode = gamma_mode
+        self.stats = LiveStats(ctx_size=ctx_size)
+        self.busy = False
+        self.alpha_history: list[float] = []
+        self.tps_history: list[float] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._line(), id="stats-line")
+        with Horizontal(id="stats-sparks"):
+            yield Label("α", classes="spark-label")
+            yield Static(sparkline([], SPARK_WIDTH, 0, 1), id="alpha-spark", classes="spark")
+            yield Label("tok/s", classes="spark-label")
+            yield Static(sparkline([], SPARK_WIDTH, 0, None), id="tps-spark", classes="spark")
+            yield Label(f"{self.backend} · {self.models}", id="stats-models", markup=False)
+
+    def _line(self) -> Text:
+        return stats_line(self.stats, self.gamma_mode, self.speculative, self.busy)
+
+    def show(self, stats: LiveStats, busy: bool, record: bool = True) -> None:
+        """Draw a snapshot; ``record`` adds its α and tokens/s to the sparklines (one point per
+        live update, and one for the whole reply when it ends)."""
+        if stats.ctx_size is None:
+            stats = LiveStats(**{**stats.__dict__, "ctx_size": self.ctx_size})
+        self.stats, self.busy = stats, busy
+        if record:
+            if stats.alpha_window is not None:
+                self.alpha_history.append(stats.alpha_window)
+            if stats.tps is not None:
+                self.tps_history.append(stats.tps)
+            self._draw_sparks()
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+
+    def set_history(self, alpha: Sequence[float], tps: Sequence[float]) -> None:
+        self.alpha_history, self.tps_history = list(alpha), list(tps)
+        self._draw_sparks()
+
+    def set_mode(self, gamma_mode: str) -> None:
+        self.gamma_mode = gamma_mode
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+
+    def reset(self) -> None:
+        self.stats = LiveStats(ctx_size=self.ctx_size)
+        self.busy = False
+        self.set_history([], [])
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+
+    def _draw_sparks(self) -> None:
+        del self.alpha_history[:-HISTORY]
+        del self.tps_history[:-HISTORY]
+        self.query_one("#alpha-spark", Static).update(
+            sparkline(self.alpha_history, SPARK_WIDTH, 0.0, 1.0), layout=False)
+        self.query_one("#tps-spark", Static).update(
+            sparkline(self.tps_history, SPARK_WIDTH, 0.0, None), layout=False)

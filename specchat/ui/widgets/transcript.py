@@ -1,0 +1,185 @@
+"""The scrolling transcript: user messages and assistant replies.
+
+A reply streams in as token-fate text (see fate_text.py: only its last block is redrawn).
+When it is complete it can be shown as Markdown instead; the Markdown widget is built once, from
+the final text, the first time it is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Markdown, Static
+
+from specchat.store.fates import Segment
+from specchat.ui.conversation import Turn
+from specchat.ui.widgets.fate_text import FateText
+
+VIEWS = ("markdown", "tokens")
+
+
+def reply_summary(stats: dict[str, Any] | None, status: str) -> str:
+    """``128 tokens · 54.2 tok/s · α 0.72 · τ 2.81 · stopped``"""
+    s = stats or {}
+    parts = []
+    if s.get("generated_tokens"):
+        parts.append(f"{s['generated_tokens']} tokens")
+    if s.get("decode_tps"):
+        parts.append(f"{s['decode_tps']:.1f} tok/s")
+    if s.get("alpha") is not None:
+        parts.append(f"α {s['alpha']:.2f}")
+    if s.get("tau") is not None and s.get("steps"):
+        parts.append(f"τ {s['tau']:.2f}")
+    reason = s.get("stop_reason")
+    if status == "cancelled":
+        parts.append("stopped by you")
+    elif status == "error":
+        parts.append("failed")
+    elif reason == "length":
+        parts.append("max tokens reached")
+    elif reason == "context":
+        parts.append("context full")
+    return " · ".join(parts)
+
+
+class UserMessage(Static):
+    def __init__(self, turn: Turn) -> None:
+        body = Text("You\n", style="bold")
+        body.append(turn.text)
+        super().__init__(body, classes="message user")
+        self.turn = turn
+
+
+class AssistantMessage(Vertical):
+    """One reply: a header, the token-fate view, the Markdown view, and a summary line."""
+
+    def __init__(self, turn: Turn, *, streaming: bool, view: str, show_rejected: bool) -> None:
+        super().__init__(classes="message assistant")
+        self.turn = turn
+        self.streaming = streaming
+        self.view = view
+        self.show_rejected = show_rejected
+        self._fates = FateText(turn.trace.segments, show_rejected, classes="fates")
+        self._header = Static(self._header_text(), classes="who")
+        self._meta = Static(self._meta_text(), classes="meta")
+        self._markdown: Markdown | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self._header
+        yield self._fates
+        yield self._meta
+
+    def on_mount(self) -> None:
+        self._apply_view()
+
+    # --- what the header and summary say ---------------------------------------------------
+
+    def _header_text(self) -> Text:
+        kinds = {s.kind for s in self.turn.trace.segments}
+        stats = self.turn.stats or {}
+        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
+        mode = "speculative" if speculative else "plain"
+        out = Text("Assistant", style="bold")
+        if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
+            out.append(f"  {mode}", style="dim")
+        if self.streaming:
+            out.append("  generating… (Esc stops)", style="dim italic")
+        return out
+
+    def _meta_text(self) -> str:
+        return "" if self.streaming else reply_summary(self.turn.stats, self.turn.status)
+
+    # --- streaming --------------------------------------------------------------------------
+
+    def append(self, segments: Iterable[Segment]) -> bool:
+        """Add streamed text; return whether the message got taller."""
+        segments = list(segments)
+        first = not self.turn.trace.segments
+        self.turn.trace.extend(segments)
+        taller = self._fates.append(segments)
+        if first:
+            self._header.update(self._header_text())
+        return taller
+    def finish(self, status: str, stats: dict[str, Any] | None) -> None:
+        self.streaming = False
+        self.turn.status = status
+        self.turn.stats = stats
+        self._header.update(self._header_text())
+        self._meta.update(self._meta_text())
+        self._apply_view()
+
+    # --- views ------------------------------------------------------------------------------
+
+    def set_view(self, view: str, show_rejected: bool) -> None:
+        if show_rejected != self.show_rejected:
+            self.show_rejected = show_rejected
+            self._fates.rebuild(self.turn.trace.segments, show_rejected)
+        self.view = view
+        self._apply_view()
+
+    def _apply_view(self) -> None:
+        markdown = self.view == "markdown" and not self.streaming and bool(self.turn.text)
+        if markdown and self._markdown is None:
+            self._markdown = Markdown(self.turn.text, classes="markdown")
+            self.mount(self._markdown, after=self._fates)
+        if self._markdown is not None:
+            self._markdown.display = markdown
+        self._fates.display = not markdown
+        self._meta.display = bool(self._meta_text())
+
+
+class Transcript(VerticalScroll):
+    """The conversation; it follows new text while the user is at the bottom, and stays put
+    when they have scrolled up to read."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.view = "markdown"
+        self.show_rejected = False
+
+    def _follow(self, at_bottom: bool) -> None:
+        if at_bottom:
+            self.scroll_end(animate=False)  # after the next layout, when the new size is known
+
+    def show_turns(self, turns: Iterable[Turn]) -> None:
+        self.remove_children()
+        widgets = [self._widget(t) for t in turns]
+        if widgets:
+            self.mount_all(widgets)
+        self._follow(True)
+
+    def _widget(self, turn: Turn) -> Static | AssistantMessage:
+        if turn.role == "assistant":
+            return AssistantMessage(turn, streaming=False, view=self.view,
+                                    show_rejected=self.show_rejected)
+        return UserMessage(turn)
+
+    def add_user(self, turn: Turn) -> None:
+        self.mount(UserMessage(turn))
+        self._follow(True)
+
+    def add_reply(self, turn: Turn) -> AssistantMessage:
+        widget = AssistantMessage(turn, streaming=True, view=self.view,
+                                  show_rejected=self.show_rejected)
+        self.mount(widget)
+        self._follow(True)
+        return widget
+
+    def append(self, widget: AssistantMessage, segments: Iterable[Segment]) -> None:
+        at_bottom = self.is_vertical_scroll_end
+        if widget.append(segments):  # only a taller reply can need scrolling
+            self._follow(at_bottom)
+
+    def finish(self, widget: AssistantMessage, status: str, stats: dict[str, Any] | None) -> None:
+        at_bottom = self.is_vertical_scroll_end
+        widget.finish(status, stats)
+        self._follow(at_bottom)
+
+    def set_view(self, view: str, show_rejected: bool) -> None:
+        self.view, self.show_rejected = view, show_rejected
+        for w in self.query(AssistantMessage):
+            w.set_view(view, show_rejected)

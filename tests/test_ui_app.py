@@ -1,0 +1,371 @@
+"""The chat app driven with Pilot on tiny real models: send, stream, cancel, settings, history.
+
+Tests that need speculative fates (accepted / corrected / bonus / rejected) use
+``SpeculativeStandIn`` from ui_helpers until the speculative decoder is merged.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+from ui_helpers import (
+    GREEDY,
+    GatedDecoder,
+    SpeculativeStandIn,
+    app_test,
+    make_services,
+    reference_reply,
+    tiny_runtime,
+    wait_for,
+)
+
+from specchat.engine.chat_template import Message
+from specchat.engine.plain import PlainDecoder
+from specchat.errors import FetchError
+from specchat.models.progress import Progress
+from specchat.runtime import Runtime
+from specchat.ui.app import SpecchatApp
+from specchat.ui.chat_settings import ChatSettings
+from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.screens.dialogs import ErrorDialog
+from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.loading import LoadFailedScreen, LoadingScreen
+from specchat.ui.screens.settings import SettingsScreen
+from specchat.ui.widgets.chat_input import ChatInput
+from specchat.ui.widgets.chat_list import ChatList
+from specchat.ui.widgets.transcript import AssistantMessage
+
+SIZE = (120, 36)
+
+
+def standin(runtime: Runtime, settings: ChatSettings) -> SpeculativeStandIn:
+    return SpeculativeStandIn(runtime.target_ctx)
+
+
+async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen))
+    return pilot.app.screen
+
+
+async def send(pilot, text: str) -> AssistantMessage:  # type: ignore[no-untyped-def]
+    chat = pilot.app.screen
+    await pilot.click(ChatInput)
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: chat.job_widget is not None or chat.job is None)
+    replies = list(chat.query(AssistantMessage))
+    return replies[-1]
+
+
+async def finished(pilot) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: pilot.app.screen.job is None)
+    await pilot.pause()
+
+
+@app_test
+async def test_a_reply_streams_in_with_every_fate_styled(tmp_path: Path, tiny_target: Path) -> None:
+    """Speculative fates come from SpeculativeStandIn (real plain decoding, relabelled) until
+    the speculative decoder is merged; the text, the engine and the app are real."""
+    runtime = tiny_runtime(tiny_target)
+    services = make_services(tmp_path, runtime, make_decoder=standin)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "hello there")
+        await finished(pilot)
+        kinds = {s.kind for s in reply.turn.trace.segments}
+        assert kinds == {"a", "c", "b", "x"}
+        expected = reference_reply(runtime, [Message("system", services.config.system_prompt),
+                                             Message("user", "hello there")])
+        assert reply.turn.text == expected  # the real model's greedy reply, whole
+        assert reply.turn.status == "done"
+        await pilot.press("ctrl+r")  # rejected drafts on: switches to the token view
+        await pilot.pause()
+        svg = app.export_screenshot().lower()
+        for colour in ("#009e73", "#d55e00", "#56b4e9"):  # Okabe-Ito (rejected is dimmed)
+            assert colour in svg
+        assert "underline" in svg and "line-through" in svg  # cues beyond colour
+        app.save_screenshot("fates.svg", path=str(tmp_path))
+        bar = chat.stats_bar.stats
+        assert bar.alpha is not None and bar.tau is not None and bar.gamma == 4
+        assert chat.stats_bar.tps_history  # the sparkline got points while streaming
+        (saved,) = services.store.list_chats()
+        msgs = services.store.messages(saved.id)
+        assert [m.role for m in msgs] == ["user", "assistant"]
+        assert msgs[1].content == expected and '"x":"' in (msgs[1].fates or "")
+        assert msgs[1].stats and msgs[1].stats["decoder"] == "speculative"
+    assert runtime.target_ctx.ptr is None  # the app freed the models on exit
+
+
+@app_test
+async def test_plain_replies_render_markdown_and_flip_to_tokens(tmp_path: Path,
+                                                                tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "the cat")
+        await finished(pilot)
+        assert {s.kind for s in reply.turn.trace.segments} == {"p"}
+        assert reply._markdown is not None and reply._markdown.display
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert chat.view == "tokens" and reply._fates.display and not reply._markdown.display
+        assert "plain" in str(reply._header.render())
+
+
+@app_test
+async def test_cancel_keeps_the_partial_reply_and_the_next_message_works(
+        tmp_path: Path, tiny_target: Path) -> None:
+    runtime = tiny_runtime(tiny_target)
+    gated: list[GatedDecoder] = []
+
+    def decoder(rt: Runtime, _s: ChatSettings) -> GatedDecoder:
+        gated.append(GatedDecoder(PlainDecoder(rt.target_ctx), after=6))
+        return gated[-1]
+
+    config = make_services(tmp_path, runtime).config.with_(sampling=GREEDY.with_(max_tokens=40))
+    services = make_services(tmp_path / "s", runtime, config=config, make_decoder=decoder)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "a b c")
+        await wait_for(pilot, lambda: gated[0].paused.is_set() and bool(reply.turn.text))
+        assert chat.job is not None  # still generating
+        await pilot.press("escape")
+        await finished(pilot)
+        partial = reply.turn.text
+        assert reply.turn.status == "cancelled" and partial
+        assert "stopped by you" in str(reply._meta.render())
+        gated[0].gate.set()  # later replies run through
+        second = await send(pilot, "and then?")
+        await finished(pilot)
+        assert second.turn.status == "done"
+        history = [Message("system", services.config.system_prompt), Message("user", "a b c"),
+                   Message("assistant", partial), Message("user", "and then?")]
+        # The KV cache the cancelled reply left behind gave the same answer a fresh one does.
+        assert second.turn.text == reference_reply(runtime, history, config.sampling)
+        (saved,) = services.store.list_chats()
+        statuses = [(m.role, m.status) for m in services.store.messages(saved.id)]
+        assert statuses == [("user", "done"), ("assistant", "cancelled"), ("user", "done"),
+                            ("assistant", "done")]
+
+
+@app_test
+async def test_quitting_mid_reply_stops_it_and_frees_the_models(tmp_path: Path,
+                                                               tiny_target: Path) -> None:
+    runtime = tiny_runtime(tiny_target)
+    gated: list[GatedDecoder] = []
+
+    def decoder(rt: Runtime, _s: ChatSettings) -> GatedDecoder:
+        gated.append(GatedDecoder(PlainDecoder(rt.target_ctx), after=3))
+        return gated[-1]
+
+    services = make_services(tmp_path, runtime, make_decoder=decoder)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "hello")
+        await wait_for(pilot, lambda: gated[0].paused.is_set() and bool(reply.turn.text))
+        await pilot.press("ctrl+q")  # the gate never opens: only the cancel event ends it
+    assert chat.idle.is_set() and runtime.target_ctx.ptr is None
+    (saved,) = services.store.list_chats()
+    _user, partial = services.store.messages(saved.id)
+    assert (partial.role, partial.status) == ("assistant", "cancelled") and partial.content
+
+
+@app_test
+async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_target: Path) -> None:
+    seen: list[ChatSettings] = []
+
+    def decoder(rt: Runtime, s: ChatSettings) -> PlainDecoder:
+        seen.append(s)
+        return PlainDecoder(rt.target_ctx)
+
+    services = make_services(tmp_path, tiny_runtime(tiny_target), make_decoder=decoder)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        form = app.screen
+        form.query_one("#top-p").value = "2"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, SettingsScreen)  # a bad value keeps the form open
+        assert "top-p" in str(form.query_one("#settings-error").render())
+        for widget_id, value in (("top-p", "0.9"), ("max-tokens", "7"), ("temperature", "0"),
+                                 ("seed", "11"), ("gamma", "3")):
+            form.query_one(f"#{widget_id}").value = value
+        form.query_one("#gamma-mode").value = "fixed"
+        form.query_one("#ngram").value = True
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.screen is chat)
+        reply = await send(pilot, "hello")
+        await finished(pilot)
+        assert reply.turn.stats and reply.turn.stats["generated_tokens"] == 7
+        assert reply.turn.stats["stop_reason"] == "length"
+        assert "max tokens reached" in str(reply._meta.render())
+        assert (seen[-1].gamma_mode, seen[-1].gamma, seen[-1].ngram) == ("fixed", 3, True)
+        assert chat.stats_bar.gamma_mode == "fixed"
+    saved = yaml.safe_load(services.config_path.read_text())  # type: ignore[union-attr]
+    assert saved["gamma"] == 3 and saved["ngram"] is True
+    assert saved["sampling"]["max_tokens"] == 7 and saved["sampling"]["seed"] == 11
+    assert saved["sampling"]["top_p"] == 0.9
+
+
+@app_test
+async def test_a_past_chat_reloads_with_its_colours(tmp_path: Path, tiny_target: Path) -> None:
+    """Fates from SpeculativeStandIn (see ui_helpers) until the speculative decoder merges."""
+    services = make_services(tmp_path, tiny_runtime(tiny_target), make_decoder=standin)
+    async with SpecchatApp(services).run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        original = (await send(pilot, "hello there"))
+        await finished(pilot)
+        segments = list(original.turn.trace.segments)
+    # A new app on the same database: the chat is in the list and opens with its fates.
+    store_path = services.store.path
+    services.store.close()
+    services2 = make_services(tmp_path, tiny_runtime(tiny_target), make_decoder=standin)
+    assert services2.store.path == store_path
+    app = SpecchatApp(services2)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        assert not list(chat.query(AssistantMessage))  # a new chat to start with
+        chat.query_one(ChatList).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: bool(list(chat.query(AssistantMessage))))
+        (reloaded,) = chat.query(AssistantMessage)
+        assert reloaded.turn.trace.segments == segments
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        svg = app.export_screenshot().lower()
+        assert "#d55e00" in svg and "line-through" in svg
+        assert chat.stats_bar.stats.alpha is not None  # the stats bar shows the saved figures
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert not list(chat.query(AssistantMessage)) and chat.conversation.chat_id is None
+
+
+@app_test
+async def test_rename_delete_and_export_a_chat(tmp_path: Path, tiny_target: Path) -> None:
+    services = make_services(tmp_path, tiny_runtime(tiny_target))
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await send(pilot, "first chat")
+        await finished(pilot)
+        await pilot.press("ctrl+o")
+        (exported,) = tmp_path.glob("specchat-*.md")
+        assert exported.read_text().startswith("# first chat\n")
+        chat.query_one(ChatList).focus()
+        await pilot.press("f2")
+        await pilot.pause()
+        await pilot.press("ctrl+u", *"renamed", "enter")
+        await wait_for(pilot, lambda: app.screen is chat)
+        assert services.store.list_chats()[0].title == "renamed"
+        assert "renamed" in str(chat.query_one("#topbar").render())
+        chat.query_one(ChatList).focus()
+        await pilot.press("delete")
+        await pilot.pause()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not services.store.list_chats())
+        assert chat.conversation.chat_id is None
+
+
+@app_test
+async def test_brackets_in_text_are_shown_as_written(tmp_path: Path, tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await send(pilot, "[b]x[/b] and [/]")  # Rich markup, and a broken tag
+        await finished(pilot)
+        assert "[b]x[/b] and [/]" in str(chat.query_one("#topbar").render())
+        assert "[b]x[/b] and [/]" in app.export_screenshot().replace("&#160;", " ")
+
+
+@app_test
+async def test_keys_help_and_newline(tmp_path: Path, tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await pilot.click(ChatInput)
+        await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
+        assert chat.query_one(ChatInput).text == "a\nb\nc"
+        assert chat.job is None  # a newline is not a send
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(app.screen.table)
+        body = console.export_text()
+        assert "Ctrl+N" in body and "Esc" in body and "rejected draft" in body
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is chat)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Show / hide past")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not chat.query_one("#sidebar").display)
+
+
+@app_test
+async def test_engine_errors_show_a_dialog_and_the_app_goes_on(tmp_path: Path,
+                                                               tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target, n_ctx=64)))
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        assert chat.engine.n_ctx == 256  # llama.cpp rounds the context up to 256
+        chat.query_one(ChatInput).load_text("the cat sat on the mat " * 40)
+        await pilot.click(ChatInput)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        assert "context" in str(app.screen.query_one(".dialog-body").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is chat)
+        reply = await send(pilot, "hi")
+        await finished(pilot)
+        assert reply.turn.status == "done"
+
+
+@app_test
+async def test_loading_shows_progress_and_a_failure_can_be_retried(tmp_path: Path,
+                                                                  tiny_target: Path) -> None:
+    attempts: list[int] = []
+
+    def opener(report):  # type: ignore[no-untyped-def]
+        attempts.append(1)
+        report(Progress("Fetching tiny", 40, 100))
+        if len(attempts) == 1:
+            raise FetchError("no network: cannot reach pypi.org")
+        return tiny_runtime(tiny_target)
+
+    app = SpecchatApp(make_services(tmp_path, opener))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadFailedScreen))
+        assert "no network" in str(app.screen.query_one("#failed-message").render())
+        await pilot.press("r")
+        await ready(pilot)
+        assert len(attempts) == 2
+
+
+@app_test
+async def test_the_loading_screen_draws_progress_records(tmp_path: Path) -> None:
+    screen = LoadingScreen("demo")
+
+    class Host(SpecchatApp):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    app = Host(make_services(tmp_path, lambda _r: pytest.fail("not opened")))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen.show_progress(Progress("Fetching smollm2 from PyPI", 25_000_000, 100_000_000))
+        await pilot.pause()
+        bar = screen.query_one("#loading-bar")
+        assert bar.total == 100_000_000 and bar.progress == 25_000_000
+        detail = str(screen.query_one("#loading-detail").render())
+        assert detail.startswith("25.0 MB / 100.0 MB")
