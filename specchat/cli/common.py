@@ -32,12 +32,14 @@ class Env:
     def resolver(self) -> ModelResolver:
         return ModelResolver(self.catalog, self.paths)
 
-    def offload_settings(self, args: argparse.Namespace) -> tuple[OffloadSettings, OffloadSettings]:
+    def offload_settings(self, args: argparse.Namespace, config: UserConfig | None = None,
+                         ) -> tuple[OffloadSettings, OffloadSettings]:
         """The target's and the draft's load settings: the config file, then the flags."""
+        config = config or self.config
         shared = {k: getattr(args, k, None) for k in ("main_gpu", "flash_attn", "kv_type")}
-        target = self.config.target_offload.with_(gpu_layers=getattr(args, "gpu_layers", None),
+        target = config.target_offload.with_(gpu_layers=getattr(args, "gpu_layers", None),
                                                   **shared)
-        draft = self.config.draft_offload.with_(gpu_layers=getattr(args, "draft_gpu_layers", None),
+        draft = config.draft_offload.with_(gpu_layers=getattr(args, "draft_gpu_layers", None),
                                                 **shared)
         for role, s in (("target", target), ("draft", draft)):
             try:
@@ -56,7 +58,7 @@ class Env:
             n_ctx=getattr(args, "ctx_size", None) or config.n_ctx,
             n_threads=threads or config.n_threads,
         )
-        target, draft = self.offload_settings(args)
+        target, draft = self.offload_settings(args, config)
         return RuntimeOptions(
             context=target.context_settings(ctx), target=target.model_settings(),
             draft=draft.model_settings(), draft_context=draft.context_settings(ctx),
