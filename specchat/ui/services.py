@@ -23,13 +23,11 @@ DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
 
 
 def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
-    """The one place the app turns its settings into a decoder.
-
-    Today ``Runtime.decoder`` builds plain decoding only; once it builds the speculative decoder
-    for pairs, γ (``settings.gamma_mode`` / ``settings.gamma``) and n-gram drafting
-    (``settings.ngram``) are passed here. Sampling settings go with each request instead.
-    """
-    return runtime.decoder()
+    """The one place the app turns its settings into a decoder: speculative for a pair (γ from
+    the settings, or the pair's own), plain for a single model unless n-gram drafting is on.
+    Sampling settings go with each request instead."""
+    gamma = settings.gamma if settings.gamma_mode == "fixed" else None
+    return runtime.decoder(gamma=gamma, ngram=settings.ngram)
 
 
 @dataclass
