@@ -210,7 +210,7 @@ class Runtime:
         for p in cal.per_prompt:
             by_topic.setdefault(CALIBRATION_TOPICS.get(p.category, "chat"), []).append(p.alpha)
         priors = {t: sum(v) / len(v) for t, v in by_topic.items()}
-        return AutoGammaSeed(cal.costs, cal.alpha, priors)
+        return AutoGammaSeed(cal.costs, cal.alpha, priors, cal.confidence)
 
     def new_auto_gamma(self, settings: AutoGammaSettings | None = None,
                        clock: Callable[[], float] = time.perf_counter) -> AutoGamma:

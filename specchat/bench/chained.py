@@ -109,7 +109,7 @@ def record_conversation(runtime: Runtime, conv: Conversation, max_tokens: int,
         messages.append(Message("user", p.text))
         prompt = engine.fit(messages, max_tokens).tokens
         reply = greedy_continuation(tctx, prompt, max_tokens, include_eog=True)
-        tr = agreement_trace(tctx, dctx, prompt, reply, draft_top=True)
+        tr = agreement_trace(tctx, dctx, prompt, reply, draft_top=True, draft_stepwise=True)
         assert tr.draft_top is not None
         request = new_text(runtime.target.detokenize, prompt[_common_prefix(previous, prompt):])
         trace = TurnTrace(request, tuple(tr.agree), tuple(tr.draft_top),

@@ -71,6 +71,12 @@ def measure_costs(runtime: Runtime, turn: RecordedTurn, gamma_max: int) -> Repla
     return ReplayCosts(draft_s, verify_s, overhead, min(times))
 
 
+def _topic(labels: Sequence[str]) -> str:
+    """The topic auto-γ spent most of a turn in (its labels read "auto · <topic>")."""
+    topics = [lab.split("·")[-1].strip() for lab in labels if "warm-up" not in lab]
+    return max(set(topics), key=topics.count) if topics else "warm-up"
+
+
 def _total(runs: Sequence[TurnReplay]) -> tuple[int, float]:
     return sum(r.tokens for r in runs), sum(r.seconds for r in runs)
 
@@ -131,7 +137,7 @@ def evaluate(recordings: Sequence[tuple[int, Sequence[RecordedTurn]]], costs: Re
             per_turn.append(row)
             if AUTO in runs:
                 r = runs[AUTO][k]
-                topic = r.labels[0].split("·")[-1].strip() if r.labels else ""
+                topic = _topic(r.labels)
                 settle.append({"seed": seed, "turn": k, "category": t.category, "topic": topic,
                                "returning": topic in seen, "steps": settle_steps(r.planned),
                                "planned": r.planned, "drafted": r.drafted})

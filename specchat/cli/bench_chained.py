@@ -136,7 +136,8 @@ def _dump_seed(seed: AutoGammaSeed | None) -> dict[str, Any] | None:
         return None
     return {"costs": None if seed.costs is None else
             {"draft_s": seed.costs.draft_s, "verify_s": list(seed.costs.verify_s)},
-            "prior_alpha": seed.prior_alpha, "topic_priors": dict(seed.topic_priors)}
+            "prior_alpha": seed.prior_alpha, "topic_priors": dict(seed.topic_priors),
+            "confidence": [list(c) for c in seed.confidence]}
 
 
 def _load_seed(d: dict[str, Any] | None) -> AutoGammaSeed | None:
@@ -144,7 +145,8 @@ def _load_seed(d: dict[str, Any] | None) -> AutoGammaSeed | None:
         return None
     c = d.get("costs")
     return AutoGammaSeed(CostCurve(c["draft_s"], tuple(c["verify_s"])) if c else None,
-                         d.get("prior_alpha"), dict(d.get("topic_priors") or {}))
+                         d.get("prior_alpha"), dict(d.get("topic_priors") or {}),
+                         tuple((float(k), float(n)) for k, n in d.get("confidence") or ()))
 
 
 def _calibration_ids(runtime: Runtime) -> tuple[str, ...]:

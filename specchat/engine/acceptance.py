@@ -129,6 +129,17 @@ def expected_tokens(alphas: Sequence[float], gamma: int) -> float:
 CONF_EDGES = (0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.97)
 
 
+def confidence_counts(tops: Sequence[float], kept: Sequence[bool | float]
+                      ) -> tuple[tuple[float, float], ...]:
+    """(kept, seen) per bin of the draft's top-1 probability."""
+    counts = [[0.0, 0.0] for _ in range(len(CONF_EDGES) + 1)]
+    for top, k in zip(tops, kept, strict=True):
+        c = counts[bisect.bisect_right(CONF_EDGES, top)]
+        c[0] += float(k)
+        c[1] += 1.0
+    return tuple((k, n) for k, n in counts)
+
+
 class ConfidenceBins:
     """P(a drafted token is kept | the draft's top-1 probability), decayed, per bin."""
 
@@ -137,6 +148,15 @@ class ConfidenceBins:
         self.seen = [0.0] * (len(CONF_EDGES) + 1)
         self._lam = decay_for(half_life)
         self.prior_weight = prior_weight
+
+    def seed(self, counts: Sequence[tuple[float, float]], weight: float = 100.0) -> None:
+        """Start from measured (kept, seen) counts, worth ``weight`` observations at most."""
+        total = sum(n for _, n in counts)
+        if len(counts) != len(self.seen) or total <= 0:
+            return
+        scale = min(1.0, weight / total)
+        self.kept = [k * scale for k, _ in counts]
+        self.seen = [n * scale for _, n in counts]
 
     def add(self, top: float, kept: float) -> None:
         b = bisect.bisect_right(CONF_EDGES, top)

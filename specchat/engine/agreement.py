@@ -76,10 +76,14 @@ def greedy_continuation(ctx: LlamaContext, prompt: Sequence[int], max_tokens: in
 
 def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[int],
                     continuation: Sequence[int], settings: SamplerSettings | None = None,
-                    draft_top: bool = False) -> AgreementTrace:
+                    draft_top: bool = False, draft_stepwise: bool = False) -> AgreementTrace:
     """Teacher-force both models over ``prompt + continuation`` and compare, position by position,
     their predictions of each continuation token; with ``draft_top``, also record the draft's
     top-1 probability at each position (what a confidence-based early stop reads).
+
+    ``draft_stepwise`` decodes the draft one token at a time, as a drafter does: on a CPU a
+    quantized model's logits differ slightly between a batch and single tokens (other matmul
+    kernels), enough to flip a near tie — a replay must see what the drafter saw.
 
     The draft only proposes ids both vocabularies share (as the decoder does). Leaves both caches
     holding ``prompt + continuation[:-1]``, so a replay of a growing chat reuses its prefix.
@@ -93,7 +97,14 @@ def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[
     if not continuation:
         return AgreementTrace([], [], [] if sampled else None, tops)
     t_row, _ = prefill(target, prompt)
-    d_row, _ = prefill(draft, prompt)
+    if draft_stepwise:  # as the decoder does: the prompt but its last token, then that one
+        keep = min(draft.common_prefix(prompt), len(prompt) - 1)
+        draft.truncate(keep)
+        if keep < len(prompt) - 1:
+            draft.decode(prompt[keep:-1], logits="none")
+        d_row = draft.decode(prompt[-1:], logits="last")[0]
+    else:
+        d_row, _ = prefill(draft, prompt)
     _compare(t_row[None, :], d_row[None, :], n_shared, settings if sampled else None,
              t_out, d_out, probs)
     _tops(d_row[None, :n_shared], tops)
@@ -102,7 +113,10 @@ def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[
     for off in range(0, len(rest), step):
         chunk = rest[off : off + step]
         t_rows = target.decode(chunk, logits="all")
-        d_rows = draft.decode(chunk, logits="all")  # each context keeps its own logits buffer
+        if draft_stepwise:
+            d_rows = np.stack([np.array(draft.decode((t,), logits="last")[0]) for t in chunk])
+        else:
+            d_rows = draft.decode(chunk, logits="all")  # each context keeps its own buffer
         _compare(t_rows, d_rows, n_shared, settings if sampled else None, t_out, d_out, probs)
         _tops(d_rows[:, :n_shared], tops)
     return AgreementTrace(t_out, d_out, probs if sampled else None, tops)

@@ -26,7 +26,7 @@ the topic's slow estimate then jumps to the fast one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +62,9 @@ class AutoGammaSettings:
     slow_half_life: float = 40.0  # steps
     fast_half_life: float = 5.0
     cost_half_life: float = 48.0
+    realized_rate: bool = True  # stop threshold from the rate steps achieve, if above the model's
+    pooled_future: bool = True  # the stop rule's later tokens at the pooled α (not per position)
+    next_bins: bool = True  # the next token's α from this token's confidence (persistence)
     seed: int = 0
 
 
@@ -72,6 +75,7 @@ class AutoGammaSeed:
     costs: CostCurve | None = None
     prior_alpha: float | None = None
     topic_priors: Mapping[str, float] = field(default_factory=dict)
+    confidence: Sequence[tuple[float, float]] = ()  # (kept, seen) per confidence bin
 
 
 @dataclass
@@ -97,6 +101,8 @@ class AutoGamma(PolicyBase):
         self.overall = self._model(alpha0, weight=4.0)  # every topic: the prior of a new one
         self.topics: dict[str, _Topic] = {}
         self.confidence = ConfidenceBins()
+        self.confidence.seed(seed.confidence)
+        self.next_confidence = ConfidenceBins()  # P(next token kept | this token's top-1)
         self.detector = PageHinkley()
         self.fence = FenceTracker()
         self.rng = np.random.default_rng(s.seed)
@@ -108,7 +114,9 @@ class AutoGamma(PolicyBase):
         self._t_prev: float | None = None
         self._step_s = 0.0  # draft + verify time of the last observed step
         self._alphas: list[float] = []
+        self._mean = 0.5
         self._rate = 0.0  # R*: the best expected tokens per second
+        self._realized = [0.0, 0.0]  # decayed Σ tokens, Σ modelled seconds of recent steps
         self._survive = 1.0
         self._tops: list[float] = []
         self.planned = 0  # γ* under the posterior mean (no exploration): where it settles
@@ -167,6 +175,7 @@ class AutoGamma(PolicyBase):
         self.label = f"auto · {self.current.name}"
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
+        self._mean = mean
         self.planned, self._rate = self._best(self._alphas)
         if s.explore:
             gamma, _ = self._best(model.position_alphas(model.sample_alpha(self.rng)))
@@ -210,9 +219,15 @@ class AutoGamma(PolicyBase):
         # Worth going on if drafting up to some later length L adds tokens faster than R*:
         # s·Σ_{k ≤ L} Π α (the run must survive each) against (L − drafted)·(t_d + b).
         _, b = self.costs.line()
-        per_token = self._rate * (self.costs.t_draft + b)
+        rate = self._rate
+        if s.realized_rate and self._realized[1] > 0:
+            rate = max(rate, self._realized[0] / self._realized[1])
+        per_token = rate * (self.costs.t_draft + b)
         run, gain = self._survive, 0.0
-        for extra, a in enumerate(alphas[drafted:], 1):
+        future = [self._mean] * (len(alphas) - drafted) if s.pooled_future else alphas[drafted:]
+        if s.next_bins and future:
+            future[0] = self.next_confidence.p_keep(top, future[0])
+        for extra, a in enumerate(future, 1):
             run *= a
             gain += run
             if gain > per_token * extra:
@@ -236,6 +251,10 @@ class AutoGamma(PolicyBase):
             self._pending = None
 
     def _learn(self, step: StepEvent) -> None:
+        lam = self.overall._lam_slow
+        cost = self.costs.step_cost(step.gamma)  # modelled, not measured: no timing noise
+        self._realized = [lam * self._realized[0] + step.committed,
+                          lam * self._realized[1] + cost]
         outcomes = step_outcomes(step)
         model = self.current.model
         expected = model.position_alphas()  # what the controller believed before this step
@@ -243,6 +262,8 @@ class AutoGamma(PolicyBase):
         self.overall.observe(outcomes)
         for top, kept in zip(self._tops, outcomes, strict=False):
             self.confidence.add(top, kept)
+        for top, kept in zip(self._tops, outcomes[1:], strict=False):
+            self.next_confidence.add(top, kept)
         if self.settings.detect_changes:
             for x, ref in zip(outcomes, expected, strict=False):
                 if self.detector.update(x, ref):

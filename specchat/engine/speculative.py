@@ -68,13 +68,18 @@ class SpeculativeDecoder:
     """Draft-model and/or n-gram speculation, exact under the target's sampler settings."""
 
     def __init__(self, target: LlamaContext, draft: LlamaContext | None = None,
-                 policy: GammaPolicy | None = None, ngram: NgramDrafter | None = None) -> None:
+                 policy: GammaPolicy | None = None, ngram: NgramDrafter | None = None,
+                 stepwise_draft: bool = False) -> None:
         if draft is None and ngram is None:
             raise ValueError("speculation needs a draft model or an n-gram drafter")
         self.target = target
         self.draft = draft
         self.policy: GammaPolicy = policy if policy is not None else FixedGamma(4)
         self.ngram = ngram
+        # Catch the draft up one token at a time instead of in one batch: slower, but its cache
+        # then does not depend on how steps fell (on a CPU a quantized model's logits differ
+        # slightly between batch shapes), so a replay of the run can be exact.
+        self.stepwise_draft = stepwise_draft
         self.name = "speculative" if draft is not None else "ngram"
         # The draft may only propose ids the target knows (vocabularies may differ by padding).
         self.n_shared = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
@@ -96,6 +101,10 @@ class SpeculativeDecoder:
         if i == len(seq):
             i -= 1  # the last token must be evaluated again for its logits
         dft.truncate(i)
+        if self.stepwise_draft:
+            for t in seq[i:-1]:
+                dft.decode((t,), logits="none")
+            i = len(seq) - 1
         row = dft.decode(seq[i:], logits="last")[0]
         self._draft_known = len(seq)
         return row
