@@ -6,9 +6,12 @@ and the benchmarks alike.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
 from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.hardware import backend_label, gpu_devices
@@ -25,8 +28,14 @@ from specchat.models.gguf_file import read_header, validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level, compare_vocab
+from specchat.paths import AppPaths
 
 DEFAULT_GAMMA = 4
+AUTO = "auto"
+
+# Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
+CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
+                      "translation": "translation", "summarization": "summary"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,8 @@ class Runtime:
         self.plan = plan  # the memory estimate the models were loaded with
         self._placement: Placement | None = None
         self.pair_warnings: list[Finding] = []  # vocabulary differences that still allow drafting
+        self.paths: AppPaths | None = None  # where the pair's calibration may be stored
+        self._auto: AutoGamma | None = None
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -167,6 +178,7 @@ class Runtime:
             raise
         runtime = cls(selection, target, target_ctx, draft, draft_ctx, plan)
         runtime.pair_warnings = warnings
+        runtime.paths = resolver.paths
         return runtime
 
     @property
@@ -184,17 +196,55 @@ class Runtime:
         pair = self.selection.pair
         return pair.gamma if pair is not None and pair.gamma is not None else DEFAULT_GAMMA
 
-    def decoder(self, plain: bool = False, gamma: int | GammaPolicy | None = None,
+    def auto_seed(self) -> AutoGammaSeed | None:
+        """What the pair's stored calibration tells auto-γ (its costs, its α, and its α per
+        kind of prompt as topic priors); None when the pair was never calibrated here."""
+        from specchat.models.calibration_store import load_calibration
+
+        if self.paths is None or self.draft is None:
+            return None
+        cal = load_calibration(self.paths, self.target.path, self.draft.path)
+        if cal is None:
+            return None
+        by_topic: dict[str, list[float]] = {}
+        for p in cal.per_prompt:
+            by_topic.setdefault(CALIBRATION_TOPICS.get(p.category, "chat"), []).append(p.alpha)
+        priors = {t: sum(v) / len(v) for t, v in by_topic.items()}
+        return AutoGammaSeed(cal.costs, cal.alpha, priors, cal.confidence)
+
+    def new_auto_gamma(self, settings: AutoGammaSettings | None = None,
+                       clock: Callable[[], float] = time.perf_counter) -> AutoGamma:
+        """A fresh auto-γ controller, seeded from the pair's calibration if there is one."""
+        return AutoGamma(settings or AutoGammaSettings(), self.auto_seed(), clock)
+
+    @property
+    def auto_gamma(self) -> AutoGamma:
+        """The runtime's auto-γ controller: one per loaded pair, so what it learns about this
+        machine and each topic carries over from reply to reply and chat to chat."""
+        if self._auto is None:
+            self._auto = self.new_auto_gamma()
+        return self._auto
+
+    def decoder(self, plain: bool = False, gamma: int | str | GammaPolicy | None = None,
                 ngram: bool = False) -> Decoder:
         """Speculative when a draft is loaded or ``ngram`` is asked for, else plain.
 
-        ``gamma``: a draft length, a policy (auto-γ), or None for the pair's recommended γ.
+        ``gamma``: a draft length, "auto" (the runtime's auto-γ controller), a policy, or None
+        for the pair's recommended γ.
         """
         if plain or (self.draft_ctx is None and not ngram):
             return PlainDecoder(self.target_ctx)
         if gamma is None:
             gamma = self.default_gamma
-        policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
+        policy: GammaPolicy
+        if gamma == AUTO:
+            policy = self.auto_gamma
+        elif isinstance(gamma, int):
+            policy = FixedGamma(gamma)
+        elif isinstance(gamma, str):
+            raise SpecchatError(f"γ must be a whole number or 'auto', not {gamma!r}")
+        else:
+            policy = gamma
         # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
         drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)

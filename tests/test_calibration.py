@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -125,6 +126,11 @@ def test_calibration_on_tiny_models_and_its_record(tiny_target: Path, tiny_draft
     assert load_calibration(home, tiny_draft, tiny_target) is None
     assert "recommended γ" in format_result(r)
     assert CalibrationResult.from_json(r.to_json()) == r
+    # how the draft's confidence predicts acceptance, for auto-γ; records without it still load
+    assert sum(n for _, n in r.confidence) == r.positions
+    old = json.loads(r.to_json())
+    del old["confidence"]
+    assert CalibrationResult.from_json(json.dumps(old)).confidence == ()
 
 
 def test_calibration_can_be_cancelled(tiny_target: Path, tiny_draft: Path) -> None:

@@ -25,7 +25,7 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.gamma import FixedGamma
+from specchat.engine.gamma import FixedGamma, PolicyBase
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, flash_attention
 from specchat.engine.ngram import NgramDrafter
 from specchat.engine.plain import PlainDecoder
@@ -392,7 +392,7 @@ def test_target_with_a_larger_vocabulary_stops_drafting_past_the_draft(
 # ----------------------------------------------------------------------- the γ policy
 
 
-class StopAtTwo:
+class StopAtTwo(PolicyBase):
     """A policy that asks for 5 but stops drafting after 2, recording what it is told."""
 
     def __init__(self) -> None:

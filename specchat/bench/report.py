@@ -71,7 +71,7 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (temperature, mode, γ, category), plus category "all"; with speedups."""
-    groups: dict[tuple[float, str, int | None, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[float, str, int | str | None, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         for cat in (r["category"], ALL):
             groups[(r["temperature"], r["mode"], r["gamma"], cat)].append(r)
@@ -85,7 +85,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         r["speedup"] = r["tok_s"] / base if base and r["tok_s"] is not None else None
     order = {m: i for i, m in enumerate(("plain", "draft", "draft+ngram", "ngram"))}
     rows.sort(key=lambda r: (r["temperature"], r["category"] != ALL, r["category"],
-                             order.get(r["mode"], 9), r["gamma"] or 0))
+                             order.get(r["mode"], 9),
+                             -1 if isinstance(r["gamma"], str) else r["gamma"] or 0))
     return rows
 
 

@@ -24,7 +24,7 @@ from specchat.runtime import Runtime
 
 @dataclass(frozen=True)
 class BenchConfig:
-    gammas: tuple[int, ...] = (4,)
+    gammas: tuple[int | str, ...] = (4,)  # draft lengths, or "auto"
     temperatures: tuple[float, ...] = (0.0, 0.7)
     max_tokens: int = 128
     seed: int = 1
@@ -35,7 +35,7 @@ class BenchConfig:
 @dataclass(frozen=True)
 class Mode:
     name: str  # plain | draft | draft+ngram | ngram
-    gamma: int | None
+    gamma: int | str | None  # a draft length, "auto", or None (plain)
 
     @property
     def label(self) -> str:

@@ -38,19 +38,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", help="system prompt (default: the configured one)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
-    p.add_argument("--gamma", type=gamma_arg, metavar="N",
-                   help="draft tokens per step (default: the pair's recommended γ)")
+    p.add_argument("--gamma", type=gamma_arg, metavar="N|auto",
+                   help="draft tokens per step, or auto (chosen each step from measured costs "
+                   "and acceptance; default: the configured γ, else the pair's)")
     p.add_argument("--ngram", action="store_true",
                    help="prompt-lookup drafting (before the draft model; alone with --model)")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
 
 
-def gamma_arg(text: str) -> int:
+def gamma_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
     try:
         g = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"γ must be a whole number, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"γ must be a whole number or 'auto', not {text!r}"
+                                         ) from None
     if not 0 <= g <= 32:
         raise argparse.ArgumentTypeError("γ must be between 0 and 32")
     return g
@@ -139,7 +143,7 @@ def event_json(ev: Event) -> dict[str, Any]:
         return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
                 "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
                 "position": ev.position, "committed": ev.committed,
-                "overlap": list(ev.overlap)}
+                "overlap": list(ev.overlap), "mode": ev.mode}
     if isinstance(ev, NoticeEvent):
         return {"type": "notice", "message": ev.message}
     return {"type": "stats", **ev.as_dict()}

@@ -15,6 +15,7 @@ from specchat.bench import llama_tools
 from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from specchat.bench.report import ALL, markdown, summarize
 from specchat.bench.runner import BenchConfig, run_bench
+from specchat.cli import bench_chained
 from specchat.cli.common import Env, add_model_args
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
@@ -33,6 +34,26 @@ def _numbers(kind: type, text: str) -> tuple[Any, ...]:
     return values
 
 
+def _gammas(text: str) -> tuple[int | str, ...]:
+    """Draft lengths and/or "auto" (the adaptive controller)."""
+    out: list[int | str] = []
+    for x in (x.strip() for x in text.split(",")):
+        if x == "auto":
+            out.append(x)
+        elif x:
+            try:
+                g = int(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected γ values or 'auto', got {text!r}"
+                                                 ) from None
+            if g < 0:
+                raise argparse.ArgumentTypeError(f"γ must be ≥ 0, got {text!r}")
+            out.append(g)
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected γ values or 'auto', got {text!r}")
+    return tuple(out)
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure plain vs speculative decoding on Spec-Bench prompts",
                        description="Runs plain and speculative decoding on the same prompts "
@@ -46,8 +67,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--per-category", type=int, default=1, metavar="N",
                    help="prompts per category (default 1)")
     p.add_argument("--max-tokens", type=int, default=128, metavar="N")
-    p.add_argument("--gamma", type=lambda t: _numbers(int, t), metavar="G[,G...]",
-                   help="draft lengths to run, e.g. 1,3,6 (default: the pair's γ)")
+    p.add_argument("--gamma", type=_gammas, metavar="G[,G...]",
+                   help="draft lengths to run, e.g. 1,3,6 or auto,4 (auto: the adaptive "
+                   "controller; default: the pair's γ)")
     p.add_argument("--temperature", type=lambda t: _numbers(float, t), default=(0.0, 0.7),
                    metavar="T[,T...]", help="temperatures (default 0,0.7; 0 = greedy)")
     p.add_argument("--seed", type=int, default=1)
@@ -57,10 +79,14 @@ def add_parser(sub: Any) -> None:
                    help="results folder (default: bench-results/<date-time>)")
     p.add_argument("--llama-bin", type=Path, metavar="DIR",
                    help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")
+    bench_chained.add_args(p)
     p.set_defaults(func=run)
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
+    if bench_chained.wanted(args):
+        out = args.out or Path("bench-results") / time.strftime("chained-%Y%m%d-%H%M%S")
+        return bench_chained.run(env, args, out)
     if args.per_category < 1 or args.max_tokens < 1:
         raise SpecchatError("--per-category and --max-tokens must be ≥ 1")
     cats = tuple(c.strip() for c in args.categories.split(",")) if args.categories else ()
@@ -120,13 +146,15 @@ class LlamaReference:
         llama_tools.tool(bin_dir, "llama-speculative-simple")  # fail early if missing
         llama_tools.tool(bin_dir, "llama-bench")
         self.threads = runtime.target_ctx.n_threads
-        self.runs: dict[int, list[dict[str, Any]]] = {g: [] for g in cfg.gammas}
+        # llama.cpp's tool has a fixed draft length only
+        self.runs: dict[int, list[dict[str, Any]]] = {g: [] for g in cfg.gammas
+                                                      if isinstance(g, int)}
 
     def after_prompt(self, temperature: float, prompt: BenchPrompt, text: str) -> None:
         rt = self.runtime
         if temperature != 0.0 or rt.draft is None:
             return
-        for gamma in self.cfg.gammas:
+        for gamma in self.runs:
             r = llama_tools.speculative_simple(self.bin_dir, rt.target.path, rt.draft.path, text,
                                                gamma, self.cfg.max_tokens, self.threads)
             self.runs[gamma].append({

@@ -65,13 +65,13 @@ class Env:
             memory_check=config.memory_check and not getattr(args, "no_memory_check", False),
         )
 
-    def gamma(self, args: argparse.Namespace) -> int | None:
-        """γ from --gamma, else the config's number; None = the pair's recommended γ."""
+    def gamma(self, args: argparse.Namespace) -> int | str | None:
+        """γ from --gamma, else the config's: a number, "auto" (the adaptive controller), or
+        None = the pair's recommended γ."""
         g = getattr(args, "gamma", None)
         if g is not None:
-            return int(g)
-        # "auto" is the adaptive controller (not in this build yet): the pair's γ meanwhile.
-        return self.config.gamma if isinstance(self.config.gamma, int) else None
+            return g if g == "auto" else int(g)
+        return None if self.config.gamma == "pair" else self.config.gamma
 
     def ngram(self, args: argparse.Namespace) -> bool:
         return bool(getattr(args, "ngram", False) or self.config.ngram)

@@ -29,6 +29,7 @@ class AgreementTrace:
     target_tokens: list[int]
     draft_tokens: list[int]
     accept_probs: list[float] | None = None  # Σ min(p, q) under the settings, if asked
+    draft_top: list[float] | None = None  # the draft's top-1 probability (greedy), if asked
 
     @property
     def agree(self) -> list[bool]:
@@ -52,8 +53,10 @@ class AgreementTrace:
 
 
 def greedy_continuation(ctx: LlamaContext, prompt: Sequence[int], max_tokens: int,
-                        cancel: threading.Event | None = None) -> list[int]:
-    """The target's own greedy reply to ``prompt`` (ends before an end-of-generation token)."""
+                        cancel: threading.Event | None = None, include_eog: bool = False
+                        ) -> list[int]:
+    """The target's own greedy reply to ``prompt``: it ends before an end-of-generation token,
+    or with it (``include_eog``, as a decoder commits it; it counts towards ``max_tokens``)."""
     if cancel is not None:
         ctx.cancel = cancel
     row, _ = prefill(ctx, prompt)
@@ -61,6 +64,8 @@ def greedy_continuation(ctx: LlamaContext, prompt: Sequence[int], max_tokens: in
     while len(out) < max_tokens:
         token = int(np.argmax(row))
         if ctx.model.is_eog(token) or len(ctx.tokens) + 1 > ctx.n_ctx:
+            if include_eog and ctx.model.is_eog(token):
+                out.append(token)
             break
         out.append(token)
         if cancel is not None and cancel.is_set():
@@ -70,10 +75,15 @@ def greedy_continuation(ctx: LlamaContext, prompt: Sequence[int], max_tokens: in
 
 
 def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[int],
-                    continuation: Sequence[int], settings: SamplerSettings | None = None
-                    ) -> AgreementTrace:
+                    continuation: Sequence[int], settings: SamplerSettings | None = None,
+                    draft_top: bool = False, draft_stepwise: bool = False) -> AgreementTrace:
     """Teacher-force both models over ``prompt + continuation`` and compare, position by position,
-    their predictions of each continuation token.
+    their predictions of each continuation token; with ``draft_top``, also record the draft's
+    top-1 probability at each position (what a confidence-based early stop reads).
+
+    ``draft_stepwise`` decodes the draft one token at a time, as a drafter does: on a CPU a
+    quantized model's logits differ slightly between a batch and single tokens (other matmul
+    kernels), enough to flip a near tie — a replay must see what the drafter saw.
 
     The draft only proposes ids both vocabularies share (as the decoder does). Leaves both caches
     holding ``prompt + continuation[:-1]``, so a replay of a growing chat reuses its prefix.
@@ -83,20 +93,43 @@ def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[
     t_out: list[int] = []
     d_out: list[int] = []
     probs: list[float] = []
+    tops: list[float] | None = [] if draft_top else None
     if not continuation:
-        return AgreementTrace([], [], [] if sampled else None)
+        return AgreementTrace([], [], [] if sampled else None, tops)
     t_row, _ = prefill(target, prompt)
-    d_row, _ = prefill(draft, prompt)
+    if draft_stepwise:  # as the decoder does: the prompt but its last token, then that one
+        keep = min(draft.common_prefix(prompt), len(prompt) - 1)
+        draft.truncate(keep)
+        if keep < len(prompt) - 1:
+            draft.decode(prompt[keep:-1], logits="none")
+        d_row = draft.decode(prompt[-1:], logits="last")[0]
+    else:
+        d_row, _ = prefill(draft, prompt)
     _compare(t_row[None, :], d_row[None, :], n_shared, settings if sampled else None,
              t_out, d_out, probs)
+    _tops(d_row[None, :n_shared], tops)
     rest = list(continuation[:-1])
     step = min(target.n_batch, draft.n_batch)
     for off in range(0, len(rest), step):
         chunk = rest[off : off + step]
         t_rows = target.decode(chunk, logits="all")
-        d_rows = draft.decode(chunk, logits="all")  # each context keeps its own logits buffer
+        if draft_stepwise:
+            d_rows = np.stack([np.array(draft.decode((t,), logits="last")[0]) for t in chunk])
+        else:
+            d_rows = draft.decode(chunk, logits="all")  # each context keeps its own buffer
         _compare(t_rows, d_rows, n_shared, settings if sampled else None, t_out, d_out, probs)
-    return AgreementTrace(t_out, d_out, probs if sampled else None)
+        _tops(d_rows[:, :n_shared], tops)
+    return AgreementTrace(t_out, d_out, probs if sampled else None, tops)
+
+
+def _tops(rows: npt.NDArray[np.float32], out: list[float] | None) -> None:
+    """Append each row's top-1 softmax probability (row by row: a chunk at once would hold
+    rows × vocabulary floats)."""
+    if out is None:
+        return
+    for row in rows:
+        z = np.exp(row - row.max())
+        out.append(float(1.0 / z.sum(dtype=np.float64)))
 
 
 def _compare(t_rows: npt.NDArray[np.float32], d_rows: npt.NDArray[np.float32], n_shared: int,

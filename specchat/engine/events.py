@@ -51,6 +51,7 @@ class StepEvent:
     # Σ min(p, q) at each verified position (sampled decoding only): the probability that the
     # rule keeps a token there — a lower-variance view of acceptance than the 0/1 outcomes.
     overlap: tuple[float, ...] = ()
+    mode: str = ""  # what chose γ: the policy's label ("fixed", "auto · code", ...)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,13 @@
-"""How many tokens to draft per step: the policy interface, and the fixed policy.
+"""How many tokens to draft per step: the policy interface, and the simple policies.
 
-The speculative decoder asks ``next_gamma()`` before each step, may ask ``keep_drafting`` after
-each drafted token (an early stop when the drafter is unsure), and reports every finished step
-to ``observe``. An adaptive controller (auto-γ) implements the same three methods.
+The speculative decoder tells the policy when a reply starts (``begin``, with the text of the
+new part of the prompt — in a chat, the user's new turn), asks ``next_gamma()`` before each
+step, asks ``keep_drafting`` after each drafted token (an early stop when the drafter is
+unsure), and reports every finished step to ``committed`` (the text it added) and ``observe``.
+``label`` names what the policy is doing, for status lines ("fixed", "auto · code").
+
+Besides the fixed policy, two baselines the auto controller (:mod:`specchat.engine.auto_gamma`)
+is measured against: Hugging Face transformers' heuristic and a draft-confidence cutoff.
 """
 
 from __future__ import annotations
@@ -12,8 +17,19 @@ from typing import Protocol
 
 from specchat.engine.events import StepEvent
 
+GAMMA_LIMIT = 64
+
 
 class GammaPolicy(Protocol):
+    @property
+    def label(self) -> str:
+        """What the policy is doing, in a few words ("fixed", "auto · code")."""
+        ...
+
+    def begin(self, prompt_text: str) -> None:
+        """A reply starts; ``prompt_text`` is the new part of its prompt (the user's turn)."""
+        ...
+
     def next_gamma(self) -> int:
         """Draft length for the next step (0 = a plain step)."""
         ...
@@ -21,11 +37,16 @@ class GammaPolicy(Protocol):
     def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
         """After ``drafted`` tokens of this step (draft model only): draft another one?
 
-        ``top_prob()`` is the draft model's probability of its most likely token at the position
-        just drafted (after the sampler transform) — a confidence signal for stopping early. It
-        is computed only when called: under greedy decoding it costs a softmax over the
-        vocabulary.
+        Asked after every drafted token, even at the step's γ (where the answer is ignored), so
+        a policy sees the confidence of every token it drafted. ``top_prob()`` is the draft
+        model's probability of its most likely token at the position just drafted (after the
+        sampler transform). It is computed only when called: under greedy decoding it costs a
+        softmax over the vocabulary.
         """
+        ...
+
+    def committed(self, text: str) -> None:
+        """The text a step added to the reply (before ``observe`` of that step)."""
         ...
 
     def observe(self, step: StepEvent) -> None:
@@ -33,22 +54,84 @@ class GammaPolicy(Protocol):
         ...
 
 
-class FixedGamma:
-    """Always the same draft length."""
+class PolicyBase:
+    """No-op hooks, so a policy only writes what it uses."""
 
-    def __init__(self, gamma: int) -> None:
-        if not 0 <= gamma <= 64:
-            raise ValueError("γ must be between 0 and 64")
-        self.gamma = gamma
+    label = "fixed"
 
-    def next_gamma(self) -> int:
-        return self.gamma
+    def begin(self, prompt_text: str) -> None:
+        return None
 
     def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
         return True
 
+    def committed(self, text: str) -> None:
+        return None
+
     def observe(self, step: StepEvent) -> None:
         return None
 
+
+def _check(gamma: int) -> int:
+    if not 0 <= gamma <= GAMMA_LIMIT:
+        raise ValueError(f"γ must be between 0 and {GAMMA_LIMIT}")
+    return gamma
+
+
+class FixedGamma(PolicyBase):
+    """Always the same draft length."""
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = _check(gamma)
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
     def __repr__(self) -> str:
         return f"FixedGamma({self.gamma})"
+
+
+class HfHeuristic(PolicyBase):
+    """transformers' "heuristic" schedule: start at 5; +2 after a step whose drafts were all
+    accepted, else −1 (never below 1). The state persists across replies, as there."""
+
+    label = "heuristic"
+
+    def __init__(self, start: int = 5, gamma_max: int = GAMMA_LIMIT) -> None:
+        self.gamma = _check(start)
+        self.gamma_max = _check(gamma_max)
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, step: StepEvent) -> None:
+        if step.drafter == "none" or step.gamma == 0:
+            return
+        if step.accepted == step.gamma:
+            self.gamma = min(self.gamma + 2, self.gamma_max)
+        else:
+            self.gamma = max(self.gamma - 1, 1)
+
+    def __repr__(self) -> str:
+        return f"HfHeuristic({self.gamma})"
+
+
+class ConfidenceCutoff(PolicyBase):
+    """Draft while the draft model's top-1 probability stays at or above ``p_min`` (up to
+    ``gamma_max`` tokens) — the cutoff llama.cpp's ``--draft-p-min`` applies."""
+
+    def __init__(self, p_min: float, gamma_max: int = 10) -> None:
+        if not 0.0 <= p_min <= 1.0:
+            raise ValueError("p_min must be between 0 and 1")
+        self.p_min = p_min
+        self.gamma_max = _check(gamma_max)
+        self.label = f"p_min {p_min:g}"
+
+    def next_gamma(self) -> int:
+        return self.gamma_max
+
+    def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
+        return drafted < self.gamma_max and top_prob() >= self.p_min
+
+    def __repr__(self) -> str:
+        return f"ConfidenceCutoff({self.p_min:g}, {self.gamma_max})"

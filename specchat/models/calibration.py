@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
@@ -82,6 +83,9 @@ class CalibrationResult:
     machine: str = ""
     n_threads: int = 0
     when: str = field(default_factory=lambda: dt.datetime.now().isoformat(timespec="seconds"))
+    # (kept, seen) per bin of the draft's top-1 probability (acceptance.CONF_EDGES): how well
+    # the draft's confidence predicts acceptance, for auto-γ's early stop. Empty in old records.
+    confidence: tuple[tuple[float, float], ...] = ()
 
     @property
     def pays(self) -> bool:
@@ -100,6 +104,9 @@ class CalibrationResult:
         d["per_prompt"] = tuple(PromptResult(**p) for p in d["per_prompt"])
         d["verify_s"] = tuple(d["verify_s"])
         d["speedups"] = tuple((int(g), float(s)) for g, s in d["speedups"])
+        conf = d.get("confidence") or ()
+        d["confidence"] = (tuple((float(k), float(n)) for k, n in conf)
+                           if len(conf) == len(CONF_EDGES) + 1 else ())
         return cls(**d)
 
 
@@ -125,12 +132,16 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         agree = 0
         positions = 0
         longest: tuple[list[int], list[int]] = ([], [])
+        tops: list[float] = []
+        agreed: list[bool] = []
         for i, p in enumerate(prompts):
             report(Progress(task, i * options.max_tokens, total, unit="steps"))
             prompt = chat.tokenize_chat([Message("user", p.prompt)])
             reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
-            trace = agreement_trace(t_ctx, d_ctx, prompt, reply)
+            trace = agreement_trace(t_ctx, d_ctx, prompt, reply, draft_top=True)
             results.append(PromptResult(p.category, trace.positions, trace.alpha))
+            tops += trace.draft_top or []
+            agreed += trace.agree
             agree += sum(trace.agree)
             positions += trace.positions
             if len(reply) > len(longest[1]):
@@ -158,7 +169,8 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         target=str(target_path), draft=str(draft_path), alpha=alpha, positions=positions,
         per_prompt=tuple(results), draft_s=draft_s, verify_s=verify_s, speedups=tuple(table),
         gamma=gamma, speedup=speedup, verdict=verdict(alpha, costs, gamma, speedup),
-        machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads)
+        machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
+        confidence=confidence_counts(tops, agreed))
 
 
 def format_result(r: CalibrationResult) -> str:

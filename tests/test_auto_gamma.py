@@ -1,0 +1,293 @@
+"""Auto-γ on synthetic streams: the cost model, the change test, topics, and the controller
+replayed over agreement traces drawn with a known α (so the optimum is known analytically)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from specchat.engine.acceptance import AcceptanceModel, ConfidenceBins, step_outcomes
+from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
+from specchat.engine.change_detect import PageHinkley
+from specchat.engine.cost_model import OnlineCostModel
+from specchat.engine.costs import CostCurve
+from specchat.engine.events import StepEvent
+from specchat.engine.gamma import ConfidenceCutoff, FixedGamma, HfHeuristic
+from specchat.engine.replay import (
+    ReplayCosts,
+    TurnTrace,
+    VirtualClock,
+    clairvoyant_seconds,
+    replay_conversation,
+    replay_turn,
+    segment_oracle,
+)
+from specchat.engine.speedup import expected_tokens
+from specchat.engine.topics import FenceTracker, guess_topic
+
+# A CPU-like machine: a draft token costs 30% of a target pass, and each extra verified token
+# 25% (seconds).
+COSTS = ReplayCosts(0.003, tuple(0.0075 + 0.0025 * n for n in range(1, 13)), 0.0005)
+CURVE = CostCurve(COSTS.draft_s, COSTS.verify_s[:11])
+
+
+def rate(alpha: float, g: int, costs: ReplayCosts = COSTS) -> float:
+    """Expected tokens per second of γ = g at acceptance rate α."""
+    return expected_tokens(alpha, g) / (g * costs.draft_s + costs.t_verify(g + 1)
+                                        + costs.overhead_s)
+
+
+def optimum(alpha: float, gamma_max: int = 10) -> int:
+    return max(range(gamma_max + 1), key=lambda g: rate(alpha, g))
+
+
+def near_optimal(alpha: float, g: int, slack: float = 0.03) -> bool:
+    """γ = g is the optimum or within ``slack`` of its rate (a near tie either way is fine)."""
+    return rate(alpha, g) >= (1 - slack) * rate(alpha, optimum(alpha))
+
+
+def trace(alphas: Sequence[tuple[float, int]], seed: int, request: str = "hello",
+          informative: bool = False, pieces: Sequence[str] | None = None) -> TurnTrace:
+    """Agreements drawn independently with probability α, in stretches of (α, length)."""
+    rng = np.random.default_rng(seed)
+    agree = np.concatenate([rng.random(n) < a for a, n in alphas])
+    n = len(agree)
+    if informative:  # the draft is surer where it is right
+        top = np.where(agree, rng.uniform(0.55, 1.0, n), rng.uniform(0.05, 0.6, n))
+    else:
+        top = np.full(n, 0.5)
+    return TurnTrace(request, tuple(bool(a) for a in agree), tuple(float(t) for t in top),
+                     (False,) * n, tuple(pieces) if pieces else ("x",) * n, n + 1)
+
+
+def auto(settings: AutoGammaSettings | None = None, seed: AutoGammaSeed | None = None
+         ) -> Callable[[Callable[[], float]], AutoGamma]:
+    return lambda clock: AutoGamma(settings or AutoGammaSettings(), seed, clock)
+
+
+# ------------------------------------------------------------------------------ cost model
+
+
+def test_cost_model_fits_the_line_through_noisy_steps() -> None:
+    rng = np.random.default_rng(0)
+    m = OnlineCostModel()
+    for _ in range(300):
+        n = int(rng.integers(1, 9))
+        m.add_verify(n, (0.010 + 0.003 * n) * rng.uniform(0.95, 1.05))
+        m.add_draft(n - 1, 0.004 * (n - 1) * rng.uniform(0.95, 1.05))
+    a, b = m.line()
+    assert a == pytest.approx(0.010, rel=0.08) and b == pytest.approx(0.003, rel=0.08)
+    assert m.t_draft == pytest.approx(0.004, rel=0.03)
+
+
+def test_cost_model_keeps_the_calibrated_shape_when_the_batch_never_varies() -> None:
+    m = OnlineCostModel()
+    m.seed(CostCurve(0.002, tuple(0.010 + 0.002 * n for n in range(1, 9))))
+    for _ in range(200):  # the machine got twice as slow; only batches of 4 are seen
+        m.add_verify(4, 2 * (0.010 + 0.002 * 4))
+    a, b = m.line()
+    assert a + 4 * b == pytest.approx(0.036, rel=0.02)  # the level follows the data
+    assert b / a == pytest.approx(0.2, rel=0.1)  # the slope keeps the calibrated proportion
+
+
+def test_cost_model_clips_a_burst_of_load() -> None:
+    m = OnlineCostModel()
+    for _ in range(20):
+        m.add_verify(2, 0.010)
+    m.add_verify(2, 1.0)  # one step 100× slower
+    assert m.t_verify(2) < 0.012
+
+
+# ---------------------------------------------------------------------- acceptance, change
+
+
+def test_step_outcomes_count_verified_positions() -> None:
+    assert step_outcomes(StepEvent(4, 2, 0, 0)) == [1.0, 1.0, 0.0]
+    assert step_outcomes(StepEvent(3, 3, 0, 0)) == [1.0, 1.0, 1.0]
+    assert step_outcomes(StepEvent(3, 1, 0, 0, overlap=(0.9, 0.2))) == [0.9, 0.2]
+
+
+def test_acceptance_model_per_position_and_two_rates() -> None:
+    m = AcceptanceModel(6, prior_alpha=0.5)
+    for _ in range(200):  # bursty: the first token is hard, later ones follow
+        m.observe([0.0] if m.steps % 2 else [1.0, 1.0, 1.0, 0.0])
+    alphas = m.position_alphas()
+    assert alphas[0] < 0.6 < alphas[1]
+    for _ in range(15):
+        m.observe([0.0])
+    assert m.fast_alpha() < 0.35 < m.alpha()  # the fast one has (nearly) forgotten
+    m.adopt_fast()
+    assert m.alpha() < 0.35
+
+
+def test_page_hinkley_detects_a_drop_within_a_bounded_number_of_events() -> None:
+    delays = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        ph = PageHinkley()
+        ph.reset(0.85, weight=10)
+        assert not any(ph.update(float(x)) for x in rng.random(300) < 0.85), seed
+        after = next(i for i, x in enumerate(rng.random(500) < 0.35) if ph.update(float(x)))
+        assert ph.direction == -1
+        delays.append(after)
+    assert max(delays) <= 40 and float(np.median(delays)) <= 25
+
+
+def test_page_hinkley_detects_a_rise_and_rarely_cries_wolf() -> None:
+    rng = np.random.default_rng(1)
+    ph = PageHinkley()
+    false_alarms = sum(ph.update(float(x)) for x in rng.random(5000) < 0.5)
+    assert false_alarms <= 2
+    # against a reference (what a controller believes), a rise shows at once
+    assert next(i for i, x in enumerate(rng.random(500) < 0.9) if ph.update(float(x), 0.3)) <= 20
+    assert ph.direction == 1
+
+
+def test_confidence_bins_learn_how_confidence_predicts_acceptance() -> None:
+    bins = ConfidenceBins()
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        top = float(rng.random())
+        bins.add(top, float(rng.random() < top))  # a calibrated draft
+    assert bins.p_keep(0.95, 0.5) > 0.85 and bins.p_keep(0.1, 0.5) < 0.25
+
+
+# -------------------------------------------------------------------------------- topics
+
+
+@pytest.mark.parametrize(("request_text", "topic"), [
+    ("Write a C++ program to find the nth Fibonacci number.", "code"),
+    ("Develop a Python program that reads all the text files", "code"),
+    ("Translate German to English: Pfandhäuser boomen", "translation"),
+    ("Summarize: Hillary Clinton's security detail arrived", "summary"),
+    ("Ali ordered 850 kilos of coal in 50 kg bags at $18 each. How much does it cost?", "math"),
+    ("Compose an engaging travel blog post about Hawaii.", "chat"),
+])
+def test_guess_topic(request_text: str, topic: str) -> None:
+    assert guess_topic(request_text) == topic
+
+
+def test_fence_tracker_follows_fences_split_across_steps() -> None:
+    f = FenceTracker()
+    seen = []
+    for piece in ["Here:\n`", "``py", "thon\nx = 1\n", "``", "`\nDone", " ````\n", "`"]:
+        if f.feed(piece):
+            seen.append(f.inside)
+    assert seen == [True, False, True]
+
+
+# ------------------------------------------------------------------------- the controller
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.8, 0.92])
+@pytest.mark.parametrize("early_stop", [False, True], ids=["cap", "early-stop"])
+def test_stationary_alpha_converges_to_the_analytic_optimum(alpha: float,
+                                                            early_stop: bool) -> None:
+    t = trace([(alpha, 2500)], seed=3)
+    s = AutoGammaSettings(early_stop=early_stop)
+    run = replay_conversation(auto(s), [t], COSTS)[0]
+    # γ* ends at the optimum or at a γ whose rate is within 5% of it (a near tie)
+    assert near_optimal(alpha, run.planned[-1], slack=0.05)
+    assert sum(near_optimal(alpha, p, slack=0.05) for p in run.planned[-300:]) >= 270
+    best = max(replay_turn(FixedGamma(g), t, COSTS).tok_s for g in range(11))
+    assert run.tok_s >= 0.97 * best
+
+
+def test_without_a_calibration_it_warms_up_then_converges() -> None:
+    t = trace([(0.8, 1500)], seed=4)
+    run = replay_conversation(auto(AutoGammaSettings(early_stop=False)), [t], COSTS)[0]
+    assert run.labels[0] == "auto · warm-up" and run.drafted[:4] == [2, 5, 1, 3]
+    assert near_optimal(0.8, run.planned[-1])
+
+
+def test_a_step_change_in_alpha_re_converges() -> None:
+    t = trace([(0.92, 600), (0.35, 600)], seed=5)
+    s = AutoGammaSettings(early_stop=False, topics=False)
+    policy = AutoGamma(s, AutoGammaSeed(CURVE), VirtualClock())
+    run = replay_turn(policy, t, COSTS)
+    switch = next(i for i, p in enumerate(np.cumsum([a + 1 for a in run.accepted])) if p >= 600)
+    after = run.planned[switch:]
+    assert near_optimal(0.92, run.planned[switch - 1])
+    settled = next(i for i in range(len(after)) if all(p == optimum(0.35) for p in after[i:]))
+    assert settled <= 20 and policy.changes >= 1
+    # without the change test the slow estimate needs longer
+    slow = replay_turn(AutoGamma(AutoGammaSettings(early_stop=False, topics=False,
+                                                   detect_changes=False),
+                                 AutoGammaSeed(CURVE), VirtualClock()), t, COSTS)
+    after_slow = slow.planned[switch:]
+    settled_slow = next(i for i in range(len(after_slow))
+                        if all(p == optimum(0.35) for p in after_slow[i:]))
+    assert settled < settled_slow
+
+
+def test_returning_to_a_topic_restores_its_gamma_at_once() -> None:
+    code, chat = "Write a Python function that sorts a list.", "Tell me about your day."
+    turns = [trace([(0.93, 400)], 1, code), trace([(0.4, 400)], 2, chat),
+             trace([(0.93, 200)], 3, code)]
+    s = AutoGammaSettings(early_stop=False)
+    runs = replay_conversation(auto(s, AutoGammaSeed(CURVE)), turns, COSTS)
+    assert runs[2].labels[0] == "auto · code" and runs[1].labels[0] == "auto · chat"
+    assert runs[1].planned[-1] <= 1
+    assert abs(runs[2].planned[0] - optimum(0.93)) <= 1  # the first step of the return
+    blind = replay_conversation(auto(AutoGammaSettings(early_stop=False, topics=False),
+                                     AutoGammaSeed(CURVE)), turns, COSTS)
+    assert blind[2].planned[0] <= 1  # one shared estimate remembers only the last topic
+    assert runs[2].tok_s > blind[2].tok_s
+
+
+def test_a_code_fence_switches_to_the_code_topic_and_back() -> None:
+    pieces = ["Sure:\n"] + ["w "] * 99 + ["```python\n"] + ["x = 1\n"] * 99 + ["```\n"] + \
+        ["w "] * 100
+    t = trace([(0.4, 100), (0.95, 100), (0.4, 101)], 6, "Tell me", pieces=pieces)
+    policy = AutoGamma(AutoGammaSettings(early_stop=False), AutoGammaSeed(CURVE), VirtualClock())
+    run = replay_turn(policy, t, COSTS)
+    labels = [lab for i, lab in enumerate(run.labels) if i == 0 or lab != run.labels[i - 1]]
+    assert labels == ["auto · chat", "auto · code", "auto · chat"]
+    assert policy.topics["code"].model.alpha() > 0.8 > 0.55 > policy.topics["chat"].model.alpha()
+
+
+def test_plain_decoding_when_drafting_cannot_pay_with_periodic_probes() -> None:
+    t = trace([(0.1, 800)], seed=7)
+    run = replay_turn(AutoGamma(AutoGammaSettings(early_stop=False), AutoGammaSeed(CURVE),
+                                VirtualClock()), t, COSTS)
+    late = run.drafted[100:]
+    assert sum(d == 0 for d in late) / len(late) > 0.85
+    assert any(d > 0 for d in late)  # probes
+    assert run.tok_s > 0.97 * replay_turn(FixedGamma(0), t, COSTS).tok_s
+
+
+def test_early_stop_uses_an_informative_draft_confidence() -> None:
+    t = trace([(0.75, 3000)], seed=8, informative=True)
+    with_stop = replay_conversation(auto(), [t], COSTS)[0]
+    capped = replay_conversation(auto(AutoGammaSettings(early_stop=False)), [t], COSTS)[0]
+    best_fixed = max(replay_turn(FixedGamma(g), t, COSTS).tok_s for g in range(11))
+    assert with_stop.tok_s > 1.05 * capped.tok_s and with_stop.tok_s > 1.05 * best_fixed
+    assert max(with_stop.drafted) > optimum(0.75) + 2  # long drafts where the draft is sure
+
+
+# ---------------------------------------------------------- baselines, replay yardsticks
+
+
+def test_hf_heuristic_and_confidence_cutoff() -> None:
+    hf = HfHeuristic()
+    hf.observe(StepEvent(5, 5, 0, 0))
+    assert hf.next_gamma() == 7
+    hf.observe(StepEvent(7, 2, 0, 0))
+    hf.observe(StepEvent(0, 0, 0, 0, drafter="none"))
+    assert hf.next_gamma() == 6
+    cut = ConfidenceCutoff(0.6, gamma_max=3)
+    assert cut.keep_drafting(1, lambda: 0.7) and not cut.keep_drafting(1, lambda: 0.5)
+    assert not cut.keep_drafting(3, lambda: 0.99)
+
+
+def test_oracles_bound_every_fixed_gamma() -> None:
+    turns = [trace([(0.9, 200)], 1), trace([(0.4, 200)], 2)]
+    best = segment_oracle(turns, COSTS, range(11))
+    assert [g for g, _ in best] == [optimum(0.9), optimum(0.4)] or \
+        all(abs(g - optimum(a)) <= 1 for (g, _), a in zip(best, (0.9, 0.4), strict=True))
+    oracle_s = sum(r.seconds for _, r in best)
+    for g in range(11):
+        assert sum(replay_turn(FixedGamma(g), t, COSTS).seconds for t in turns) >= oracle_s
+    assert sum(clairvoyant_seconds(t, COSTS, 10) for t in turns) < oracle_s
