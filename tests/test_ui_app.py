@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rich.console import Console
+from textual.widgets import Static
 from ui_helpers import (
     GREEDY,
     GatedDecoder,
@@ -23,6 +24,7 @@ from ui_helpers import (
     wait_for,
 )
 
+from specchat.config import UserConfig
 from specchat.engine.chat_template import Message
 from specchat.engine.plain import PlainDecoder
 from specchat.errors import FetchError
@@ -99,6 +101,33 @@ async def test_a_reply_streams_in_with_every_fate_styled(tmp_path: Path, tiny_ta
         assert msgs[1].content == expected and '"x":"' in (msgs[1].fates or "")
         assert msgs[1].stats and msgs[1].stats["decoder"] == "speculative"
     assert runtime.target_ctx.ptr is None  # the app freed the models on exit
+
+
+@app_test
+async def test_the_real_speculative_decoder_with_auto_gamma_in_the_app(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    """No stand-in: the pair's speculative decoder with auto γ, from the config file's setting,
+    through the app's own decoder factory; greedy, so the reply is the target's plain one."""
+    runtime = tiny_runtime(tiny_target, tiny_draft)
+    config = UserConfig(sampling=GREEDY.with_(max_tokens=40), gamma="auto")
+    services = make_services(tmp_path, runtime, config=config)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        reply = await send(pilot, "the cat sat on")
+        await finished(pilot)
+        expected = reference_reply(runtime, [Message("system", config.system_prompt),
+                                             Message("user", "the cat sat on")],
+                                   GREEDY.with_(max_tokens=40))
+        assert reply.turn.text == expected and reply.turn.status == "done"
+        assert "a" in {s.kind for s in reply.turn.trace.segments}  # drafts were kept
+        bar = chat.stats_bar
+        assert bar.stats.mode is not None and bar.stats.mode.startswith("auto · ")
+        assert bar.gamma_history and bar.stats.alpha is not None
+        assert "auto · " in str(bar.query_one("#stats-line", Static).render())
+        (saved,) = services.store.list_chats()
+        stats = services.store.messages(saved.id)[1].stats or {}
+        assert stats["decoder"] == "speculative" and str(stats["gamma_mode"]).startswith("auto")
 
 
 @app_test

@@ -82,6 +82,21 @@ def test_batcher_rolls_tokens_per_second_alpha_tau_and_time_share() -> None:
     assert final.stats.final and final.stats.tau == pytest.approx(4.5)
 
 
+def test_batcher_keeps_each_steps_gamma_and_mode_until_the_stats_reach_the_screen() -> None:
+    b = EventBatcher(clock=FakeClock())
+    for g, mode in [(2, "auto · warm-up"), (5, "auto · code"), (6, "auto · code")]:
+        b.add(StepEvent(g, 1, 0.01, 0.02, mode=mode))
+    first = b.take().stats
+    assert first.gammas == (2, 5, 6) and first.mode == "auto · code" and first.gamma == 6
+    b.add(StepEvent(3, 3, 0.01, 0.02, mode="auto · chat"))
+    assert b.take().stats.gammas == (2, 5, 6, 3)  # not posted yet: nothing is lost
+    b.gammas_posted()
+    b.add(StepEvent(1, 0, 0.01, 0.02, mode="auto · chat"))
+    b.add(GenerationStats(generated_tokens=9, decode_s=0.1, steps=5))
+    final = b.take().stats
+    assert final.final and final.gammas == (1,) and final.mode == "auto · chat"
+
+
 def test_rolling_rate_forgets_tokens_older_than_its_window() -> None:
     b = EventBatcher(clock=FakeClock())
     for i in range(10):  # 10 tok/s for a second...

@@ -62,6 +62,7 @@ def run_reply(job: ReplyJob, engine: ChatEngine, post: Callable[[UIMessage], obj
         elif time.monotonic() - last_stats[0] >= stats_interval:
             last_stats[0] = time.monotonic()
             post(StatsUpdate(job.id, batch.stats))
+            batcher.gammas_posted()
 
     def tick() -> None:
         while not done.wait(pace.fastest):

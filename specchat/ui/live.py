@@ -39,16 +39,19 @@ class LiveStats:
     ctx_size: int | None = None
     final: bool = False  # from GenerationStats: whole-reply figures
     gamma_mode: str | None = None  # set for a saved reply: the mode it was generated with
+    mode: str | None = None  # what chose the latest step's γ ("fixed", "auto · code", ...)
+    gammas: tuple[int, ...] = ()  # γ of each step since the last snapshot (the γ strip)
 
     @classmethod
     def from_stats(cls, s: GenerationStats, ctx_used: int | None, ctx_size: int | None,
-                   gamma: int | None = None) -> LiveStats:
+                   gamma: int | None = None, mode: str | None = None,
+                   gammas: tuple[int, ...] = ()) -> LiveStats:
         spent = s.draft_s + s.verify_s
         tau = s.tau if s.steps else None
         return cls(tokens=s.generated_tokens, tps=s.decode_tps or None, alpha=s.alpha,
                    alpha_window=s.alpha, tau=tau, gamma=gamma,
                    draft_share=s.draft_s / spent if spent > 0 else None, ctx_used=ctx_used,
-                   ctx_size=ctx_size, final=True)
+                   ctx_size=ctx_size, final=True, mode=mode, gammas=gammas)
 
 
 @dataclass
@@ -81,6 +84,8 @@ class EventBatcher:
         self.draft_s = 0.0
         self.verify_s = 0.0
         self.gamma: int | None = None
+        self.mode: str | None = None
+        self._gammas: list[int] = []  # since the last posted stats (see gammas_posted)
 
     @property
     def dirty(self) -> bool:
@@ -99,6 +104,8 @@ class EventBatcher:
         elif isinstance(ev, StepEvent):
             self.steps += 1
             self.gamma = ev.gamma
+            self.mode = ev.mode or None
+            self._gammas.append(ev.gamma)
             self.accepted += ev.accepted
             rejected = ev.accepted < ev.gamma
             self.rejections += int(rejected)
@@ -123,10 +130,15 @@ class EventBatcher:
         batch.segments = merge_segments(batch.segments)
         ctx_used = self._ctx_used() if self._ctx_used else None
         if batch.final is not None:
-            batch.stats = LiveStats.from_stats(batch.final, ctx_used, self._ctx_size, self.gamma)
+            batch.stats = LiveStats.from_stats(batch.final, ctx_used, self._ctx_size, self.gamma,
+                                               self.mode, tuple(self._gammas))
         else:
             batch.stats = self.snapshot(ctx_used)
         return batch
+
+    def gammas_posted(self) -> None:
+        """The stats with the γ of the steps so far reached the screen: start a new list."""
+        self._gammas = []
 
     def snapshot(self, ctx_used: int | None = None) -> LiveStats:
         horizon = self._last_t - WINDOW_S
@@ -146,7 +158,8 @@ class EventBatcher:
             alpha_window=_ratio(win_acc, win_acc + win_rej),
             tau=_ratio(self.committed_in_steps, self.steps), gamma=self.gamma,
             draft_share=self.draft_s / spent if spent > 0 else None,
-            ctx_used=ctx_used, ctx_size=self._ctx_size)
+            ctx_used=ctx_used, ctx_size=self._ctx_size, mode=self.mode,
+            gammas=tuple(self._gammas))
 
 
 def _ratio(a: float, b: float) -> float | None:

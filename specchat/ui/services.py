@@ -23,10 +23,10 @@ DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
 
 
 def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
-    """The one place the app turns its settings into a decoder: speculative for a pair (γ from
-    the settings, or the pair's own), plain for a single model unless n-gram drafting is on.
-    Sampling settings go with each request instead."""
-    gamma = settings.gamma if settings.gamma_mode == "fixed" else None
+    """The one place the app turns its settings into a decoder: speculative for a pair (γ
+    fixed, "auto" for the runtime's one auto-γ controller, or the pair's own), plain for a
+    single model unless n-gram drafting is on. Sampling settings go with each request."""
+    gamma: int | str | None = {"fixed": settings.gamma, "auto": "auto"}.get(settings.gamma_mode)
     return runtime.decoder(gamma=gamma, ngram=settings.ngram)
 
 

@@ -187,7 +187,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         s = msg.stats
         stats: dict[str, Any] = {
             **s.as_dict(), "decoder": self.engine.decoder.name, "gamma": msg.live.gamma,
-            "gamma_mode": self.settings.gamma_mode, "ctx_size": self.engine.n_ctx,
+            "gamma_mode": msg.live.mode or self.settings.gamma_mode, "ctx_size": self.engine.n_ctx,
             "pair": self.pair_label}
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         self._end_reply(status, stats)

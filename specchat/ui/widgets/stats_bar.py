@@ -1,5 +1,6 @@
 """The live stats bar: rolling tokens/s, α, τ, γ and its mode, draft vs verify time, context
-fill, backend and models, with sparklines of α and tokens/s over the conversation.
+fill, backend and models, with sparklines of α and tokens/s over the conversation and a strip of
+γ over the recent steps (where auto-γ shows it lengthening on code and shortening on prose).
 
 It is fed :class:`LiveStats` snapshots (at most ~10 a second, coalesced in the message queue)
 and draws nothing on its own.
@@ -19,6 +20,7 @@ from specchat.ui.live import LiveStats
 
 HISTORY = 240  # points kept per sparkline
 SPARK_WIDTH = 24
+GAMMA_STEPS = 2 * SPARK_WIDTH  # steps the γ strip spans (two a character)
 BARS = "▁▂▃▄▅▆▇█"
 
 
@@ -55,12 +57,10 @@ def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
     out.append("  τ ", dim)
     out.append(fmt(s.tau, ".2f"), "bold")
     out.append("  γ ", dim)
-    if s.gamma_mode is not None:  # a saved speculative reply, whatever runs now
+    if s.gamma_mode is not None or speculative:  # a saved speculative reply, or one running
         out.append("—" if s.gamma is None else str(s.gamma), "bold")
-        out.append(f" {s.gamma_mode}", dim)
-    elif speculative:
-        out.append("—" if s.gamma is None else str(s.gamma), "bold")
-        out.append(f" {gamma_mode}", dim)
+        # what chose the last γ ("auto · code") says more than the setting ("auto")
+        out.append(f" {s.mode or s.gamma_mode or gamma_mode}", dim)
     else:
         out.append("off", "bold")
         out.append(" plain decoding", dim)
@@ -89,6 +89,7 @@ class StatsBar(Vertical):
         self.busy = False
         self.alpha_history: list[float] = []
         self.tps_history: list[float] = []
+        self.gamma_history: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Static(self._line(), id="stats-line")
@@ -97,6 +98,8 @@ class StatsBar(Vertical):
             yield Static(sparkline([], SPARK_WIDTH, 0, 1), id="alpha-spark", classes="spark")
             yield Label("tok/s", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="tps-spark", classes="spark")
+            yield Label("γ", classes="spark-label")
+            yield Static(sparkline([], SPARK_WIDTH, 0, None), id="gamma-spark", classes="spark")
             yield Label(f"{self.backend} · {self.models}", id="stats-models", markup=False)
 
     def _line(self) -> Text:
@@ -104,7 +107,7 @@ class StatsBar(Vertical):
 
     def show(self, stats: LiveStats, busy: bool, record: bool = True) -> None:
         """Draw a snapshot; ``record`` adds its α and tokens/s to the sparklines (one point per
-        live update, and one for the whole reply when it ends)."""
+        live update, and one for the whole reply when it ends) and its steps' γ to the strip."""
         if stats.ctx_size is None:
             stats = LiveStats(**{**stats.__dict__, "ctx_size": self.ctx_size})
         self.stats, self.busy = stats, busy
@@ -113,11 +116,14 @@ class StatsBar(Vertical):
                 self.alpha_history.append(stats.alpha_window)
             if stats.tps is not None:
                 self.tps_history.append(stats.tps)
+            self.gamma_history += stats.gammas  # the steps since the last snapshot
             self._draw_sparks()
         self.query_one("#stats-line", Static).update(self._line(), layout=False)
 
-    def set_history(self, alpha: Sequence[float], tps: Sequence[float]) -> None:
+    def set_history(self, alpha: Sequence[float], tps: Sequence[float],
+                    gammas: Sequence[int] = ()) -> None:
         self.alpha_history, self.tps_history = list(alpha), list(tps)
+        self.gamma_history = list(gammas)
         self._draw_sparks()
 
     def set_mode(self, gamma_mode: str) -> None:
@@ -133,7 +139,11 @@ class StatsBar(Vertical):
     def _draw_sparks(self) -> None:
         del self.alpha_history[:-HISTORY]
         del self.tps_history[:-HISTORY]
+        del self.gamma_history[:-GAMMA_STEPS]
         self.query_one("#alpha-spark", Static).update(
             sparkline(self.alpha_history, SPARK_WIDTH, 0.0, 1.0), layout=False)
         self.query_one("#tps-spark", Static).update(
             sparkline(self.tps_history, SPARK_WIDTH, 0.0, None), layout=False)
+        gammas = [float(g) for g in self.gamma_history]
+        self.query_one("#gamma-spark", Static).update(
+            sparkline(gammas, SPARK_WIDTH, 0.0, max(gammas, default=1.0) or 1.0), layout=False)
