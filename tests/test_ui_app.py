@@ -1,7 +1,8 @@
 """The chat app driven with Pilot on tiny real models: send, stream, cancel, settings, history.
 
 Tests that need speculative fates (accepted / corrected / bonus / rejected) use
-``SpeculativeStandIn`` from ui_helpers until the speculative decoder is merged.
+``SpeculativeStandIn`` from ui_helpers (every fate, in a scripted pattern); one test runs the
+real speculative decoder with auto γ.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ async def finished(pilot) -> None:  # type: ignore[no-untyped-def]
 
 @app_test
 async def test_a_reply_streams_in_with_every_fate_styled(tmp_path: Path, tiny_target: Path) -> None:
-    """Speculative fates come from SpeculativeStandIn (real plain decoding, relabelled) until
-    the speculative decoder is merged; the text, the engine and the app are real."""
+    """Speculative fates come from SpeculativeStandIn (real plain decoding, relabelled, so every
+    fate shows); the text, the engine and the app are real."""
     runtime = tiny_runtime(tiny_target)
     services = make_services(tmp_path, runtime, make_decoder=standin)
     app = SpecchatApp(services)
@@ -248,7 +249,7 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
 
 @app_test
 async def test_a_past_chat_reloads_with_its_colours(tmp_path: Path, tiny_target: Path) -> None:
-    """Fates from SpeculativeStandIn (see ui_helpers) until the speculative decoder merges."""
+    """Fates from SpeculativeStandIn (see ui_helpers): every fate, in a fixed pattern."""
     services = make_services(tmp_path, tiny_runtime(tiny_target), make_decoder=standin)
     async with SpecchatApp(services).run_test(size=SIZE) as pilot:
         await ready(pilot)

@@ -1,7 +1,7 @@
 """Building the real app on tiny real models for Pilot and snapshot tests.
 
-``SpeculativeStandIn`` lets the UI be tested on the speculative event stream before the real
-speculative decoder is merged (see its docstring); everything else is the real engine.
+``SpeculativeStandIn`` scripts the speculative event stream so every fate appears in a fixed
+pattern (see its docstring); everything else is the real engine.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def tiny_runtime(target: Path, draft: Path | None = None, n_ctx: int = 512) -> R
 class SpeculativeStandIn:
     """Plain decoding on a real tiny model, its tokens relabelled into a speculative pattern.
 
-    A stand-in for the speculative decoder until that branch merges (the lead adds a Pilot
-    test on the real one then). It emits the same event types in the same order a speculative
-    step does: ``accepted`` ACCEPTED tokens, then either a CORRECTED token followed by the
+    Scripted fates make the rendering tests cover every fate deterministically (the real
+    speculative decoder has its own Pilot test in test_ui_app.py). It emits the same event
+    types in the same order a speculative step does: ``accepted`` ACCEPTED tokens, then
+    either a CORRECTED token followed by the
     rejected draft tokens it replaced (RejectedEvent, positions from the correction on) or,
     after a fully accepted draft, a BONUS token; then a StepEvent. The reply text is the
     plain decoder's own, so it is real model output; only the fates are scripted.
