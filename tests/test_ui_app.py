@@ -25,11 +25,13 @@ from ui_helpers import (
     wait_for,
 )
 
-from specchat.config import UserConfig
+from specchat.config import UserConfig, load_config
 from specchat.engine.chat_template import Message
 from specchat.engine.plain import PlainDecoder
 from specchat.errors import FetchError
+from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
+from specchat.paths import AppPaths
 from specchat.runtime import Runtime
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
@@ -38,9 +40,11 @@ from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.loading import LoadFailedScreen, LoadingScreen
 from specchat.ui.screens.settings import SettingsScreen
+from specchat.ui.services import AppServices, PairOpener
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 from specchat.ui.widgets.transcript import AssistantMessage
+from specchat.ui.wizard.screen import WizardScreen
 
 SIZE = (120, 36)
 
@@ -399,3 +403,74 @@ async def test_the_loading_screen_draws_progress_records(tmp_path: Path) -> None
         assert bar.total == 100_000_000 and bar.progress == 25_000_000
         detail = str(screen.query_one("#loading-detail").render())
         assert detail.startswith("25.0 MB / 100.0 MB")
+
+
+# --- the pairing wizard inside the app ------------------------------------------------------
+
+
+def pair_services(tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path,
+                  first_run: bool) -> AppServices:
+    opened: list[str] = []
+
+    def open_pair(pair_id: str) -> PairOpener:
+        opened.append(pair_id)
+        return PairOpener(pair_id, 3, lambda _report: tiny_runtime(tiny_target, tiny_draft))
+
+    return make_services(tmp_path, tiny_runtime(tiny_target), open_pair=open_pair, paths=home,
+                         first_run=first_run, config_path=home.config_file)
+
+
+@app_test
+async def test_first_run_opens_the_wizard_and_esc_starts_the_default(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=True)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
+        assert "Esc" in str(app.screen.query_one("#wizard-intro", Static).render())
+        assert app.runtime is None  # nothing loads behind the wizard
+        await pilot.press("escape")
+        chat = await ready(pilot)
+        assert chat.runtime.draft_ctx is None  # the default it was given: one tiny model
+    assert home.config_file.exists()  # the next start goes straight to the chat
+    assert load_config(home.config_file).default_pair is None
+
+
+@app_test
+async def test_a_pair_saved_in_the_wizard_becomes_the_default_and_the_app_reopens_on_it(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=False)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        first = await ready(pilot)
+        old_runtime = first.runtime
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
+        app.screen.dismiss(PairEntry("mine", "tiny-target", "tiny-draft", gamma=3))
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen)
+                       and app.screen is not first)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen) and chat.runtime.draft_ctx is not None
+        assert old_runtime.target_ctx.ptr is None  # the old models were freed
+        assert services.label == "mine" and services.pair_gamma == 3
+        reply = await send(pilot, "hello")
+        await finished(pilot)
+        assert reply.turn.text and chat.engine.decoder.name == "speculative"
+    saved = load_config(home.config_file)
+    assert saved.default_pair == "mine"
+
+
+@app_test
+async def test_the_wizard_is_in_the_command_palette_and_cancelling_changes_nothing(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=False)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        titles = [c.title for c in app.get_system_commands(chat)]
+        assert "Pair models (wizard)" in titles
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is chat)
+        assert services.label == "tiny" and not home.config_file.exists()

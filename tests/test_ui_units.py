@@ -329,6 +329,38 @@ def test_services_open_the_configured_pair_without_loading_it(home: AppPaths) ->
         build_services(make_env(), argparse.Namespace(**{**vars(args), "pair": "nope"}))
 
 
+def test_first_run_and_switching_to_a_pair_the_wizard_saved(home: AppPaths, tiny_target: Path,
+                                                           tiny_draft: Path) -> None:
+    from specchat.models.catalog import ModelEntry, PathSource, load_catalog
+    from specchat.models.pairing import save_pair
+    from specchat.ui.launch import build_services
+
+    args = argparse.Namespace(pair=None, model=None, ctx_size=None, threads=None, gpu_layers=None)
+    services = build_services(make_env(), args)
+    try:
+        assert services.first_run and services.label == "demo"  # nothing configured yet
+        # what the wizard does when it saves a pair: write it to the user catalog
+        save_pair(home, load_catalog(home.user_catalog), "mine",
+                  ModelEntry("t", "T", PathSource(tiny_target)),
+                  ModelEntry("d", "D", PathSource(tiny_draft)), gamma=3)
+        opener = services.use_pair("mine")  # the catalog is read again: the new pair is there
+        assert (opener.label, services.label, services.pair_gamma) == ("mine", "mine", 3)
+        runtime = opener.open_runtime(lambda _p: None)
+        try:
+            assert runtime.draft_ctx is not None
+        finally:
+            runtime.close()
+    finally:
+        services.store.close()
+    again = build_services(make_env(), args)
+    try:
+        assert not again.first_run and again.label == "mine"  # saved as the default
+    finally:
+        again.store.close()
+    with pytest.raises(Exception, match="unknown pair"):
+        services.use_pair("gone")
+
+
 def test_chats_and_export_commands(home: AppPaths, capsys: pytest.CaptureFixture[str],
                                    tmp_path: Path) -> None:
     assert main(["chats"]) == 0

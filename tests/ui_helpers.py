@@ -138,9 +138,9 @@ def make_services(tmp_path: Path, runtime: Runtime | Callable[[ProgressFn], Runt
     config = config or UserConfig(sampling=GREEDY)
     opener = runtime if callable(runtime) else (lambda _report: runtime)
     extra: dict[str, Any] = {"make_decoder": make_decoder} if make_decoder else {}
+    kwargs.setdefault("config_path", tmp_path / "config.yaml")
     return AppServices(store=ChatStore.open(tmp_path / "chats.sqlite3"), config=config,
-                       open_runtime=opener, label="tiny",
-                       pair_gamma=4, config_path=tmp_path / "config.yaml", backend="CPU",
+                       open_runtime=opener, label="tiny", pair_gamma=4, backend="CPU",
                        export_dir=tmp_path, **extra, **kwargs)
 
 

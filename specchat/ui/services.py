@@ -6,6 +6,7 @@ it a runtime on tiny models and a temporary store; ``specchat`` gives it the rea
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
 from specchat.errors import ConfigError
 from specchat.models.progress import ProgressFn
+from specchat.paths import AppPaths
 from specchat.runtime import Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
@@ -30,6 +32,13 @@ def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     return runtime.decoder(gamma=gamma, ngram=settings.ngram)
 
 
+@dataclass(frozen=True)
+class PairOpener:
+    label: str
+    pair_gamma: int | None
+    open_runtime: Callable[[ProgressFn], Runtime]
+
+
 @dataclass
 class AppServices:
     store: ChatStore
@@ -42,6 +51,11 @@ class AppServices:
     backend: str | None = None  # "CPU", "CUDA", "Metal"...; None: ask llama.cpp
     export_dir: Path = field(default_factory=Path.cwd)
     make_decoder: DecoderFactory = runtime_decoder
+    # Opening another pair (after the wizard saved one): its label, γ and opener; None: the app
+    # cannot switch pairs (tests that hand it one runtime).
+    open_pair: Callable[[str], PairOpener] | None = None
+    paths: AppPaths | None = None  # for the wizard (None: no wizard)
+    first_run: bool = False  # no settings yet and nothing chosen: the wizard opens first
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)
@@ -64,3 +78,24 @@ class AppServices:
             raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
                 from None
         return note
+
+    def first_run_done(self) -> None:
+        """Write the settings file, so the next start opens the chat, not the wizard."""
+        if self.config_path is not None and not self.config_path.exists():
+            with contextlib.suppress(OSError):  # else the wizard shows again next time
+                save_config(self.config_path, self.config)
+
+    def use_pair(self, pair_id: str) -> PairOpener:
+        """Make ``pair_id`` what the app opens, now and (saved as the default) next time."""
+        assert self.open_pair is not None
+        opener = self.open_pair(pair_id)
+        self.label, self.pair_gamma = opener.label, opener.pair_gamma
+        self.open_runtime = opener.open_runtime
+        self.config = self.config.with_(default_pair=pair_id, default_model=None)
+        if self.config_path is not None and not self.config_problem:
+            try:
+                save_config(self.config_path, self.config)
+            except OSError as e:
+                raise ConfigError(f"cannot save the default pair to {self.config_path}: "
+                                  f"{e.strerror or e}") from None
+        return opener

@@ -294,6 +294,9 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         else:
             self.query_one(ChatInput).focus()
 
+    def action_pair_models(self) -> None:
+        self.app.open_wizard()  # type: ignore[attr-defined]
+
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 

@@ -68,8 +68,9 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, paths: AppPaths, catalog: Catalog | None = None,
-                 calibration: CalibrationOptions | None = None) -> None:
+                 calibration: CalibrationOptions | None = None, intro: str | None = None) -> None:
         super().__init__()
+        self.intro = intro  # a line above the steps (the first run says what Esc does)
         self.paths = paths
         self.catalog = catalog or load_catalog(paths.user_catalog)
         self.resolver = ModelResolver(self.catalog, paths)
@@ -87,6 +88,8 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="wizard-box"):
             yield Static(id="wizard-title")
+            if self.intro:
+                yield Static(self.intro, id="wizard-intro", classes="hint", markup=False)
             with ContentSwitcher(initial="step-target", id="wizard-steps"):
                 yield TargetStep(self.catalog)
                 yield DraftStep()
