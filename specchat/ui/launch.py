@@ -9,6 +9,7 @@ from specchat.cli.common import Env
 from specchat.config import UserConfig
 from specchat.errors import ConfigError, SpecchatError
 from specchat.models.progress import Progress, ProgressFn
+from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime, select
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
@@ -40,18 +41,27 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         report(Progress(LOADING_TASK))
         return Runtime.open(selection, resolver, options, report)
 
+    def race_pairs() -> list[str]:
+        catalog = env.catalog
+        return [p.id for p in catalog.pairs.values()
+                if all(resolver.state(catalog.model(m)).present for m in (p.target, p.draft))]
+
+    def open_pair(pair: str) -> Runtime:
+        return Runtime.open(select(env.catalog, pair), resolver, options, fetch=False)
+
     return AppServices(store=store, config=config, open_runtime=open_runtime,
-                       label=selection.label,
+                       race_pairs=race_pairs, open_pair=open_pair, label=selection.label,
                        pair_gamma=selection.pair.gamma if selection.pair else None,
                        config_path=env.paths.config_file, config_problem=problem)
 
 
-def launch(env: Env, args: argparse.Namespace) -> int:
+def launch(env: Env, args: argparse.Namespace, race: RaceSetup | None = None) -> int:
+    """Run the app; with ``race``, it opens on the race screen (over the chat)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise SpecchatError("the chat app needs a terminal; for scripts use "
                             "`specchat ask \"...\"`")
     services = build_services(env, args)
-    app = SpecchatApp(services)
+    app = SpecchatApp(services, race=race)
     try:
         app.run()
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
-from specchat.errors import ConfigError
+from specchat.errors import ConfigError, SpecchatError
 from specchat.models.progress import ProgressFn
 from specchat.runtime import Runtime
 from specchat.store import ChatStore
@@ -42,6 +42,10 @@ class AppServices:
     backend: str | None = None  # "CPU", "CUDA", "Metal"...; None: ask llama.cpp
     export_dir: Path = field(default_factory=Path.cwd)
     make_decoder: DecoderFactory = runtime_decoder
+    # The race screen's pair switcher: pairs whose files are on disk, and opening one (in a
+    # worker thread; never fetches).
+    race_pairs: Callable[[], list[str]] = list
+    open_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)
@@ -64,3 +68,7 @@ class AppServices:
             raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
                 from None
         return note
+
+
+def _no_pairs(pair: str) -> Runtime:
+    raise SpecchatError(f"cannot open the {pair} pair here")
