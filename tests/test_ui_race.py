@@ -137,3 +137,31 @@ def test_help_and_palette_name_the_race() -> None:
     assert "F5" in text and "Race screen (F5)" in text and "Skip the replay" in text
     assert any(action == "race" for _, _, action in COMMANDS)
     assert hasattr(ChatScreen, "action_race")
+
+
+@app_test
+async def test_race_screen_swaps_pair(tmp_path: Path, tiny_target: Path,
+                                      tiny_draft: Path) -> None:
+    opened: list[str] = []
+
+    def open_pair(pair: str) -> Any:
+        opened.append(pair)
+        return tiny_runtime(tiny_target, tiny_draft)
+
+    services = make_services(tmp_path, tiny_runtime(tiny_target, tiny_draft),
+                             race_pairs=lambda: ["tiny", "other"], open_pair=open_pair)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_race(pilot)
+        first = screen.runtime
+        await pilot.press("s")
+        await pilot.pause()
+        picker = pilot.app.screen
+        picker.query_one("#pair-list").highlighted = 1
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.runtime is not first and screen.state == "done",
+                       timeout=60)
+        assert opened == ["other"] and screen.owns_runtime and screen.result is not None
+        await pilot.press("escape")  # leaving frees the models opened for the race
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen))
+        assert not screen.owns_runtime

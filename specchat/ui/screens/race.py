@@ -98,8 +98,8 @@ class RaceScreen(Screen[None]):
 
     def _spec_title(self) -> str:
         draft = self.runtime.selection.draft
-        drafts = "rejected drafts shown" if self.show_rejected else "x shows rejected drafts"
-        return f"speculative — target + {draft.id if draft else 'n-gram drafts'} ({drafts})"
+        shown = " · rejected drafts shown" if self.show_rejected else ""
+        return f"speculative — drafts by {draft.id if draft else 'n-gram lookup'}{shown}"
 
     @property
     def plain_col(self) -> RaceColumn:
