@@ -144,12 +144,12 @@ async def test_race_screen_swaps_pair(tmp_path: Path, tiny_target: Path,
                                       tiny_draft: Path) -> None:
     opened: list[str] = []
 
-    def open_pair(pair: str) -> Any:
+    def open_race_pair(pair: str) -> Any:
         opened.append(pair)
         return tiny_runtime(tiny_target, tiny_draft)
 
     services = make_services(tmp_path, tiny_runtime(tiny_target, tiny_draft),
-                             race_pairs=lambda: ["tiny", "other"], open_pair=open_pair)
+                             race_pairs=lambda: ["tiny", "other"], open_race_pair=open_race_pair)
     app = SpecchatApp(services)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_race(pilot)

@@ -46,11 +46,11 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         return [p.id for p in catalog.pairs.values()
                 if all(resolver.state(catalog.model(m)).present for m in (p.target, p.draft))]
 
-    def open_pair(pair: str) -> Runtime:
+    def open_race_pair(pair: str) -> Runtime:
         return Runtime.open(select(env.catalog, pair), resolver, options, fetch=False)
 
     return AppServices(store=store, config=config, open_runtime=open_runtime,
-                       race_pairs=race_pairs, open_pair=open_pair, label=selection.label,
+                       race_pairs=race_pairs, open_race_pair=open_race_pair, label=selection.label,
                        pair_gamma=selection.pair.gamma if selection.pair else None,
                        config_path=env.paths.config_file, config_problem=problem)
 

@@ -45,7 +45,7 @@ class AppServices:
     # The race screen's pair switcher: pairs whose files are on disk, and opening one (in a
     # worker thread; never fetches).
     race_pairs: Callable[[], list[str]] = list
-    open_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
+    open_race_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)

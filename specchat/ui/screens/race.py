@@ -269,7 +269,7 @@ class RaceScreen(Screen[None]):
     def open_pair(self, pair: str) -> None:
         self.idle.wait()  # a cancelled recording lets go of the old models first
         try:
-            runtime = self.services.open_pair(pair)
+            runtime = self.services.open_race_pair(pair)
         except SpecchatError as e:
             self.post_message(RaceFailed(self.job, str(e)))
             return
