@@ -150,8 +150,12 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
     out = tmp_path / "out"
     rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
                str(write_prompts(tmp_path / "q.jsonl")), "--per-category", "1", "--gamma", "1,3",
-               "--max-tokens", "16", "--threads", "1", "--out", str(out)])
+               "--max-tokens", "16", "--threads", "1", "--out", str(out),
+               "--report", str(out / "report")])
     assert rc == 0
+    assert {p.name for p in (out / "report").iterdir()} == {
+        "report.md", "tokens-per-s-T0.png", "alpha-T0.png", "tokens-per-s-T0_7.png",
+        "alpha-T0_7.png"}
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert len(doc["records"]) == 2 * 2 * 3  # temperatures × prompts × (plain, γ 1, γ 3)
     rows = {(r["temperature"], r["mode"], r["gamma"], r["category"]): r for r in doc["rows"]}

@@ -448,7 +448,8 @@ async def test_a_pair_saved_in_the_wizard_becomes_the_default_and_the_app_reopen
         await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
         app.screen.dismiss(PairEntry("mine", "tiny-target", "tiny-draft", gamma=3))
         await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen)
-                       and app.screen is not first)
+                       and app.screen is not first and bool(app.screen.query(ChatInput)))
+        await pilot.pause()
         chat = app.screen
         assert isinstance(chat, ChatScreen) and chat.runtime.draft_ctx is not None
         assert old_runtime.target_ctx.ptr is None  # the old models were freed

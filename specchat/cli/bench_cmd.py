@@ -20,6 +20,7 @@ from specchat.cli.common import Env, add_model_args
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
+from specchat.report.bench_report import write_bench_report
 from specchat.runtime import Runtime, select
 
 
@@ -77,6 +78,9 @@ def add_parser(sub: Any) -> None:
                    help="n-gram drafting before the draft model (alone with --model)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default: bench-results/<date-time>)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="also write report.md with PNG charts (tokens/s and α per category) "
+                   "to DIR")
     p.add_argument("--llama-bin", type=Path, metavar="DIR",
                    help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")
     bench_chained.add_args(p)
@@ -129,6 +133,10 @@ def run(env: Env, args: argparse.Namespace) -> int:
         (out_dir / "results.md").write_text(md, encoding="utf-8")
         print(md)
         print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
+        if args.report:
+            report = write_bench_report(doc, rows, args.report)
+            print(f"report: {report.markdown} ({', '.join(p.name for p in report.charts)})",
+                  file=sys.stderr)
     finally:
         runtime.close()
     return 0

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specchat import __version__
-from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd
+from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd, race_cmd
 from specchat.cli.common import Env, add_model_args, make_env
 from specchat.errors import SpecchatError
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_parser(sub)
     models_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
+    race_cmd.add_parser(sub)
     doctor.add_parser(sub)
     chats_cmd.add_parsers(sub)
     return parser

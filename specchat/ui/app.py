@@ -23,11 +23,13 @@ from specchat.engine.llama_lib import backend_name
 from specchat.errors import SpecchatError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
+from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime
 from specchat.ui.generation import ReplyJob, run_reply
 from specchat.ui.messages import LoadProgress, RuntimeReady
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
+from specchat.ui.screens.race import RaceScreen
 from specchat.ui.services import AppServices
 from specchat.ui.wizard.screen import WizardScreen
 
@@ -50,6 +52,8 @@ COMMANDS = (
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
     ("Pair models (wizard)", "Choose a target and a draft, download, check, calibrate, switch",
      "pair_models"),
+    ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
+     "race"),
     ("Keys", "Every key and what the colours mean", "help"),
 )
 
@@ -65,9 +69,10 @@ class SpecchatApp(App[int]):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "specchat"
 
-    def __init__(self, services: AppServices) -> None:
+    def __init__(self, services: AppServices, race: RaceSetup | None = None) -> None:
         super().__init__()
         self.services = services
+        self.start_race = race  # open the race screen on this prompt once the models load
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
 
@@ -164,6 +169,9 @@ class SpecchatApp(App[int]):
         self.runtime = msg.runtime
         self.chat = ChatScreen(self.services, msg.runtime, msg.backend)
         self.switch_screen(self.chat)
+        if self.start_race is not None:
+            self.push_screen(RaceScreen(self.services, msg.runtime, self.start_race))
+            self.start_race = None
 
     def _load_failed(self, error: BaseException) -> None:
         message = str(error) if isinstance(error, SpecchatError) else \
@@ -218,7 +226,10 @@ class SpecchatApp(App[int]):
         self.shutdown_engine()
 
     def shutdown_engine(self) -> None:
-        """Stop a reply in flight, wait for its thread, then free the models (once)."""
+        """Stop a reply or race in flight, wait for its thread, then free the models (once)."""
+        for screen in self.screen_stack:
+            if isinstance(screen, RaceScreen):
+                screen.close_race(SHUTDOWN_WAIT_S)
         if self.chat is not None:
             self.chat.cancel_for_exit()
             self.chat.idle.wait(SHUTDOWN_WAIT_S)

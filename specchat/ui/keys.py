@@ -38,7 +38,18 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
     Key("f3", "pair_models", "Pair",
         "Pair models: choose, download, check, calibrate and switch to a target + draft"),
+    Key("f5", "race", "Race", "Race: this pair's target plain vs speculative, side by side"),
     Key("f1", "help", "Help", "This list of keys"),
+)
+
+RACE_KEYS: tuple[Key, ...] = (
+    Key("r", "run_again", "Run again", "Record both runs again and replay them"),
+    Key("p", "pick_prompt", "Prompt", "Switch prompt: a built-in one or your own"),
+    Key("s", "swap_pair", "Pair", "Race another pair (pairs whose models are on disk)"),
+    Key("x", "toggle_rejected", "Drafts", "Show or hide the rejected draft tokens"),
+    Key("e", "export", "Export", "Write report.md and race.png to a new folder"),
+    Key("space", "skip", "Skip", "Skip the replay to the end"),
+    Key("escape", "back", "Back", "Back to the chat"),
 )
 
 INPUT_KEYS: tuple[tuple[str, str], ...] = (

@@ -11,6 +11,7 @@ from specchat.errors import ConfigError, SpecchatError
 from specchat.models.catalog import load_catalog
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
+from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime, RuntimeOptions, Selection, select
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
@@ -43,10 +44,22 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         return opener(select(catalog, pair_id, None, None), ModelResolver(catalog, env.paths),
                       options)
 
+    def race_pairs() -> list[str]:
+        catalog = load_catalog(env.paths.user_catalog)  # with pairs the wizard saved since
+        resolver = ModelResolver(catalog, env.paths)
+        return [p.id for p in catalog.pairs.values()
+                if all(resolver.state(catalog.model(m)).present for m in (p.target, p.draft))]
+
+    def open_race_pair(pair: str) -> Runtime:
+        catalog = load_catalog(env.paths.user_catalog)
+        return Runtime.open(select(catalog, pair), ModelResolver(catalog, env.paths), options,
+                            fetch=False)
+
     return AppServices(store=store, config=config, open_runtime=first.open_runtime,
                        label=first.label, pair_gamma=first.pair_gamma,
                        config_path=env.paths.config_file, config_problem=problem,
-                       open_pair=open_pair, paths=env.paths, first_run=first_run)
+                       open_pair=open_pair, paths=env.paths, first_run=first_run,
+                       race_pairs=race_pairs, open_race_pair=open_race_pair)
 
 
 def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOptions) -> PairOpener:
@@ -61,12 +74,13 @@ def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOption
                       open_runtime)
 
 
-def launch(env: Env, args: argparse.Namespace) -> int:
+def launch(env: Env, args: argparse.Namespace, race: RaceSetup | None = None) -> int:
+    """Run the app; with ``race``, it opens on the race screen (over the chat)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise SpecchatError("the chat app needs a terminal; for scripts use "
                             "`specchat ask \"...\"`")
     services = build_services(env, args)
-    app = SpecchatApp(services)
+    app = SpecchatApp(services, race=race)
     try:
         app.run()
     finally:

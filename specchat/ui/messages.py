@@ -12,6 +12,7 @@ from textual.message import Message
 
 from specchat.engine.events import GenerationStats
 from specchat.models.progress import Progress
+from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
 from specchat.store.fates import Segment
 from specchat.ui.live import LiveStats
@@ -57,3 +58,30 @@ class LoadProgress(Message):
 class RuntimeReady(Message):
     runtime: Runtime
     backend: str
+
+
+@dataclass
+class RaceProgress(Message):
+    """What the race worker is doing (warming up, recording the plain run…)."""
+
+    job: int
+    text: str
+
+
+@dataclass
+class RaceRecorded(Message):
+    job: int
+    result: RaceResult
+
+
+@dataclass
+class RaceFailed(Message):
+    job: int
+    message: str
+
+
+@dataclass
+class RacePairOpened(Message):
+    """Another pair's models are loaded for the race screen (it owns them from now on)."""
+
+    runtime: Runtime

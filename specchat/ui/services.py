@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
-from specchat.errors import ConfigError
+from specchat.errors import ConfigError, SpecchatError
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
 from specchat.runtime import Runtime
@@ -56,6 +56,10 @@ class AppServices:
     open_pair: Callable[[str], PairOpener] | None = None
     paths: AppPaths | None = None  # for the wizard (None: no wizard)
     first_run: bool = False  # no settings yet and nothing chosen: the wizard opens first
+    # The race screen's pair switcher: pairs whose files are on disk, and opening one (in a
+    # worker thread; never fetches).
+    race_pairs: Callable[[], list[str]] = list
+    open_race_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)
@@ -99,3 +103,7 @@ class AppServices:
                 raise ConfigError(f"cannot save the default pair to {self.config_path}: "
                                   f"{e.strerror or e}") from None
         return opener
+
+
+def _no_pairs(pair: str) -> Runtime:
+    raise SpecchatError(f"cannot open the {pair} pair here")

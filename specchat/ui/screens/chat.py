@@ -35,6 +35,7 @@ from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
 from specchat.ui.screens.chat_history import ChatHistoryMixin
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
@@ -299,6 +300,10 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
+
+    def action_race(self) -> None:
+        """The race screen on this pair (a reply in flight is stopped first: same models)."""
+        self.when_idle(lambda: self.app.push_screen(RaceScreen(self.services, self.runtime)))
 
     def action_settings(self) -> None:
         screen = SettingsScreen(self.settings, self.services.pair_gamma,

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from specchat.store.fates import REJECTED
 from specchat.ui.fate_style import NAMES, STYLES
-from specchat.ui.keys import APP_KEYS, CHAT_KEYS, INPUT_KEYS, LIST_KEYS, display
+from specchat.ui.keys import APP_KEYS, CHAT_KEYS, INPUT_KEYS, LIST_KEYS, RACE_KEYS, display
 
 COLOUR_HELP = {
     "a": "a draft token the target model agreed with (green)",
@@ -34,6 +34,8 @@ def help_table() -> Table:
         ("Chat", [(display(k.keys), k.help) for k in CHAT_KEYS]),
         ("Message box", [(k.replace(" / ", "\n"), w) for k, w in INPUT_KEYS]),
         ("Chat list", list(LIST_KEYS)),
+        ("Race screen (F5): plain vs speculative, recorded in turn, replayed together",
+         [(display(k.keys), k.help) for k in RACE_KEYS]),
         ("Anywhere", list(APP_KEYS)),
     ]
     for title, rows in sections:

@@ -1,0 +1,131 @@
+"""``specchat race``: the same prompt, plain then speculative, replayed side by side.
+
+Both runs are recorded one after the other (never together: they would compete for the same
+CPU/GPU), then replayed in real time as two live progress bars, then shown in full with a text
+chart and the figures. ``--ui`` opens the app on its race screen instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from specchat.cli.ask import gamma_arg
+from specchat.cli.common import Env, add_model_args
+from specchat.engine.events import TokenEvent
+from specchat.errors import SpecchatError
+from specchat.models.progress import TextProgress
+from specchat.race.prompts import DEFAULT_KIND, RacePrompt, prompt_from
+from specchat.race.replay import Due, play, schedule
+from specchat.race.result import RaceResult
+from specchat.race.runner import RaceSetup, run_race
+from specchat.race.text_chart import bar, cumulative_chart
+from specchat.report.race_report import write_race_report
+from specchat.runtime import Runtime, select
+
+DEFAULT_MAX_TOKENS = 128
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "race", help="plain vs speculative on one prompt, replayed side by side",
+        description="Answers one prompt with the same target model twice — plain, then "
+        "speculative — one run after the other so they never compete for the hardware, then "
+        "replays both together in real time. Greedy by default, where both outputs must be "
+        "identical.")
+    p.add_argument("prompt", nargs="?", help="the question (default: a built-in coding prompt)")
+    p.add_argument("--prompt-from", metavar="KIND",
+                   help="a built-in prompt: code, list, prose, translation, math, qa, "
+                   "extraction, summary, or any Spec-Bench category (its first prompt)")
+    add_model_args(p)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, help="sampling seed, the same for both runs (default 1)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
+                   help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--gamma", type=gamma_arg, metavar="N",
+                   help="draft tokens per step (default: the pair's recommended γ)")
+    p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write report.md and race.png (cumulative tokens over time) to DIR")
+    p.add_argument("--no-replay", action="store_true",
+                   help="print the results at once instead of replaying the race")
+    p.add_argument("--ui", action="store_true", help="open the app on its race screen")
+    p.set_defaults(func=run)
+
+
+def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
+    if args.prompt is not None and args.prompt_from:
+        raise SpecchatError("give a prompt or --prompt-from, not both")
+    if args.prompt is not None and not args.prompt.strip():
+        raise SpecchatError("the prompt is empty")
+    chosen: RacePrompt | None = None
+    if args.prompt is None:
+        chosen = prompt_from(args.prompt_from or DEFAULT_KIND)
+    seed = args.seed if args.seed is not None else (env.config.sampling.seed or 1)
+    try:
+        settings = env.config.sampling.with_(temperature=args.temperature, seed=seed,
+                                             max_tokens=args.max_tokens).validate()
+    except ValueError as e:
+        raise SpecchatError(str(e)) from None
+    return RaceSetup(chosen.text if chosen else args.prompt, settings,
+                     env.config.system_prompt or None, chosen.category if chosen else None)
+
+
+def run(env: Env, args: argparse.Namespace) -> int:
+    setup = race_setup(env, args)
+    if args.ui:
+        from specchat.ui.launch import launch  # Textual loads only when the app runs
+
+        return launch(env, args, race=setup)
+    selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    try:
+        if runtime.draft_ctx is None and not env.ngram(args):
+            raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
+                                "--draft, or --ngram")
+        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args))
+        result = run_race(runtime, setup, spec,
+                          progress=lambda m: print(f"[{m}]", file=sys.stderr))
+    finally:
+        runtime.close()
+    out = sys.stdout
+    if not args.no_replay and out.isatty():
+        replay_bars(result, out)
+    print_result(result, out)
+    if args.report:
+        written = write_race_report(result, args.report)
+        print(f"report: {written.markdown}, {written.charts[0]}", file=sys.stderr)
+    if result.is_bug:  # scripts (and CI) must see it, not only a person reading the output
+        print(f"specchat: error: {result.verdict()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def replay_bars(result: RaceResult, out: TextIO, width: int = 30) -> None:
+    """Both runs as two progress bars on one line, advancing as they did when recorded."""
+    most = max(len(result.plain.tokens), len(result.spec.tokens), 1)
+    counts = [0, 0]
+
+    def emit(now: float, dues: list[Due]) -> None:
+        for d in dues:
+            if isinstance(d.event, TokenEvent):
+                counts[d.side] += 1
+        out.write(f"\r{now:6.2f} s  plain {bar(counts[0] / most, width)} {counts[0]:4d}  "
+                  f"spec {bar(counts[1] / most, width)} {counts[1]:4d}")
+        out.flush()
+
+    print("synchronized replay of two sequential runs:", file=out)
+    play(schedule(result.plain.events, result.spec.events), emit)
+    out.write("\n\n")
+
+
+def print_result(result: RaceResult, out: TextIO) -> None:
+    for title, run in (("plain", result.plain), ("speculative", result.spec)):
+        print(f"── {title} " + "─" * (60 - len(title)), file=out)
+        print(run.text.rstrip(), file=out)
+        print(file=out)
+    print("\n".join(cumulative_chart(result.plain, result.spec)), file=out)
+    print(file=out)
+    print("\n".join(result.summary_lines()), file=out)

@@ -1,0 +1,1 @@
+"""Reports on disk: Markdown plus PNG charts, drawn without any imaging library."""

@@ -1,0 +1,82 @@
+"""A race on disk: ``report.md`` (setup, figures, both outputs) and ``race.png`` (cumulative
+tokens over time, both runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specchat.race.result import RaceResult, gamma_trace_text
+from specchat.race.timeline import RaceTimeline
+from specchat.report.charts import PLAIN_COLOUR, SPEC_COLOUR, Series, step_chart
+from specchat.report.markdown import fence, quote, table
+from specchat.report.png import write_png
+
+CHART = "race.png"
+REPORT = "report.md"
+
+
+@dataclass(frozen=True)
+class Written:
+    markdown: Path
+    charts: tuple[Path, ...]
+
+
+def cumulative_points(run: RaceTimeline) -> list[tuple[float, float]]:
+    return [(t, i + 1) for i, t in enumerate(run.token_times)]
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1000:.0f} ms"
+
+
+def _f(v: float | None, fmt: str = ".2f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
+    s = result.settings
+    where = f" (Spec-Bench {result.category})" if result.category else ""
+    rows = [[run.label, str(len(run.tokens)), f"{run.tok_s:.1f}", _ms(run.ttft_s),
+             f"{run.elapsed_s:.2f} s", run.stats.stop_reason]
+            for run in (result.plain, result.spec)]
+    parts = [
+        f"# specchat race — {result.pair}",
+        "A synchronized replay of two sequential runs: the same target model answered the same "
+        "prompt plainly, then with speculative decoding, one after the other (never at the same "
+        "time, so neither slowed the other), with the same seed and sampler settings. A "
+        "warm-up run before them was not timed. Times include processing the prompt.",
+        f"Sampling: T = {s.temperature:g}"
+        + ("" if s.greedy else f", top-k {s.top_k}, top-p {s.top_p:g}, min-p {s.min_p:g}")
+        + f", seed {s.seed}, at most {s.max_tokens} tokens.",
+        f"## Prompt{where}",
+        quote(result.prompt),
+        "## Result",
+        table(["run", "tokens", "tok/s", "time to first token", "elapsed", "stopped"], rows),
+        "\n".join([
+            f"- **speedup:** {_f(result.speedup)}×" if result.speedup else "- **speedup:** –",
+            f"- **α** (draft tokens accepted): {_f(result.alpha)} · **τ** (tokens per target "
+            f"pass): {_f(result.tau)}",
+            f"- **γ trace** (draft length × steps): {gamma_trace_text(result.gammas, 20)}",
+            f"- **check:** {result.verdict()}",
+        ]),
+    ]
+    if chart:
+        parts.append(f"![Cumulative tokens over time, plain vs speculative]({chart})")
+    parts += ["## Plain output", fence(result.plain.text),
+              "## Speculative output", fence(result.spec.text)]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_race_report(result: RaceResult, folder: Path) -> Written:
+    folder.mkdir(parents=True, exist_ok=True)
+    canvas = step_chart(
+        [Series(f"plain {result.plain.tok_s:.1f} tok/s", PLAIN_COLOUR,
+                cumulative_points(result.plain)),
+         Series(f"speculative {result.spec.tok_s:.1f} tok/s", SPEC_COLOUR,
+                cumulative_points(result.spec))],
+        f"Cumulative tokens over time - {result.pair}", "time since start (s)", "tokens")
+    png = write_png(folder / CHART, canvas.pixels)
+    md = folder / REPORT
+    md.write_text(race_markdown(result), encoding="utf-8")
+    return Written(md, (png,))
