@@ -125,7 +125,8 @@ async def test_the_real_speculative_decoder_with_auto_gamma_in_the_app(
                                              Message("user", "the cat sat on")],
                                    GREEDY.with_(max_tokens=40))
         assert reply.turn.text == expected and reply.turn.status == "done"
-        assert "a" in {s.kind for s in reply.turn.trace.segments}  # drafts were kept
+        # (whether drafts were kept depends on auto-γ's timings: on two tiny models of one size
+        # drafting seldom pays, and γ = 0 is a valid choice; the fates are tested elsewhere)
         bar = chat.stats_bar
         assert bar.stats.mode is not None and bar.stats.mode.startswith("auto · ")
         assert bar.gamma_history and bar.stats.alpha is not None

@@ -19,7 +19,7 @@ from textual.widgets import Label, Static
 from specchat.ui.live import LiveStats
 
 HISTORY = 240  # points kept per sparkline
-SPARK_WIDTH = 24
+SPARK_WIDTH = 16  # three sparklines and the models' names share one line
 GAMMA_STEPS = 2 * SPARK_WIDTH  # steps the γ strip spans (two a character)
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -59,8 +59,10 @@ def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
     out.append("  γ ", dim)
     if s.gamma_mode is not None or speculative:  # a saved speculative reply, or one running
         out.append("—" if s.gamma is None else str(s.gamma), "bold")
-        # what chose the last γ ("auto · code") says more than the setting ("auto")
-        out.append(f" {s.mode or s.gamma_mode or gamma_mode}", dim)
+        # auto's label ("auto · code") says more than the setting; a fixed policy's does not
+        # (the setting tells "pair" from "fixed")
+        auto = s.mode if s.mode and s.mode.startswith("auto") else None
+        out.append(f" {auto or s.gamma_mode or gamma_mode}", dim)
     else:
         out.append("off", "bold")
         out.append(" plain decoding", dim)
