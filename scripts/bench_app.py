@@ -22,11 +22,14 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's specchat, whatever else is installed
+
+from specchat.devtools.demo_home import default_models_dir, linked_home  # noqa: E402
+
 PROMPT = "Write a short story about a robot who learns to paint."
 
 
@@ -71,19 +74,12 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads for both (0: llama.cpp's default); 1 gives steadier "
                         "figures on a small shared machine")
-    default_models = Path(os.environ.get("SPECCHAT_TEST_MODELS", REPO / ".cache/test-models"))
-    p.add_argument("--models", type=Path, default=default_models / "data" / "models",
+    p.add_argument("--models", type=Path, default=default_models_dir(),
                    help="folder with the pair's model files (linked, not copied)")
     args = p.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        (home / "data" / "models").mkdir(parents=True)
-        (home / "config").mkdir()
-        for f in args.models.glob("*.gguf"):
-            (home / "data" / "models" / f.name).symlink_to(f)
-        (home / "config" / "config.yaml").write_text(
-            f"sampling:\n  temperature: 0\n  max_tokens: {args.max_tokens}\n")
+    config = f"sampling:\n  temperature: 0\n  max_tokens: {args.max_tokens}\n"
+    with linked_home(args.models, config) as home:
         env = {**os.environ, "SPECCHAT_HOME": str(home)}
         db = home / "data" / "chats.sqlite3"
         session = f"specchat-bench-{os.getpid()}"

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, whatever else is installed
+
+from specchat.devtools.demo_home import default_models_dir, linked_home  # noqa: E402
+
 QUESTION = "Name the three primary colours and say one thing about each."
 
 
@@ -54,18 +55,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=REPO / "assets" / "chat-screen.svg")
     p.add_argument("--width", type=int, default=120)
     p.add_argument("--height", type=int, default=36)
-    default_models = Path(os.environ.get("SPECCHAT_TEST_MODELS", REPO / ".cache/test-models"))
-    p.add_argument("--models", type=Path, default=default_models / "data" / "models")
+    p.add_argument("--models", type=Path, default=default_models_dir())
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        (home / "data" / "models").mkdir(parents=True)
-        (home / "config").mkdir()
-        for f in args.models.glob("*.gguf"):
-            (home / "data" / "models" / f.name).symlink_to(f)
-        (home / "config" / "config.yaml").write_text(
-            "sampling:\n  temperature: 0\n  max_tokens: 120\n")
-        os.environ["SPECCHAT_HOME"] = str(home)
+    with linked_home(args.models, "sampling:\n  temperature: 0\n  max_tokens: 120\n"):
         asyncio.run(shoot(args))
     return 0
 
