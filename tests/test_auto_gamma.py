@@ -237,6 +237,17 @@ def test_returning_to_a_topic_restores_its_gamma_at_once() -> None:
     assert runs[2].tok_s > blind[2].tok_s
 
 
+def test_a_new_topic_starts_from_what_was_seen_not_from_the_first_guess() -> None:
+    """The "chat" topic exists before the first step; met first after a long code turn, it
+    must start from the α seen so far, not from the controller's uninformed start."""
+    code, chat = "Write a Python function that sorts a list.", "Tell me about your day."
+    turns = [trace([(0.95, 300)], 1, code), trace([(0.95, 60)], 2, chat)]
+    runs = replay_conversation(auto(AutoGammaSettings(early_stop=False, explore=False),
+                                    AutoGammaSeed(CURVE)), turns, COSTS)
+    assert runs[1].labels[0] == "auto · chat"
+    assert runs[1].planned[0] >= optimum(0.95) - 2  # not γ 1 while α is 0.95
+
+
 def test_a_code_fence_switches_to_the_code_topic_and_back() -> None:
     pieces = ["Sure:\n"] + ["w "] * 99 + ["```python\n"] + ["x = 1\n"] * 99 + ["```\n"] + \
         ["w "] * 100

@@ -133,9 +133,11 @@ class AutoGamma(PolicyBase):
 
     def _topic(self, name: str) -> _Topic:
         t = self.topics.get(name)
-        if t is None:
+        # A topic not observed yet takes its prior now, from all that was seen so far: the one
+        # made before the first step would otherwise keep the uninformed starting guess.
+        if t is None or t.model.steps == 0:
             prior = self.topic_priors.get(name, self.overall.alpha())
-            t = self.topics[name] = _Topic(name, self._model(prior))
+            t = self.topics[name] = _Topic(name, self._model(prior), t.visits if t else 0)
         return t
 
     def _switch(self, name: str) -> None:
