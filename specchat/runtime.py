@@ -249,6 +249,12 @@ class Runtime:
         drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)
 
+    def clear_caches(self) -> None:
+        """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
+        self.target_ctx.clear()
+        if self.draft_ctx is not None:
+            self.draft_ctx.clear()
+
     def close(self) -> None:
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import random
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,7 @@ from specchat.bench.prompts import BenchPrompt, load_prompts
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import GenerationStats, StepEvent, TokenEvent
+from specchat.engine.decoding import Decoder, run_to_end
 from specchat.engine.model import LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.replay import TurnTrace
@@ -143,7 +141,8 @@ def run_live(decoders: dict[str, Decoder], conv: Conversation, recorded: Sequenc
         settings = SamplerSettings(temperature=0, max_tokens=turn.trace.max_tokens)
         shift = (k + conv.seed) % len(names)
         for name in names[shift:] + names[:shift]:
-            tokens, steps, stats = _run(decoders[name], turn.tokens, settings)
+            run = run_to_end(decoders[name], turn.tokens, settings)
+            tokens, steps, stats = run.tokens, run.steps, run.stats
             gen_s = stats.total_s - stats.prompt_s
             rec = {"seed": conv.seed, "turn": k, "category": turn.prompt.category,
                    "question_id": turn.prompt.question_id, "policy": name,
@@ -161,22 +160,6 @@ def run_live(decoders: dict[str, Decoder], conv: Conversation, recorded: Sequenc
                      f"{stats.generated_tokens} tokens, {tps:.1f} tok/s"
                      + ("" if rec["identical"] else "  (reply differs from the recording!)"))
     return records
-
-
-def _run(decoder: Decoder, prompt: Sequence[int], settings: SamplerSettings
-         ) -> tuple[list[int], list[StepEvent], GenerationStats]:
-    tokens: list[int] = []
-    steps: list[StepEvent] = []
-    stats = None
-    for ev in decoder.run(prompt, settings, threading.Event()):
-        if isinstance(ev, TokenEvent):
-            tokens.append(ev.token_id)
-        elif isinstance(ev, StepEvent):
-            steps.append(ev)
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    assert stats is not None
-    return tokens, steps, stats
 
 
 def _runs_of(labels: Sequence[str]) -> list[list[Any]]:

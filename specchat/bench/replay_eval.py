@@ -11,7 +11,6 @@ reproduces the live run's step count exactly.
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from specchat.bench.chained import RecordedTurn
 from specchat.bench.policies import AUTO, PolicyFactory, fixed_gamma_of
 from specchat.engine.costs import draft_step_cost, verify_costs
-from specchat.engine.events import GenerationStats, StepEvent
+from specchat.engine.decoding import run_to_end
 from specchat.engine.gamma import FixedGamma
 from specchat.engine.replay import (
     ReplayCosts,
@@ -57,15 +56,9 @@ def measure_costs(runtime: Runtime, turn: RecordedTurn, gamma_max: int) -> Repla
         np.exp(buf, out=buf)
         float(buf.sum(dtype=np.float64))
         times.append(time.perf_counter() - t0)
-    steps: list[StepEvent] = []
-    stats = None
-    dec = SpeculativeDecoder(tctx, dctx, FixedGamma(3))
-    for ev in dec.run(prompt, SamplerSettings(temperature=0, max_tokens=48), threading.Event()):
-        if isinstance(ev, StepEvent):
-            steps.append(ev)
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    assert stats is not None
+    run = run_to_end(SpeculativeDecoder(tctx, dctx, FixedGamma(3)), prompt,
+                     SamplerSettings(temperature=0, max_tokens=48))
+    steps, stats = run.steps, run.stats
     busy = sum(s.draft_s + s.verify_s for s in steps)
     overhead = max(0.0, (stats.total_s - stats.prompt_s - busy) / max(len(steps), 1))
     return ReplayCosts(draft_s, verify_s, overhead, min(times))

@@ -8,7 +8,6 @@ is one run's ``GenerationStats`` plus what was run.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
+from specchat.engine.decoding import Decoder, run_to_end
 from specchat.engine.events import GenerationStats
 from specchat.engine.sampling import SamplerSettings
 from specchat.runtime import Runtime
@@ -67,20 +66,10 @@ def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
     return runtime.decoder(gamma=mode.gamma, ngram=mode.name.endswith("ngram"))
 
 
-def _clear(runtime: Runtime) -> None:
-    runtime.target_ctx.clear()
-    if runtime.draft_ctx is not None:
-        runtime.draft_ctx.clear()
-
-
 def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],
              settings: SamplerSettings) -> GenerationStats:
-    _clear(runtime)
-    stats = None
-    for ev in _decoder(runtime, mode).run(tokens, settings, threading.Event()):
-        stats = ev
-    assert isinstance(stats, GenerationStats)
-    return stats
+    runtime.clear_caches()
+    return run_to_end(_decoder(runtime, mode), tokens, settings).stats
 
 
 AfterPrompt = Callable[[float, BenchPrompt, str], None]

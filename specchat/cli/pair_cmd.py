@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.common import Env
-from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
+from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
-from specchat.models.compat import CompatReport, ModelFacts, check_pair, facts_for_entry, unreadable
+from specchat.models.compat import CompatReport, check_readable, facts_for_entry
 from specchat.models.progress import TextProgress
 from specchat.models.vocab_compat import Level
 
@@ -76,18 +76,8 @@ def _two(env: Env, refs: list[str]) -> tuple[ModelEntry, ModelEntry, PairEntry |
 
 
 def compat_report(env: Env, target: ModelEntry, draft: ModelEntry) -> CompatReport:
-    facts: dict[str, ModelFacts | None] = {}
-    findings = []
-    for role, entry in (("target", target), ("draft", draft)):
-        try:
-            facts[role] = facts_for_entry(env.resolver, entry)
-        except ModelFileError as e:
-            facts[role] = None
-            findings.append(unreadable(role, e))
-    t, d = facts["target"], facts["draft"]
-    if t is None or d is None:
-        return CompatReport(t, d, findings)
-    return check_pair(t, d, env.catalog)
+    return check_readable(lambda: facts_for_entry(env.resolver, target),
+                          lambda: facts_for_entry(env.resolver, draft), env.catalog)
 
 
 def print_report(r: CompatReport, out: TextIO) -> None:

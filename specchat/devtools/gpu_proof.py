@@ -16,7 +16,6 @@ import inspect
 import json
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,8 @@ import numpy as np
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import GenerationStats, TokenEvent
+from specchat.engine.decoding import Decoder, run_to_end
+from specchat.engine.events import GenerationStats
 from specchat.engine.hardware import backend_label, devices
 from specchat.engine.memory_plan import fmt_bytes
 from specchat.engine.model import ContextSettings, ModelSettings
@@ -97,15 +96,8 @@ def speculative_decoder(runtime: Runtime, gamma: int) -> Decoder | None:
 
 def run_once(decoder: Decoder, prompt: list[int],
              settings: SamplerSettings) -> tuple[list[int], GenerationStats]:
-    ids: list[int] = []
-    stats = None
-    for ev in decoder.run(prompt, settings, threading.Event()):
-        if isinstance(ev, TokenEvent):
-            ids.append(ev.token_id)
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    assert stats is not None
-    return ids, stats
+    run = run_to_end(decoder, prompt, settings)
+    return run.tokens, run.stats
 
 
 def near_tie(runtime: Runtime, prefix: list[int]) -> float:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.events import Event
+from specchat.engine.events import Event, GenerationStats, StepEvent, TokenEvent
 from specchat.engine.model import LlamaContext
 from specchat.engine.sampling import SamplerSettings
 
@@ -44,3 +45,26 @@ class Clock:
 
     def now(self) -> float:
         return time.perf_counter() - self.start
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """What a decoder produced, run to its end: the token ids, the steps, the stats."""
+
+    tokens: list[int]
+    steps: list[StepEvent]
+    stats: GenerationStats
+
+
+def run_to_end(decoder: Decoder, prompt: Sequence[int], settings: SamplerSettings,
+               cancel: threading.Event | None = None) -> FinishedRun:
+    tokens: list[int] = []
+    steps: list[StepEvent] = []
+    for ev in decoder.run(prompt, settings, cancel or threading.Event()):
+        if isinstance(ev, TokenEvent):
+            tokens.append(ev.token_id)
+        elif isinstance(ev, StepEvent):
+            steps.append(ev)
+        elif isinstance(ev, GenerationStats):
+            return FinishedRun(tokens, steps, ev)
+    raise RuntimeError(f"the {decoder.name} decoder ended without its stats")

@@ -9,6 +9,7 @@ comes with what to do instead, from the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,11 +158,17 @@ def unreadable(role: str, error: ModelFileError) -> Finding:
 
 def check_files(target: Path, draft: Path, catalog: Catalog | None = None) -> CompatReport:
     """Like :func:`check_pair` for two files; an unreadable file is an incompatible verdict."""
+    return check_readable(lambda: facts_for_path(target), lambda: facts_for_path(draft), catalog)
+
+
+def check_readable(read_target: Callable[[], ModelFacts], read_draft: Callable[[], ModelFacts],
+                   catalog: Catalog | None = None) -> CompatReport:
+    """:func:`check_pair` on facts still to be read; an unreadable model is the verdict."""
     facts: dict[str, ModelFacts | None] = {}
     findings: list[Finding] = []
-    for role, path in (("target", target), ("draft", draft)):
+    for role, read in (("target", read_target), ("draft", read_draft)):
         try:
-            facts[role] = facts_for_path(path)
+            facts[role] = read()
         except ModelFileError as e:
             facts[role] = None
             findings.append(unreadable(role, e))

@@ -35,12 +35,6 @@ class RaceCancelled(SpecchatError):
     pass
 
 
-def clear_caches(runtime: Runtime) -> None:
-    runtime.target_ctx.clear()
-    if runtime.draft_ctx is not None:
-        runtime.draft_ctx.clear()
-
-
 def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder | None = None,
              progress: Callable[[str], None] = lambda _m: None,
              cancel: threading.Event | None = None) -> RaceResult:
@@ -64,12 +58,12 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
         if cancel.is_set():
             raise RaceCancelled("race cancelled")
         progress(message)
-        clear_caches(runtime)
+        runtime.clear_caches()
         timeline = record(label, decoder, tokens, settings, cancel)
         if timeline.stats.stop_reason == "cancelled":
             raise RaceCancelled("race cancelled")
         if label != "warm-up":
             runs.append(timeline)
-    clear_caches(runtime)
+    runtime.clear_caches()
     return RaceResult(setup.prompt, runtime.selection.label, setup.settings, runs[0], runs[1],
                       setup.category)
