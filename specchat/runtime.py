@@ -234,13 +234,15 @@ class Runtime:
         """
         if plain or (self.draft_ctx is None and not ngram):
             return PlainDecoder(self.target_ctx)
+        label = "fixed" if gamma is not None else (
+            "pair" if self.selection.pair is not None else "default")
         if gamma is None:
             gamma = self.default_gamma
         policy: GammaPolicy
         if gamma == AUTO:
             policy = self.auto_gamma
         elif isinstance(gamma, int):
-            policy = FixedGamma(gamma)
+            policy = FixedGamma(gamma, label)
         elif isinstance(gamma, str):
             raise SpecchatError(f"γ must be a whole number or 'auto', not {gamma!r}")
         else:

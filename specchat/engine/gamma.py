@@ -81,8 +81,9 @@ def _check(gamma: int) -> int:
 class FixedGamma(PolicyBase):
     """Always the same draft length."""
 
-    def __init__(self, gamma: int) -> None:
+    def __init__(self, gamma: int, label: str = "fixed") -> None:
         self.gamma = _check(gamma)
+        self.label = label  # "pair" when it is the pair's recommended γ
 
     def next_gamma(self) -> int:
         return self.gamma

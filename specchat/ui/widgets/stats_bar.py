@@ -59,10 +59,8 @@ def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
     out.append("  γ ", dim)
     if s.gamma_mode is not None or speculative:  # a saved speculative reply, or one running
         out.append("—" if s.gamma is None else str(s.gamma), "bold")
-        # auto's label ("auto · code") says more than the setting; a fixed policy's does not
-        # (the setting tells "pair" from "fixed")
-        auto = s.mode if s.mode and s.mode.startswith("auto") else None
-        out.append(f" {auto or s.gamma_mode or gamma_mode}", dim)
+        # what chose the last γ ("pair", "fixed", "auto · code"), else the setting
+        out.append(f" {s.mode or s.gamma_mode or gamma_mode}", dim)
     else:
         out.append("off", "bold")
         out.append(" plain decoding", dim)
