@@ -34,8 +34,8 @@ from specchat.ui.services import AppServices
 from specchat.ui.wizard.screen import WizardScreen
 
 FIRST_RUN_INTRO = ("Welcome! Pair a big target model with a small draft model here, or press "
-                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M, fetched from "
-                   "PyPI, about 100 MB).")
+                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M: about 100 MB "
+                   "from PyPI, ~700 MB on disk once its two precisions are made).")
 SHUTDOWN_WAIT_S = 30.0  # a decode step is milliseconds; this only guards a wedged backend
 
 COMMANDS = (
