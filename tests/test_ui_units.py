@@ -28,10 +28,10 @@ from specchat.engine.plain import PlainDecoder
 from specchat.paths import AppPaths
 from specchat.store import ChatStore, FateTrace
 from specchat.ui.chat_settings import ChatSettings, parse_settings
-from specchat.ui.conversation import Conversation, Turn
-from specchat.ui.generation import ReplyJob, run_reply
+from specchat.session.conversation import Conversation, Turn
+from specchat.session.worker import ReplyJob, run_reply
 from specchat.ui.keys import CHAT_KEYS, display
-from specchat.ui.live import EventBatcher, Pace, live_from_record
+from specchat.session.live import EventBatcher, Pace, live_from_record
 from specchat.ui.messages import LoadProgress, ReplyChunk, ReplyFinished, StatsUpdate
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.stats_bar import sparkline

@@ -25,7 +25,7 @@ from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime
-from specchat.ui.generation import ReplyJob, run_reply
+from specchat.session.worker import ReplyJob, run_reply
 from specchat.ui.messages import LoadProgress, RuntimeReady
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen

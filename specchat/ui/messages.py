@@ -15,7 +15,7 @@ from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
 from specchat.store.fates import Segment
-from specchat.ui.live import LiveStats
+from specchat.session.live import LiveStats
 
 
 @dataclass

@@ -26,11 +26,11 @@ from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.store import FateTrace
 from specchat.ui.chat_settings import ChatSettings
-from specchat.ui.conversation import Conversation, Turn
+from specchat.session.conversation import Conversation, Turn
 from specchat.ui.fate_style import legend
-from specchat.ui.generation import ReplyJob
+from specchat.session.worker import ReplyJob
 from specchat.ui.keys import CHAT_KEYS, bindings
-from specchat.ui.live import live_from_record
+from specchat.session.live import live_from_record
 from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
 from specchat.ui.screens.chat_history import ChatHistoryMixin
 from specchat.ui.screens.dialogs import ErrorDialog

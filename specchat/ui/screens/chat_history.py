@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 from specchat.errors import SpecchatError
 from specchat.store import chat_to_markdown, export_filename
-from specchat.ui.conversation import Conversation
+from specchat.session.conversation import Conversation
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
 from specchat.ui.widgets.chat_list import ChatList
 

@@ -16,7 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from specchat.store.fates import Segment
-from specchat.ui.conversation import Turn
+from specchat.session.conversation import Turn
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")

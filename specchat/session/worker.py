@@ -19,7 +19,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import GenerationStats
 from specchat.engine.sampling import SamplerSettings
-from specchat.ui.live import EventBatcher, Pace
+from specchat.session.live import EventBatcher, Pace
 from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
 
 # A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
