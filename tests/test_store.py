@@ -58,7 +58,7 @@ def test_a_failing_migration_leaves_the_old_version_intact(tmp_path: Path) -> No
     ChatStore.open(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     broken = (*MIGRATIONS, "CREATE TABLE extra (x INTEGER);\nINSERT INTO nowhere VALUES (1);")
-    with pytest.raises(StoreError, match="upgrade to schema version 2 failed"):
+    with pytest.raises(StoreError, match=f"upgrade to schema version {SCHEMA_VERSION + 1} failed"):
         migrate(conn, broken)
     assert user_version(conn) == SCHEMA_VERSION
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
