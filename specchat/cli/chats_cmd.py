@@ -1,4 +1,5 @@
-"""``specchat chats`` (list saved chats) and ``specchat export CHAT_ID`` (a chat as Markdown)."""
+"""``specchat chats`` (list saved chats; ``--repair`` a damaged database) and ``specchat export
+CHAT_ID`` (a chat as Markdown)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ from typing import Any
 from specchat.cli.common import Env
 from specchat.errors import SpecchatError
 from specchat.store import ChatStore, chat_to_markdown
+from specchat.store.repair import repair
 
 
 def add_parsers(sub: Any) -> None:
     ls = sub.add_parser("chats", help="list saved chats (ids for `specchat export`)")
+    ls.add_argument("--repair", action="store_true",
+                    help="recover a damaged chat database: keep a copy of it, move every "
+                         "readable chat and message into a fresh one")
     ls.set_defaults(func=cmd_chats)
     ex = sub.add_parser("export", help="write a saved chat as Markdown")
     ex.add_argument("chat_id", type=int, metavar="CHAT_ID", help="from `specchat chats`")
@@ -30,6 +35,10 @@ def _open(env: Env) -> ChatStore | None:
 
 
 def cmd_chats(env: Env, args: argparse.Namespace) -> int:
+    if getattr(args, "repair", False):
+        report = repair(env.paths.chats_db)
+        sys.stdout.write(f"{report.describe()}\n")
+        return 0
     store = _open(env)
     chats = store.list_chats() if store else []
     if not chats:

@@ -18,6 +18,7 @@ or whose heartbeat is older than ``LEASE_S``, no longer counts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -77,22 +78,27 @@ class Owner:
         return f"process {self.pid}" if here else f"process {self.pid} on {self.host}"
 
 
+# SQLite's primary result codes (sqlite3 names them only from Python 3.11 on).
+SQLITE_READONLY, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = (
+    8, 5, 6, 11, 13, 26)
+
+
 def describe_sqlite_error(e: sqlite3.Error, path: Path | str, doing: str) -> StoreError:
     """One line for the user, and the kind the app acts on."""
     code = getattr(e, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(e)
-    if primary == sqlite3.SQLITE_FULL or "database or disk is full" in text:
+    if primary == SQLITE_FULL or "database or disk is full" in text:
         return StoreError(f"{doing}: the disk is full ({path})", "full")
-    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+    if primary in (SQLITE_BUSY, SQLITE_LOCKED) or "locked" in text:
         return StoreError(f"{doing}: the chat database is busy (another program is writing "
                           f"to {path})", "locked")
-    if primary in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text \
+    if primary in (SQLITE_CORRUPT, SQLITE_NOTADB) or "malformed" in text \
             or "not a database" in text:
         return StoreError(f"{doing}: the chat database {path} is damaged ({text}); "
                           "`specchat chats --repair` keeps a copy and recovers what it can",
                           "corrupt")
-    if primary == sqlite3.SQLITE_READONLY or "readonly" in text:
+    if primary == SQLITE_READONLY or "readonly" in text:
         return StoreError(f"{doing}: the chat database {path} is read-only", "readonly")
     return StoreError(f"{doing}: {text} ({path})")
 
@@ -145,10 +151,8 @@ class ChatStore:
 
     def close(self) -> None:
         for chat_id in list(self.owned):
-            try:
+            with contextlib.suppress(StoreError):  # the next owner ignores a gone pid's row
                 self.release(chat_id)
-            except StoreError:
-                pass  # a stale row is ignored by the next owner (the pid is gone)
         self.conn.close()
 
     def check(self) -> str | None:
@@ -181,10 +185,8 @@ class ChatStore:
             self.conn.execute("COMMIT")  # a full disk often shows only here
         except BaseException as e:
             if self.conn.in_transaction:
-                try:
+                with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back itself
                     self.conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
             if isinstance(e, sqlite3.Error):
                 raise describe_sqlite_error(e, self.path, doing) from None
             raise
