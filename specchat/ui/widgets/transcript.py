@@ -2,7 +2,8 @@
 
 A reply streams in as token-fate text (see fate_text.py: only its last block is redrawn).
 When it is complete it can be shown as Markdown instead; the Markdown widget is built once, from
-the final text, the first time it is needed.
+the final text, the first time it is needed. The widgets read their :class:`Turn` and draw the
+segments they are given; only the chat session changes a turn.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
-from specchat.store.fates import Segment
 from specchat.session.conversation import Turn
+from specchat.store.fates import Segment
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
@@ -39,6 +40,8 @@ def reply_summary(stats: dict[str, Any] | None, status: str) -> str:
         parts.append("stopped by you")
     elif status == "error":
         parts.append("failed")
+    elif status == "interrupted":
+        parts.append("interrupted: specchat was closed while it was written")
     elif reason == "length":
         parts.append("max tokens reached")
     elif reason == "context":
@@ -59,10 +62,13 @@ class AssistantMessage(Vertical):
 
     def __init__(self, turn: Turn, *, streaming: bool, view: str, show_rejected: bool) -> None:
         super().__init__(classes="message assistant")
-        self.turn = turn
+        self.turn = turn  # read only
         self.streaming = streaming
         self.view = view
         self.show_rejected = show_rejected
+        self._kinds = {seg.kind for seg in turn.trace.segments}
+        self._status = turn.status
+        self._stats = turn.stats
         self._fates = FateText(turn.trace.segments, show_rejected, classes="fates")
         self._header = Static(self._header_text(), classes="who")
         self._meta = Static(self._meta_text(), classes="meta")
@@ -79,35 +85,34 @@ class AssistantMessage(Vertical):
     # --- what the header and summary say ---------------------------------------------------
 
     def _header_text(self) -> Text:
-        kinds = {s.kind for s in self.turn.trace.segments}
-        stats = self.turn.stats or {}
-        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
+        stats = self._stats or {}
+        speculative = bool(self._kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
         mode = "speculative" if speculative else "plain"
         out = Text("Assistant", style="bold")
-        if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
+        if self._kinds or not self.streaming:  # known once tokens arrive
             out.append(f"  {mode}", style="dim")
         if self.streaming:
             out.append("  generating… (Esc stops)", style="dim italic")
         return out
 
     def _meta_text(self) -> str:
-        return "" if self.streaming else reply_summary(self.turn.stats, self.turn.status)
+        return "" if self.streaming else reply_summary(self._stats, self._status)
 
     # --- streaming --------------------------------------------------------------------------
 
     def append(self, segments: Iterable[Segment]) -> bool:
         """Add streamed text; return whether the message got taller."""
         segments = list(segments)
-        first = not self.turn.trace.segments
-        self.turn.trace.extend(segments)
+        first = not self._kinds
+        self._kinds |= {seg.kind for seg in segments}
         taller = self._fates.append(segments)
         if first:
             self._header.update(self._header_text())
         return taller
+
     def finish(self, status: str, stats: dict[str, Any] | None) -> None:
         self.streaming = False
-        self.turn.status = status
-        self.turn.stats = stats
+        self._status, self._stats = status, stats
         self._header.update(self._header_text())
         self._meta.update(self._meta_text())
         self._apply_view()
