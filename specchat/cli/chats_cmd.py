@@ -48,6 +48,10 @@ def cmd_chats(env: Env, args: argparse.Namespace) -> int:
     for c in chats:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
         sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {c.pair[:12]:12}  {c.title}\n")
+    if store is not None and (problem := store.check()) is not None:
+        sys.stderr.write(f"specchat: warning: the chat database {store.path} is damaged "
+                         f"({problem[:120]}): `specchat chats --repair` keeps a copy and "
+                         "recovers what it can\n")
     return 0
 
 

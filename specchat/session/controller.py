@@ -223,7 +223,9 @@ class ChatSession:
                 reply.saved = False
                 views.append(Streamed(reply, update.segments))
             views += [Notice(n, "warning") for n in update.notices]
-            if self.clock() - self._last_checkpoint >= self.checkpoint_s:
+            # While writes fail, only tick() and the reply's end retry: each failed try can
+            # wait the store's busy timeout on the UI thread.
+            if self._problem is None and self.clock() - self._last_checkpoint >= self.checkpoint_s:
                 self._last_checkpoint = self.clock()
                 views += self.flush()
             return views

@@ -340,6 +340,10 @@ class ChatScreen(Screen[None]):
     def on_chat_list_open(self, msg: ChatList.Open) -> None:
         self.history.open(msg.chat_id)
 
+    def open_chat(self, chat_id: int) -> None:
+        """Show a saved chat now (no reply may be running)."""
+        self.history.open_now(chat_id)
+
     def on_chat_list_rename(self, msg: ChatList.Rename) -> None:
         self.history.rename(msg.chat_id, msg.title)
 

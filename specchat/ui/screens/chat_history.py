@@ -43,9 +43,9 @@ class ChatHistory:
 
     def open(self, chat_id: int) -> None:
         if chat_id != self.session.conversation.chat_id:
-            self.when_idle(lambda: self._open(chat_id))
+            self.when_idle(lambda: self.open_now(chat_id))
 
-    def _open(self, chat_id: int) -> None:
+    def open_now(self, chat_id: int) -> None:
         try:
             views = self.session.open_chat(chat_id)
         except SpecchatError as e:
