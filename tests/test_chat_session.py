@@ -317,3 +317,25 @@ def test_kill_9_mid_reply_keeps_the_checkpoint_marked_interrupted(tmp_path: Path
     assert [(t.role, t.status) for t in turns] == [("user", "done"), ("assistant", "interrupted")]
     assert turns[1].text == shown
     assert any(isinstance(v, Notice) and v.title == "Interrupted reply" for v in views)
+
+
+def test_leaving_a_chat_whose_turns_are_unsaved_keeps_them_and_saves_them_later(
+        tmp_path: Path, runtime: Runtime) -> None:
+    path = tmp_path / "chats.sqlite3"
+    store = ChatStore.open(path, busy_timeout=0.05)
+    session = ChatSession(store, "tiny")
+    engine = ChatEngine(PlainDecoder(runtime.target_ctx))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    session.send("first chat", SYSTEM, GREEDY)
+    run_job(session, engine)
+    session.new_chat()  # Ctrl+N while nothing could be saved
+    assert session.unsaved == 2
+    session.send("second chat", SYSTEM, GREEDY)
+    run_job(session, engine)
+    assert session.unsaved == 4
+    other.execute("ROLLBACK")
+    assert session.tick()[-1] == SaveState(0)
+    titles = sorted(c.title for c in store.list_chats())
+    assert titles == ["first chat", "second chat"]
+    assert all(len(store.messages(c.id)) == 2 for c in store.list_chats())

@@ -252,3 +252,22 @@ def test_a_version_1_database_converts_and_keeps_every_row(tmp_path: Path) -> No
     mid = store.add_message(7, "assistant", "part", status="interrupted")
     store.update_message(mid, "partial reply", status="interrupted")
     assert store.messages(7)[-1].content == "partial reply"
+
+
+def test_a_database_on_a_read_only_file_system_opens_read_only_with_a_notice(
+        tiny_tmpfs: Path) -> None:
+    path = tiny_tmpfs / "chats.sqlite3"
+    store = ChatStore.open(path)
+    chat = store.create_chat("kept")
+    store.add_message(chat, "user", "hello")
+    store.close()
+    r = subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot remount read-only: {r.stderr.decode().strip()}")
+    store, notice = open_for_app(path)
+    assert notice is not None and "opened read-only" in notice and "not saved" in notice
+    assert [m.content for m in store.messages(chat)] == ["hello"]
+    with pytest.raises(StoreError) as err:
+        store.add_message(chat, "user", "more")
+    assert err.value.kind == "readonly"
+    store.close()

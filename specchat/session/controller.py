@@ -37,6 +37,7 @@ from specchat.store import ChatStore, FateTrace, Segment, chat_to_markdown, titl
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
+RENEW_S = 30.0  # how often tick() renews the chat's ownership (the store's LEASE_S is 120)
 
 
 # --- what the screen renders -----------------------------------------------------------------
@@ -113,7 +114,8 @@ class ChatSession:
         self._jobs = 0
         self._last_checkpoint = 0.0
         self._problem: StoreError | None = None  # the last write failure, until one succeeds
-        self._unsaved_shown = -1
+        self._backlog: list[Conversation] = []  # chats left with turns still unsaved
+        self._last_renew = clock()
 
     # --- state ------------------------------------------------------------------------------
 
@@ -123,7 +125,11 @@ class ChatSession:
 
     @property
     def unsaved(self) -> int:
-        return sum(1 for t in self.conversation.turns if self._pending(t))
+        """Turns in memory only, in this chat and in chats left before they were saved."""
+        return sum(1 for c in self._conversations() for t in c.turns if self._pending(t))
+
+    def _conversations(self) -> list[Conversation]:
+        return [*self._backlog, self.conversation]
 
     @property
     def read_only_reason(self) -> str | None:
@@ -159,12 +165,13 @@ class ChatSession:
         return views
 
     def _leave(self) -> None:
-        chat_id = self.conversation.chat_id
-        if chat_id is not None and self.owner is None and not self.unsaved:
+        c = self.conversation
+        if self.owner is None and any(self._pending(t) for t in c.turns):
+            self._backlog.append(c)  # still saved in order, by flush(), after this
+        elif c.chat_id is not None and self.owner is None:
             with contextlib.suppress(StoreError):  # the row goes stale on its own
-                self.store.release(chat_id)
+                self.store.release(c.chat_id)
         self.owner = None
-        self._problem = None
 
     def rename(self, title: str) -> None:
         chat_id = self.conversation.chat_id
@@ -276,22 +283,27 @@ class ChatSession:
 
     def flush(self) -> list[View]:
         """Write what is not saved yet, in order; stop at the first failure (kept, retried)."""
-        if self.owner is not None:
-            return []
         before = self._problem
+        current = False
         try:
-            for turn in self.conversation.turns:
-                if self._pending(turn):
-                    self._write(turn)
+            for conv in list(self._backlog):
+                self._write_all(conv)
+                self._backlog.remove(conv)
+                if conv.chat_id is not None and conv.chat_id != self.conversation.chat_id:
+                    with contextlib.suppress(StoreError):
+                        self.store.release(conv.chat_id)
+            if self.owner is None:
+                current = True
+                self._write_all(self.conversation)
         except StoreError as e:
             self._problem = e
             views: list[View] = []
             if before is None or before.kind != e.kind:
                 views.append(Notice(f"{e}. Kept on screen; saving again every few seconds.",
                                     "error", "Not saved"))
-            if e.kind == "owned":
-                self.owner = self.store.owner_of(self.conversation.chat_id or 0) \
-                    if self.conversation.chat_id is not None else None
+            if e.kind == "owned" and current and self.conversation.chat_id is not None:
+                with contextlib.suppress(StoreError):  # another specchat took this chat over
+                    self.owner = self.store.owner_of(self.conversation.chat_id)
             return [*views, self._save_state()]
         self._problem = None
         views = []
@@ -299,8 +311,12 @@ class ChatSession:
             views.append(Notice("Everything is saved again.", "information", "Saved"))
         return [*views, self._save_state()]
 
-    def _write(self, turn: Turn) -> None:
-        c = self.conversation
+    def _write_all(self, c: Conversation) -> None:
+        for turn in c.turns:
+            if self._pending(turn):
+                self._write(c, turn)
+
+    def _write(self, c: Conversation, turn: Turn) -> None:
         if c.chat_id is None:
             c.chat_id = self.store.create_chat(c.title, self.pair_label)
         fates = turn.trace.encode() if turn.role == "assistant" else None
@@ -318,23 +334,29 @@ class ChatSession:
 
     def tick(self) -> list[View]:
         """The screen's timer: renew this chat's ownership, retry what is unsaved."""
-        with contextlib.suppress(StoreError):  # the next write says what is wrong
-            self.store.renew()
+        if self.clock() - self._last_renew >= RENEW_S:
+            self._last_renew = self.clock()
+            with contextlib.suppress(StoreError):  # the next write says what is wrong
+                self.store.renew()
         return self.flush() if self.unsaved else []
 
     def rescue(self, folder: Path) -> Path | None:
-        """On quitting with turns still unsaved: the whole chat as Markdown in ``folder``."""
+        """On quitting with turns still unsaved: those chats, whole, as Markdown in ``folder``."""
         if not self.unsaved:
             return None
-        c = self.conversation
         now = time.time()
-        rows = [StoredMessage(0, c.chat_id or 0, i, t.role, t.text, None, t.stats, t.status, now)
-                for i, t in enumerate(c.turns)]
-        chat = ChatSummary(c.chat_id or 0, c.title, self.pair_label, now, now, len(rows))
+        parts = []
+        for c in self._conversations():
+            if not any(self._pending(t) for t in c.turns):
+                continue
+            rows = [StoredMessage(0, c.chat_id or 0, i, t.role, t.text, None, t.stats,
+                                  t.status, now) for i, t in enumerate(c.turns)]
+            chat = ChatSummary(c.chat_id or 0, c.title, self.pair_label, now, now, len(rows))
+            parts.append(chat_to_markdown(chat, rows))
         path = folder / time.strftime("unsaved-chat-%Y%m%d-%H%M%S.md")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(chat_to_markdown(chat, rows), encoding="utf-8")
+            path.write_text("\n\n".join(parts), encoding="utf-8")
         except OSError:
             return None
         return path

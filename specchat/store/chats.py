@@ -119,9 +119,22 @@ class ChatStore:
     @classmethod
     def open(cls, path: Path, clock: Callable[[], float] = time.time,
              busy_timeout: float = BUSY_TIMEOUT_S, read_only: bool = False) -> ChatStore:
+        if read_only:
+            try:
+                return cls._open(path, clock, busy_timeout, "mode=ro")
+            except StoreError:
+                # On a read-only file system SQLite cannot make the WAL's -shm file: read the
+                # file as it is (nothing else can be writing it there).
+                return cls._open(path, clock, busy_timeout, "mode=ro&immutable=1")
+        return cls._open(path, clock, busy_timeout, None)
+
+    @classmethod
+    def _open(cls, path: Path, clock: Callable[[], float], busy_timeout: float,
+              uri_query: str | None) -> ChatStore:
+        read_only = uri_query is not None
         try:
-            if read_only:
-                conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+            if uri_query is not None:
+                conn = sqlite3.connect(f"{path.resolve().as_uri()}?{uri_query}", uri=True,
                                        isolation_level=None, timeout=busy_timeout)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)

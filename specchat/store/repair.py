@@ -178,7 +178,8 @@ def open_for_app(path: Path) -> tuple[ChatStore, str | None]:
             store = ChatStore.open(Path(":memory:"))
             store.read_only = True
             return store, f"{e}; this session's chats are kept in memory only, not saved"
-        return store, f"{e}; opened read-only: new messages are kept in memory, not saved"
+        return store, (f"the chat database cannot be written ({e}); opened read-only: new "
+                       "messages are kept in memory, not saved")
     problem = store.check()
     if problem is not None:
         store.close()
