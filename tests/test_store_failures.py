@@ -20,6 +20,8 @@ from specchat.store.chats import LEASE_S
 from specchat.store.repair import open_for_app, repair
 from specchat.store.schema import MIGRATIONS, SCHEMA_VERSION, migrate, user_version
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 class Clock:
     def __init__(self) -> None:
@@ -226,7 +228,7 @@ def test_an_owner_whose_process_died_does_not_count(tmp_path: Path) -> None:
             "s = ChatStore.open(Path(sys.argv[1])); print(s.create_chat('theirs'))\n"
             "import os; os._exit(0)\n")  # no close(): the owner row stays behind
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+                         text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     chat = int(out.stdout)
     mine = ChatStore.open(path)
     assert mine.claim(chat) is None
@@ -271,3 +273,20 @@ def test_a_database_on_a_read_only_file_system_opens_read_only_with_a_notice(
         store.add_message(chat, "user", "more")
     assert err.value.kind == "readonly"
     store.close()
+
+
+def test_repair_refuses_while_a_running_specchat_holds_a_chat(tmp_path: Path) -> None:
+    path = tmp_path / "chats.sqlite3"
+    code = ("import sys, time; from pathlib import Path; from specchat.store import ChatStore\n"
+            "s = ChatStore.open(Path(sys.argv[1])); s.create_chat('open'); print('ready', "
+            "flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError, match="in use by a running specchat"):
+            repair(path)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert repair(path).chats == 1  # its owner is gone: now it may

@@ -155,3 +155,15 @@ def test_the_cli_says_one_line_for_a_damaged_database_and_repairs_it(
     assert "recovered 3 chats" in out and "kept as" in out
     assert main(["chats"]) == 0
     assert "chat 0" in capsys.readouterr().out
+
+
+@app_test
+async def test_what_happened_to_the_database_at_start_is_said_in_the_app(
+        tmp_path: Path, tiny_target: Path) -> None:
+    services = make_services(tmp_path, tiny_runtime(tiny_target),
+                             store_problem="The chat history was damaged: recovered 3 chats")
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.pause()
+        assert any("recovered 3 chats" in n for n in notices(app))

@@ -292,7 +292,7 @@ class ChatStore:
             return None
         if self.clock() - float(row["seen"]) > LEASE_S:
             return None
-        if row["host"] == self.host and not _alive(int(row["pid"])):
+        if row["host"] == self.host and not process_alive(int(row["pid"])):
             return None
         return Owner(str(row["host"]), int(row["pid"]))
 
@@ -350,7 +350,8 @@ def _stats_json(stats: dict[str, Any] | None) -> str | None:
     return json.dumps(stats, ensure_ascii=False, default=str) if stats else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -9,7 +9,9 @@ closing a WAL database checkpoints into it.
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import sqlite3
 import tempfile
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import StoreError
-from specchat.store.chats import ChatStore
+from specchat.store.chats import ChatStore, process_alive
 
 MAX_GAP = 2000  # consecutive absent rowids after which a row-by-row scan stops
 SIDE_FILES = ("-wal", "-shm")
@@ -43,6 +45,10 @@ def repair(path: Path, clock: Callable[[], float] = time.time) -> RepairReport:
     """Replace the database at ``path`` by a fresh one holding every row that still reads."""
     if not path.exists():
         raise StoreError(f"no chat database at {path}: nothing to repair", "missing")
+    running = _running_owners(path)
+    if running:
+        raise StoreError(f"the chat database is in use by a running specchat ({running}): "
+                         "quit it first, then repair", "locked")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
     kept = path.with_name(f"{path.name}.damaged-{stamp}")
     try:
@@ -64,6 +70,26 @@ def repair(path: Path, clock: Callable[[], float] = time.time) -> RepairReport:
     except OSError as e:
         raise StoreError(f"cannot repair {path}: {e.strerror or e}") from None
     return RepairReport(kept, n_chats, n_msgs, unreadable)
+
+
+def _running_owners(path: Path) -> str:
+    """Processes on this host that hold a chat open (best effort: the table may be damaged).
+
+    Replacing the file under a running app would send its next writes to the old, unlinked
+    file: they would be lost.
+    """
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT DISTINCT host, pid FROM chat_owners").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return ""
+    here = socket.gethostname()
+    pids = sorted({int(pid) for host, pid in rows if host == here and int(pid) != os.getpid()
+                   and process_alive(int(pid))})
+    return ", ".join(f"process {p}" for p in pids)
 
 
 def _copy_with_sides(src: Path, dst: Path) -> None:
