@@ -24,7 +24,7 @@ import numpy.typing as npt
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
 from specchat.engine.placement import LoadReport
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
-from specchat.models.gguf_file import GgufHeader, validate
+from specchat.formats.gguf_file import GgufHeader, validate
 
 # Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
 # ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is

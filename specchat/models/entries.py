@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specchat.formats.gguf_file import split_parts
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,
@@ -17,7 +18,6 @@ from specchat.models.catalog import (
     Source,
 )
 from specchat.models.families import guess_family
-from specchat.models.gguf_file import split_parts
 from specchat.models.hub import HubFile, HubRef, params_of
 
 _SPLIT_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$")
