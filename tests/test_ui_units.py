@@ -313,7 +313,7 @@ def test_the_app_needs_a_terminal(home: AppPaths, capsys: pytest.CaptureFixture[
 
 
 def test_services_open_the_configured_pair_without_loading_it(home: AppPaths) -> None:
-    from specchat.ui.launch import build_services
+    from specchat.cli.app import build_services
 
     home.config_dir.mkdir(parents=True)
     home.config_file.write_text("gamma: [broken\n")
@@ -331,9 +331,9 @@ def test_services_open_the_configured_pair_without_loading_it(home: AppPaths) ->
 
 def test_first_run_and_switching_to_a_pair_the_wizard_saved(home: AppPaths, tiny_target: Path,
                                                            tiny_draft: Path) -> None:
+    from specchat.cli.app import build_services
     from specchat.models.catalog import ModelEntry, PathSource, load_catalog
     from specchat.models.pairing import save_pair
-    from specchat.ui.launch import build_services
 
     args = argparse.Namespace(pair=None, model=None, ctx_size=None, threads=None, gpu_layers=None)
     services = build_services(make_env(), args)
