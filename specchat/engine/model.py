@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
-from specchat.engine.placement import LoadReport
+from specchat.engine.load_report import LoadReport
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.formats.gguf_file import GgufHeader, validate
 
