@@ -4,12 +4,13 @@ Plain decoding emits ``TokenEvent(origin=PLAIN)``; speculative decoding emits ``
 draft token the target kept), ``CORRECTED`` (sampled by the target at a rejection), ``BONUS``
 (the target's extra token after a fully accepted draft), plus ``RejectedEvent`` for each draft
 token thrown away and a ``StepEvent`` per draft/verify round. The last event is always a
-``GenerationStats``.
+``GenerationStats``, whose ``detail`` (a ``SpecDetail``) holds what tuning and benchmarking need.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -60,6 +61,64 @@ class NoticeEvent:
 
 
 @dataclass(frozen=True)
+class BatchTiming:
+    """The target's verify passes of one batch size."""
+
+    size: int  # tokens in the batch: the draft plus one
+    count: int
+    ms: float  # mean milliseconds per pass
+
+
+@dataclass(frozen=True)
+class SpecDetail:
+    """A speculative generation's figures beyond the counts every UI shows (see spec_stats)."""
+
+    position_drafted: tuple[int, ...] = ()  # draft tokens proposed at each draft position
+    position_accepted: tuple[int, ...] = ()  # of which kept
+    overlap_mean: float | None = None  # mean Σ min(p, q): our rule's acceptance probability
+    exact_match_alpha: float | None = None  # mean Σ p·q: the exact-match rule's
+    overlap_n: int = 0  # positions those means are over
+    verify_batches: tuple[BatchTiming, ...] = ()  # by batch size, ascending
+    draft_ms_per_token: float | None = None  # the draft model's, when it drafted
+    steps_by_drafter: Mapping[str, int] = field(default_factory=dict)
+    step_s: float = 0.0  # wall time of the steps, events excluded
+    llama_s: float = 0.0  # of which inside llama_decode (both models)
+
+    @property
+    def acceptance_by_position(self) -> tuple[float | None, ...]:
+        return tuple(a / d if d else None for a, d in
+                     zip(self.position_accepted, self.position_drafted, strict=True))
+
+    @property
+    def overhead_share(self) -> float | None:
+        """The share of step time spent outside llama_decode (Python, sampling, bookkeeping)."""
+        return 1 - self.llama_s / self.step_s if self.step_s > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["steps_by_drafter"] = dict(self.steps_by_drafter)
+        d.update(acceptance_by_position=list(self.acceptance_by_position),
+                 overhead_share=self.overhead_share)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SpecDetail:
+        """Read back ``as_dict()`` (derived values ignored); ValueError if a field is malformed."""
+        return cls(
+            position_drafted=_ints(d.get("position_drafted", ())),
+            position_accepted=_ints(d.get("position_accepted", ())),
+            overlap_mean=_maybe_float(d.get("overlap_mean")),
+            exact_match_alpha=_maybe_float(d.get("exact_match_alpha")),
+            overlap_n=_int(d.get("overlap_n", 0)),
+            verify_batches=tuple(BatchTiming(_int(b.get("size")), _int(b.get("count")),
+                                             _float(b.get("ms")))
+                                 for b in map(_map, _list(d.get("verify_batches", ())))),
+            draft_ms_per_token=_maybe_float(d.get("draft_ms_per_token")),
+            steps_by_drafter={str(k): _int(v) for k, v in _map(d.get("steps_by_drafter", {})).items()},
+            step_s=_float(d.get("step_s", 0.0)), llama_s=_float(d.get("llama_s", 0.0)))
+
+
+@dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens reused from the KV cache
@@ -77,7 +136,7 @@ class GenerationStats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     target_forwards: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    detail: SpecDetail = field(default_factory=SpecDetail)
 
     @property
     def decode_tps(self) -> float:
@@ -100,9 +159,63 @@ class GenerationStats:
         return self.generated_tokens / self.target_forwards if self.target_forwards else None
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values, derived rates included (``from_dict`` reads it)."""
         d = asdict(self)
-        d.update(decode_tps=self.decode_tps, e2e_tps=self.e2e_tps, alpha=self.alpha, tau=self.tau)
+        d.update(detail=self.detail.as_dict(), decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
+                 alpha=self.alpha, tau=self.tau)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GenerationStats:
+        """Read back ``as_dict()``; missing fields take their defaults, derived ones are
+        recomputed. ValueError if a field holds the wrong kind of value."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "detail" or f.name not in d:
+                continue
+            values[f.name] = _SCALAR[type(f.default)](d[f.name])
+        return cls(**values, detail=SpecDetail.from_dict(_map(d.get("detail", {}))))
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"expected a whole number, got {v!r}")
+    return v
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _maybe_float(v: Any) -> float | None:
+    return None if v is None else _float(v)
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected text, got {v!r}")
+    return v
+
+
+def _list(v: Any) -> list[Any]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"expected a list, got {v!r}")
+    return list(v)
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(_int(x) for x in _list(v))
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"expected a mapping, got {v!r}")
+    return v
+
+
+_SCALAR = {int: _int, float: _float, str: _str}
 
 
 Event = TokenEvent | RejectedEvent | StepEvent | NoticeEvent | GenerationStats
