@@ -10,7 +10,7 @@ token thrown away and a ``StepEvent`` per draft/verify round. The last event is 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -101,22 +101,6 @@ class SpecDetail:
                  overhead_share=self.overhead_share)
         return d
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SpecDetail:
-        """Read back ``as_dict()`` (derived values ignored); ValueError if a field is malformed."""
-        return cls(
-            position_drafted=_ints(d.get("position_drafted", ())),
-            position_accepted=_ints(d.get("position_accepted", ())),
-            overlap_mean=_maybe_float(d.get("overlap_mean")),
-            exact_match_alpha=_maybe_float(d.get("exact_match_alpha")),
-            overlap_n=_int(d.get("overlap_n", 0)),
-            verify_batches=tuple(BatchTiming(_int(b.get("size")), _int(b.get("count")),
-                                             _float(b.get("ms")))
-                                 for b in map(_map, _list(d.get("verify_batches", ())))),
-            draft_ms_per_token=_maybe_float(d.get("draft_ms_per_token")),
-            steps_by_drafter={str(k): _int(v) for k, v in _map(d.get("steps_by_drafter", {})).items()},
-            step_s=_float(d.get("step_s", 0.0)), llama_s=_float(d.get("llama_s", 0.0)))
-
 
 @dataclass(frozen=True)
 class GenerationStats:
@@ -159,63 +143,11 @@ class GenerationStats:
         return self.generated_tokens / self.target_forwards if self.target_forwards else None
 
     def as_dict(self) -> dict[str, Any]:
-        """The figures as JSON-ready values, derived rates included (``from_dict`` reads it)."""
+        """The figures as JSON-ready values, derived rates included."""
         d = asdict(self)
         d.update(detail=self.detail.as_dict(), decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
                  alpha=self.alpha, tau=self.tau)
         return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> GenerationStats:
-        """Read back ``as_dict()``; missing fields take their defaults, derived ones are
-        recomputed. ValueError if a field holds the wrong kind of value."""
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "detail" or f.name not in d:
-                continue
-            values[f.name] = _SCALAR[type(f.default)](d[f.name])
-        return cls(**values, detail=SpecDetail.from_dict(_map(d.get("detail", {}))))
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"expected a whole number, got {v!r}")
-    return v
-
-
-def _float(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"expected a number, got {v!r}")
-    return float(v)
-
-
-def _maybe_float(v: Any) -> float | None:
-    return None if v is None else _float(v)
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"expected text, got {v!r}")
-    return v
-
-
-def _list(v: Any) -> list[Any]:
-    if not isinstance(v, (list, tuple)):
-        raise ValueError(f"expected a list, got {v!r}")
-    return list(v)
-
-
-def _ints(v: Any) -> tuple[int, ...]:
-    return tuple(_int(x) for x in _list(v))
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    if not isinstance(v, Mapping):
-        raise ValueError(f"expected a mapping, got {v!r}")
-    return v
-
-
-_SCALAR = {int: _int, float: _float, str: _str}
 
 
 Event = TokenEvent | RejectedEvent | StepEvent | NoticeEvent | GenerationStats

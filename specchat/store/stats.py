@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specchat.engine.events import GenerationStats
+from specchat.engine.events import BatchTiming, GenerationStats, SpecDetail
 
 STATS_VERSION = 2
 
@@ -49,15 +49,38 @@ class ReplyStats:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ReplyStats:
-        gen = doc.get("generation", {})
+        """Read back ``to_json()``'s object; missing fields take their defaults, derived values
+        are recomputed; ValueError if a field holds the wrong kind of value."""
         gamma = doc.get("gamma")
-        if not isinstance(gen, Mapping) or not (gamma is None or type(gamma) is int):
-            raise ValueError("malformed reply stats")
-        text = {k: doc.get(k, "") for k in ("decoder", "gamma_mode", "pair")}
-        ctx = doc.get("ctx_size", 0)
-        if not all(isinstance(v, str) for v in text.values()) or type(ctx) is not int:
-            raise ValueError("malformed reply stats")
-        return cls(GenerationStats.from_dict(gen), gamma=gamma, ctx_size=ctx, **text)
+        return cls(_generation(_map(doc.get("generation", {}))),
+                   decoder=_str(doc.get("decoder", "")),
+                   gamma=None if gamma is None else _int(gamma),
+                   gamma_mode=_str(doc.get("gamma_mode", "")),
+                   ctx_size=_int(doc.get("ctx_size", 0)), pair=_str(doc.get("pair", "")))
+
+
+def _generation(d: Mapping[str, Any]) -> GenerationStats:
+    values: dict[str, Any] = {}
+    for f in fields(GenerationStats):
+        if f.name != "detail" and f.name in d:
+            # Every field but detail is a scalar whose default says its kind.
+            values[f.name] = _SCALAR[type(f.default)](d[f.name])
+    return GenerationStats(**values, detail=_detail(_map(d.get("detail", {}))))
+
+
+def _detail(d: Mapping[str, Any]) -> SpecDetail:
+    return SpecDetail(
+        position_drafted=_ints(d.get("position_drafted", [])),
+        position_accepted=_ints(d.get("position_accepted", [])),
+        overlap_mean=_maybe_float(d.get("overlap_mean")),
+        exact_match_alpha=_maybe_float(d.get("exact_match_alpha")),
+        overlap_n=_int(d.get("overlap_n", 0)),
+        verify_batches=tuple(BatchTiming(_int(b.get("size")), _int(b.get("count")),
+                                         _float(b.get("ms")))
+                             for b in map(_map, _list(d.get("verify_batches", [])))),
+        draft_ms_per_token=_maybe_float(d.get("draft_ms_per_token")),
+        steps_by_drafter={_str(k): _int(v) for k, v in _map(d.get("steps_by_drafter", {})).items()},
+        step_s=_float(d.get("step_s", 0.0)), llama_s=_float(d.get("llama_s", 0.0)))
 
 
 # Schema 1's ``extra`` keys that SpecDetail keeps under the same name; the rest were derived
@@ -69,19 +92,56 @@ _V1_SETTINGS = ("decoder", "gamma", "gamma_mode", "ctx_size", "pair")
 
 def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A version-1 stats object as version 2. Keys it does not know are dropped; ValueError if
-    what is kept is malformed (``ReplyStats.from_dict`` checks it)."""
-    extra = doc.get("extra") or {}
-    if not isinstance(extra, Mapping):
-        raise ValueError("malformed stats detail")
+    what is kept is malformed."""
+    extra = _map(doc.get("extra") or {})
     detail: dict[str, Any] = {k: extra[k] for k in _V1_DETAIL if k in extra}
-    ms, n = extra.get("verify_ms_by_batch") or {}, extra.get("verify_n_by_batch") or {}
-    if not isinstance(ms, Mapping) or not isinstance(n, Mapping):
-        raise ValueError("malformed verify timings")
+    ms = _map(extra.get("verify_ms_by_batch") or {})
+    n = _map(extra.get("verify_n_by_batch") or {})
     detail["verify_batches"] = [{"size": int(b), "count": n.get(b), "ms": ms[b]}
                                 for b in sorted(ms, key=int)]
-    gen_keys = set(GenerationStats.__dataclass_fields__) - {"detail"}
-    generation = {k: doc[k] for k in gen_keys if k in doc}
+    generation = {f.name: doc[f.name] for f in fields(GenerationStats) if f.name in doc}
     out = {"version": STATS_VERSION, "generation": {**generation, "detail": detail},
            **{k: doc[k] for k in _V1_SETTINGS if k in doc}}
     ReplyStats.from_dict(out)  # refuse now what could not be read later
     return out
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"expected a whole number, got {v!r}")
+    return v
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _maybe_float(v: Any) -> float | None:
+    return None if v is None else _float(v)
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected text, got {v!r}")
+    return v
+
+
+def _list(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list, got {v!r}")
+    return v
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(_int(x) for x in _list(v))
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"expected a mapping, got {v!r}")
+    return v
+
+
+_SCALAR = {int: _int, float: _float, str: _str}
