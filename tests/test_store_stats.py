@@ -134,13 +134,14 @@ def test_reply_stats_round_trip_through_the_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [
+    ["not", "an", "object"],
     {"extra": "not a mapping"},
     {"generated_tokens": "seven"},
     {"extra": {"position_drafted": [1, "x"]}},
     {"extra": {"verify_ms_by_batch": {"a": 1.0}, "verify_n_by_batch": {"a": 1}}},
     {"gamma": "four"},
 ])
-def test_upgrading_malformed_v1_stats_is_refused(bad: dict[str, object]) -> None:
+def test_upgrading_malformed_v1_stats_is_refused(bad: object) -> None:
     with pytest.raises(ValueError):
         upgrade_v1(bad)
 

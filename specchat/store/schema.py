@@ -23,12 +23,10 @@ def _stats_v2(conn: sqlite3.Connection) -> None:
     rows = conn.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL").fetchall()
     for row_id, text in rows:
         try:
-            doc = json.loads(text)
-            new = json.dumps(upgrade_v1(doc), ensure_ascii=False) if isinstance(doc, dict) else None
+            new = json.dumps(upgrade_v1(json.loads(text)), ensure_ascii=False)
         except (ValueError, TypeError):
-            new = None
-        if new is not None:  # a damaged cell stays as it was: unread, but not thrown away
-            conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (new, row_id))
+            continue  # a damaged cell stays as it was: unread, but not thrown away
+        conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (new, row_id))
 
 
 # Index i upgrades version i to version i + 1. Append, never edit.

@@ -90,9 +90,10 @@ _V1_DETAIL = ("position_drafted", "position_accepted", "overlap_mean", "exact_ma
 _V1_SETTINGS = ("decoder", "gamma", "gamma_mode", "ctx_size", "pair")
 
 
-def upgrade_v1(doc: Mapping[str, Any]) -> dict[str, Any]:
+def upgrade_v1(doc: Any) -> dict[str, Any]:
     """A version-1 stats object as version 2. Keys it does not know are dropped; ValueError if
-    what is kept is malformed."""
+    it is not an object or what is kept is malformed."""
+    doc = _map(doc)
     extra = _map(doc.get("extra") or {})
     detail: dict[str, Any] = {k: extra[k] for k in _V1_DETAIL if k in extra}
     ms = _map(extra.get("verify_ms_by_batch") or {})
