@@ -36,7 +36,7 @@ from specchat.session.controller import (
     View,
 )
 from specchat.session.worker import ReplyDone, ReplyUpdate, run_reply
-from specchat.store import ChatStore
+from specchat.store import ChatStore, ReplyStats
 
 SYSTEM = "Be brief."
 REPO = Path(__file__).resolve().parent.parent
@@ -102,7 +102,7 @@ def test_a_reply_is_built_once_saved_with_its_fates_and_stats(tmp_path: Path,
     store = ChatStore.open(tmp_path / "chats.sqlite3")
     session = ChatSession(store, "tiny")
     engine = ChatEngine(PlainDecoder(runtime.target_ctx))
-    views = session.send("hello there", SYSTEM, GREEDY, meta={"decoder": "plain"})
+    views = session.send("hello there", SYSTEM, GREEDY, meta=ReplyStats(decoder="plain"))
     assert session.job is not None and session.busy
     reply = session.reply
     assert reply is not None
@@ -119,7 +119,7 @@ def test_a_reply_is_built_once_saved_with_its_fates_and_stats(tmp_path: Path,
     assert views[-3] == SaveState(0)
     assert rows(store) == [("user", "hello there", "done"), ("assistant", expected, "done")]
     saved = store.messages(session.conversation.chat_id or 0)[1]
-    assert saved.stats and saved.stats["decoder"] == "plain" and saved.fates
+    assert saved.stats and saved.stats.decoder == "plain" and saved.fates
     assert session.job is None and session.conversation.title == "hello there"
 
 
@@ -278,7 +278,7 @@ KILLED = textwrap.dedent("""
     from specchat.engine.plain import PlainDecoder
     from specchat.session.controller import ChatSession
     from specchat.session.worker import run_reply
-    from specchat.store import ChatStore
+    from specchat.store import ChatStore, ReplyStats
 
     rt = tiny_runtime(Path(sys.argv[2]))
     session = ChatSession(ChatStore.open(Path(sys.argv[1])), "tiny", checkpoint_s=0.0)

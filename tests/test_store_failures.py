@@ -244,13 +244,15 @@ def test_a_version_1_database_converts_and_keeps_every_row(tmp_path: Path) -> No
     conn.execute("INSERT INTO chats (id, title, pair, created, updated) VALUES (7,'t','demo',1,2)")
     conn.execute("INSERT INTO messages (chat_id, seq, role, content, fates, stats, status, "
                  "created) VALUES (7,0,'user','hi',NULL,NULL,'done',1), "
-                 "(7,1,'assistant','yo','{}','{\"alpha\": 0.5}','cancelled',2)")
+                 "(7,1,'assistant','yo','{}','{\"generated_tokens\": 3, \"decoder\": \"plain\"}',"
+                 "'cancelled',2)")
     conn.close()
     store = ChatStore.open(path)
     assert user_version(store.conn) == SCHEMA_VERSION
     msgs = store.messages(7)
-    assert [(m.content, m.status, m.stats) for m in msgs] == [
-        ("hi", "done", None), ("yo", "cancelled", {"alpha": 0.5})]
+    assert [(m.content, m.status) for m in msgs] == [("hi", "done"), ("yo", "cancelled")]
+    assert msgs[0].stats is None and msgs[1].stats is not None
+    assert (msgs[1].stats.decoder, msgs[1].stats.generation.generated_tokens) == ("plain", 3)
     mid = store.add_message(7, "assistant", "part", status="interrupted")
     store.update_message(mid, "partial reply", status="interrupted")
     assert store.messages(7)[-1].content == "partial reply"

@@ -24,16 +24,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError, StoreError
 from specchat.session.conversation import Conversation, Turn
 from specchat.session.live import LiveStats
-from specchat.session.worker import ReplyChunk, ReplyDone, ReplyJob, ReplyStats, ReplyUpdate
-from specchat.store import ChatStore, FateTrace, Segment, chat_to_markdown, title_from
+from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
+from specchat.store import ChatStore, FateTrace, ReplyStats, Segment, chat_to_markdown, title_from
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
@@ -110,7 +109,7 @@ class ChatSession:
         self.owner: Owner | None = None  # another specchat writing this chat: read-only here
         self.job: ReplyJob | None = None
         self.reply: Turn | None = None
-        self._meta: dict[str, Any] = {}
+        self._meta = ReplyStats()
         self._jobs = 0
         self._last_checkpoint = 0.0
         self._problem: StoreError | None = None  # the last write failure, until one succeeds
@@ -186,10 +185,11 @@ class ChatSession:
     # --- a reply ----------------------------------------------------------------------------
 
     def send(self, text: str, system_prompt: str, sampling: SamplerSettings,
-             meta: dict[str, Any] | None = None) -> list[View]:
+             meta: ReplyStats | None = None) -> list[View]:
         """Add the user's message and start a reply: ``job`` is then set for the worker.
 
-        ``meta`` is saved with the reply's stats (decoder, γ mode, context size...). In a
+        ``meta`` is saved with the reply's stats (decoder, γ mode, context size, pair; its
+        generation figures and γ are replaced by the reply's own). In a
         read-only chat nothing is added and ``job`` stays None (the text stays with the user).
         """
         if self.job is not None:
@@ -205,7 +205,7 @@ class ChatSession:
         self.conversation.turns.append(self.reply)
         self._jobs += 1
         self.job = ReplyJob(self._jobs, messages, sampling)
-        self._meta = dict(meta or {})
+        self._meta = meta or ReplyStats()
         self._last_checkpoint = self.clock()
         return self.flush()
 
@@ -221,7 +221,7 @@ class ChatSession:
         job, reply = self.job, self.reply
         if job is None or reply is None or update.job != job.id:
             return []
-        if isinstance(update, ReplyStats):
+        if isinstance(update, ReplyFigures):
             return [Figures(update.stats, busy=True)]
         if isinstance(update, ReplyChunk):
             views: list[View] = []
@@ -239,8 +239,8 @@ class ChatSession:
         assert isinstance(update, ReplyDone)
         reply.trace = update.trace  # the worker has finished with it: the one built trace
         s = update.stats
-        stats: dict[str, Any] = {**s.as_dict(), **self._meta, "gamma": update.live.gamma,
-                                 "gamma_mode": update.live.mode or self._meta.get("gamma_mode")}
+        stats = replace(self._meta, generation=s, gamma=update.live.gamma,
+                        gamma_mode=update.live.mode or self._meta.gamma_mode)
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         return [*self._end(status, stats), Figures(update.live, busy=False)]
 
@@ -252,7 +252,7 @@ class ChatSession:
         return [*self._end("error", self.reply.stats if self.reply else None),
                 Failed(title, text)]
 
-    def _end(self, status: str, stats: dict[str, Any] | None) -> list[View]:
+    def _end(self, status: str, stats: ReplyStats | None) -> list[View]:
         reply, self.reply, self.job = self.reply, None, None
         if reply is None:
             return []

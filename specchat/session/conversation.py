@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from specchat.engine.chat_template import Message
-from specchat.store import ChatStore, FateTrace, StoredMessage
+from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage
 
 
 @dataclass
 class Turn:
     role: str  # "user" | "assistant"
     trace: FateTrace
-    stats: dict[str, Any] | None = None
+    stats: ReplyStats | None = None
     status: str = "done"  # done | cancelled | error | interrupted (still streaming, or killed)
     message_id: int | None = None  # its row, once written
     saved: bool = False  # the row holds what the turn holds now
@@ -59,5 +58,5 @@ class Conversation:
             msgs.append(Message(t.role, t.text))
         return msgs
 
-    def assistant_stats(self) -> Sequence[dict[str, Any]]:
+    def assistant_stats(self) -> Sequence[ReplyStats]:
         return [t.stats for t in self.turns if t.role == "assistant" and t.stats]

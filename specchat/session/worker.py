@@ -1,7 +1,7 @@
 """One reply, generated in a worker thread: run the engine, batch its events, emit updates.
 
 The token fates are built here, once (the batcher's :class:`FateTrace`); what leaves is typed
-updates (:class:`ReplyChunk`, :class:`ReplyStats`, :class:`ReplyDone`) through ``emit``, which
+updates (:class:`ReplyChunk`, :class:`ReplyFigures`, :class:`ReplyDone`) through ``emit``, which
 the chat screen wraps in a thread-safe ``post_message``. No Textual here. The UI thread sees
 at most one text chunk per ``interval`` and one stats update per ``stats_interval``, whatever
 the decoder's speed: every redraw costs the UI thread time, and the decoder's Python steps
@@ -37,7 +37,7 @@ class ReplyChunk:
 
 
 @dataclass(frozen=True)
-class ReplyStats:
+class ReplyFigures:
     """Live figures while the reply streams (a newer one supersedes an older one)."""
 
     job: int
@@ -54,7 +54,7 @@ class ReplyDone:
     trace: FateTrace
 
 
-ReplyUpdate = ReplyChunk | ReplyStats | ReplyDone
+ReplyUpdate = ReplyChunk | ReplyFigures | ReplyDone
 
 
 @dataclass
@@ -91,7 +91,7 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
             emit(ReplyDone(job.id, batch.final, batch.stats, batcher.trace))
         elif time.monotonic() - last_stats[0] >= stats_interval:
             last_stats[0] = time.monotonic()
-            emit(ReplyStats(job.id, batch.stats))
+            emit(ReplyFigures(job.id, batch.stats))
             batcher.gammas_posted()
 
     def tick() -> None:

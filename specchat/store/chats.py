@@ -19,7 +19,6 @@ or whose heartbeat is older than ``LEASE_S``, no longer counts.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import socket
@@ -29,14 +28,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specchat.errors import StoreError
 from specchat.store.schema import migrate
+from specchat.store.stats import ReplyStats
 
 TITLE_CHARS = 48
 BUSY_TIMEOUT_S = 0.5  # another writer's transaction is milliseconds; a lock held longer fails
 LEASE_S = 120.0  # an owner not heard from for this long has gone (the app renews every 30 s)
+
+
 @dataclass(frozen=True)
 class ChatSummary:
     id: int
@@ -55,7 +56,7 @@ class StoredMessage:
     role: str
     content: str
     fates: str | None
-    stats: dict[str, Any] | None
+    stats: ReplyStats | None
     status: str
     created: float
 
@@ -305,9 +306,9 @@ class ChatStore:
     # --- messages -------------------------------------------------------------------------
 
     def add_message(self, chat_id: int, role: str, content: str, *, fates: str | None = None,
-                    stats: dict[str, Any] | None = None, status: str = "done") -> int:
+                    stats: ReplyStats | None = None, status: str = "done") -> int:
         now = self.clock()
-        stats_json = _stats_json(stats)
+        stats_json = stats.to_json() if stats else None
         with self._write() as c:
             self._check_owner(c, chat_id)
             seq = c.execute("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE chat_id = ?",
@@ -326,7 +327,7 @@ class ChatStore:
         return int(cur.lastrowid or 0)
 
     def update_message(self, message_id: int, content: str, *, fates: str | None = None,
-                       stats: dict[str, Any] | None = None, status: str = "done") -> None:
+                       stats: ReplyStats | None = None, status: str = "done") -> None:
         """Rewrite a message saved earlier (a reply checkpointed while it streamed)."""
         now = self.clock()
         with self._write() as c:
@@ -336,7 +337,8 @@ class ChatStore:
                 raise StoreError(f"no message with id {message_id}", "missing")
             self._check_owner(c, int(row["chat_id"]))
             c.execute("UPDATE messages SET content = ?, fates = ?, stats = ?, status = ? "
-                      "WHERE id = ?", (content, fates, _stats_json(stats), status, message_id))
+                      "WHERE id = ?", (content, fates, stats.to_json() if stats else None, status,
+                                     message_id))
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, row["chat_id"]))
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
@@ -344,10 +346,6 @@ class ChatStore:
             rows = c.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY seq",
                              (chat_id,)).fetchall()
         return [_message(r) for r in rows]
-
-
-def _stats_json(stats: dict[str, Any] | None) -> str | None:
-    return json.dumps(stats, ensure_ascii=False, default=str) if stats else None
 
 
 def process_alive(pid: int) -> bool:
@@ -366,11 +364,5 @@ def _summary(r: sqlite3.Row) -> ChatSummary:
 
 
 def _message(r: sqlite3.Row) -> StoredMessage:
-    stats = None
-    if r["stats"]:
-        try:
-            stats = json.loads(r["stats"])
-        except ValueError:
-            stats = None  # a damaged stats cell costs the numbers, not the message
     return StoredMessage(r["id"], r["chat_id"], r["seq"], r["role"], r["content"], r["fates"],
-                         stats if isinstance(stats, dict) else None, r["status"], r["created"])
+                         ReplyStats.from_json(r["stats"]), r["status"], r["created"])

@@ -17,7 +17,7 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
-from specchat.session.worker import ReplyStats, ReplyUpdate
+from specchat.session.worker import ReplyFigures, ReplyUpdate
 
 
 @dataclass
@@ -43,8 +43,8 @@ class ReplyProgress(Message, bubble=False):
 
     def can_replace(self, message: Message) -> bool:
         # ``message`` is the newer one, queued behind this: draw only the newest figures.
-        return (isinstance(self.update, ReplyStats) and isinstance(message, ReplyProgress)
-                and isinstance(message.update, ReplyStats) and message.update.job == self.update.job)
+        return (isinstance(self.update, ReplyFigures) and isinstance(message, ReplyProgress)
+                and isinstance(message.update, ReplyFigures) and message.update.job == self.update.job)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from specchat.session.controller import (
 from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
 from specchat.session.worker import ReplyJob, run_reply
+from specchat.store import ReplyStats
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
 from specchat.ui.keys import CHAT_KEYS, bindings
@@ -233,8 +234,8 @@ class ChatScreen(Screen[None]):
             self._engine_stale = False
             self.stats_bar.speculative = self.speculative
         new_chat = self.conversation.chat_id is None and not self.conversation.turns
-        meta = {"decoder": self.engine.decoder.name, "gamma_mode": self.settings.gamma_mode,
-                "ctx_size": self.engine.n_ctx, "pair": self.pair_label}
+        meta = ReplyStats(decoder=self.engine.decoder.name, gamma_mode=self.settings.gamma_mode,
+                          ctx_size=self.engine.n_ctx, pair=self.pair_label)
         views = self.session.send(text, self.settings.system_prompt, self.settings.sampling,
                                   meta)
         job, reply = self.session.job, self.session.reply
@@ -314,8 +315,9 @@ class ChatScreen(Screen[None]):
         records = conversation.assistant_stats()
         bar = self.stats_bar
         bar.reset()
-        bar.set_history([r["alpha"] for r in records if r.get("alpha") is not None],
-                        [r["decode_tps"] for r in records if r.get("decode_tps")])
+        gens = [r.generation for r in records]
+        bar.set_history([g.alpha for g in gens if g.alpha is not None],
+                        [g.decode_tps for g in gens if g.decode_tps])
         if records:
             bar.show(live_from_record(records[-1]), busy=False, record=False)
         self.refresh_chat_list()
