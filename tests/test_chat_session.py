@@ -339,3 +339,15 @@ def test_leaving_a_chat_whose_turns_are_unsaved_keeps_them_and_saves_them_later(
     titles = sorted(c.title for c in store.list_chats())
     assert titles == ["first chat", "second chat"]
     assert all(len(store.messages(c.id)) == 2 for c in store.list_chats())
+
+
+def test_deleting_the_current_chat_drops_it_whole(tmp_path: Path, runtime: Runtime) -> None:
+    store = ChatStore.open(tmp_path / "chats.sqlite3")
+    session = ChatSession(store, "tiny")
+    session.send("to delete", SYSTEM, GREEDY)
+    run_job(session, ChatEngine(PlainDecoder(runtime.target_ctx)))
+    chat = session.conversation.chat_id
+    assert chat is not None
+    assert session.delete_chat(chat) == [SaveState(0)]
+    assert session.conversation.chat_id is None and store.list_chats() == []
+    assert session.tick() == []  # nothing left to retry

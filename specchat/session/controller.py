@@ -172,6 +172,16 @@ class ChatSession:
                 self.store.release(c.chat_id)
         self.owner = None
 
+    def delete_chat(self, chat_id: int) -> list[View]:
+        """Delete a saved chat; the current one is replaced by an empty chat. Its unsaved turns
+        go with it (the user asked for that)."""
+        self.store.delete_chat(chat_id)
+        self._backlog = [c for c in self._backlog if c.chat_id != chat_id]
+        if chat_id != self.conversation.chat_id:
+            return [self._save_state()]
+        self.conversation, self.owner = Conversation(), None
+        return [self._save_state()]
+
     def rename(self, title: str) -> None:
         chat_id = self.conversation.chat_id
         if chat_id is None:

@@ -100,12 +100,12 @@ class ChatHistory:
 
     def _delete(self, chat_id: int, current: bool) -> None:
         try:
-            self.services.store.delete_chat(chat_id)
+            views = self.session.delete_chat(chat_id)
         except SpecchatError as e:
             self._notify(str(e), severity="error", timeout=10)
             return
         if current:
-            self.opened(self.session.new_chat())
+            self.opened(views)
         else:
             self.refresh()
         self._notify("Chat deleted.", timeout=3)
