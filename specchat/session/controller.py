@@ -343,12 +343,20 @@ class ChatSession:
         return SaveState(self.unsaved)
 
     def tick(self) -> list[View]:
-        """The screen's timer: renew this chat's ownership, retry what is unsaved."""
+        """The screen's timer: renew this chat's ownership, retry what is unsaved, and take a
+        read-only chat over once the other specchat has let go of it."""
+        views: list[View] = []
+        if self.owner is not None and self.conversation.chat_id is not None:
+            with contextlib.suppress(StoreError):
+                self.owner = self.store.claim(self.conversation.chat_id)
+            if self.owner is None:
+                views.append(Notice("The other specchat let go of this chat: you can write "
+                                    "in it now.", title="Chat"))
         if self.clock() - self._last_renew >= RENEW_S:
             self._last_renew = self.clock()
             with contextlib.suppress(StoreError):  # the next write says what is wrong
                 self.store.renew()
-        return self.flush() if self.unsaved else []
+        return views + (self.flush() if self.unsaved or views else [])
 
     def rescue(self, folder: Path) -> Path | None:
         """On quitting with turns still unsaved: those chats, whole, as Markdown in ``folder``."""

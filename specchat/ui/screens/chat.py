@@ -96,6 +96,7 @@ class ChatScreen(Screen[None]):
         self.unsaved = 0
         self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
         self._saved_on_exit = False
+        self._shown_topbar = ""
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -148,9 +149,12 @@ class ChatScreen(Screen[None]):
         return out
 
     def _retitled(self) -> None:
-        self.query_one("#topbar", Static).update(self._topbar())
+        text = self._topbar()
+        self._shown_topbar = text.plain
+        self.query_one("#topbar", Static).update(text)
 
     def on_mount(self) -> None:
+        self._shown_topbar = self._topbar().plain
         self.refresh_chat_list()
         self.query_one(ChatInput).focus()
         self.set_interval(TICK_S, self._tick)
@@ -188,9 +192,10 @@ class ChatScreen(Screen[None]):
                             timeout=10 if severity != "information" else 5, markup=False)
             elif isinstance(v, Failed):
                 self.app.push_screen(ErrorDialog(v.title, v.text))
-            elif isinstance(v, SaveState) and v.unsaved != self.unsaved:
+            elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
-                self._retitled()
+                if self._topbar().plain != self._shown_topbar:  # (read-only may have changed)
+                    self._retitled()
 
     def _streamed(self, v: Streamed) -> None:
         job = self.session.job
