@@ -167,3 +167,22 @@ async def test_what_happened_to_the_database_at_start_is_said_in_the_app(
         await ready(pilot)
         await pilot.pause()
         assert any("recovered 3 chats" in n for n in notices(app))
+
+
+@app_test
+async def test_quitting_while_messages_are_unsaved_writes_them_to_a_file(
+        tmp_path: Path, tiny_target: Path) -> None:
+    services = make_services(tmp_path, tiny_runtime(tiny_target))
+    other = sqlite3.connect(services.store.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # held until after the app has quit
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        reply = await send(pilot, "remember this")
+        await finished(pilot)
+        shown = reply.turn.text
+        await pilot.press("ctrl+q")
+    assert app.rescued is not None and app.rescued.parent == tmp_path
+    text = app.rescued.read_text(encoding="utf-8")
+    assert "remember this" in text and shown in text
+    other.execute("ROLLBACK")
