@@ -55,8 +55,3 @@ class StoreError(SpecchatError):
     def __init__(self, message: str, kind: str = "other") -> None:
         super().__init__(message)
         self.kind = kind
-
-    @property
-    def retryable(self) -> bool:
-        """Whether trying the same write again later may succeed."""
-        return self.kind in ("full", "locked", "readonly", "owned", "other")

