@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from specchat.models.gguf_file import GgufHeader
-
-TOKENS = "tokenizer.ggml.tokens"
+from specchat.errors import ModelFileError
+from specchat.models.gguf_file import TOKENS, GgufHeader
 
 
 class Level(str, Enum):
@@ -34,6 +33,9 @@ class Finding:
 def tokens_of(h: GgufHeader) -> list[str]:
     toks = h.metadata.get(TOKENS)
     if toks is None:
+        if h.token_texts:  # read with texts, and there are none: the file has no vocabulary
+            raise ModelFileError(f"{h.path}: the model has no vocabulary ({TOKENS} is missing "
+                                 "from its metadata), so it cannot be paired or used")
         raise ValueError(f"{h.path}: header was read without token texts")
     return list(toks)
 
