@@ -92,6 +92,7 @@ def write_tiny_model(
     name: str = "tiny",
     keep_layers: int | None = None,
     with_vocabulary: bool = True,
+    output_rows: dict[int, float] | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF.
 
@@ -99,7 +100,8 @@ def write_tiny_model(
     ``noise`` (``spec.seed`` seeds the noise): a draft model for that target. With
     ``keep_layers`` only the first blocks are written: an early-exit draft that is much cheaper
     than its target (the GPU check's bench pair). ``with_vocabulary=False`` leaves the
-    tokenizer out of the metadata (a broken file, for tests).
+    tokenizer out of the metadata (a broken file, for tests); ``output_rows`` fills rows of the
+    output matrix with a value (``{10: nan}``: token 10's logit is NaN, a broken model).
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -113,6 +115,8 @@ def write_tiny_model(
         spec = noise_from
     else:
         weights = _weights(spec, n_vocab)
+    for row, value in (output_rows or {}).items():
+        weights["output.weight"][row] = value
     if keep_layers is not None:
         spec = replace(spec, n_layer=keep_layers)
         weights = {k: v for k, v in weights.items()
