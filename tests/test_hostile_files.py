@@ -176,6 +176,9 @@ def test_ask_with_a_draft_llama_cpp_would_abort_on(tmp_path: Path, tiny_target: 
                  str(broken["duplicate-tokens"]), "--max-tokens", "4")
     assert r.returncode == 1, r.stderr  # not 134 (SIGABRT from GGML_ASSERT)
     assert "the token text 'h' twice" in r.stderr and "Traceback" not in r.stderr
+    r = specchat(tmp_path / "home", "ask", "hi", "--model", str(broken["duplicate-tokens"]),
+                 "--max-tokens", "4")
+    assert r.returncode == 1 and "the token text 'h' twice" in r.stderr, r.stderr
     r = specchat(tmp_path / "home", "ask", "hi", "--model", str(tiny_target), "--draft",
                  str(broken["no-vocabulary"]), "--max-tokens", "4")
     assert r.returncode == 1 and "has no vocabulary" in r.stderr

@@ -22,7 +22,6 @@ from specchat.models.gguf_file import (
     check_complete,
     read_header,
     split_parts,
-    vocabulary_problem,
 )
 from specchat.models.progress import format_bytes
 from specchat.models.resolver import ModelResolver
@@ -210,11 +209,6 @@ def check_pair(target: ModelFacts, draft: ModelFacts, catalog: Catalog | None = 
 
 
 def _vocab_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
-    bad = [Finding(Level.BAD, "vocabulary", f"the {role} cannot be used: {problem}")
-           for role, f in (("target", target), ("draft", draft))
-           if (problem := vocabulary_problem(f.header)) is not None]
-    if bad:
-        return bad
     out = compare_vocab(target.header, draft.header)
     if any(f.level is Level.BAD for f in out):
         return [f for f in out if f.level is Level.BAD]  # BOS/EOS details mean nothing then

@@ -155,6 +155,24 @@ class _Cursor:
         self.need(n, what)
         self.pos += n
 
+    def strings(self, count: int, keep: bool, what: str) -> list[str] | None:
+        """``count`` strings (a vocabulary: 150k+), read in one tight loop; on the first length
+        that does not fit, the checked readers above say what is wrong."""
+        buf, pos, size = self.buf, self.pos, len(self.buf)
+        out: list[str] | None = [] if keep else None
+        unpack = struct.unpack_from
+        for i in range(count):
+            n = unpack("<Q", buf, pos)[0] if pos + 8 <= size else size
+            if pos + 8 + n > size:
+                self.pos = pos
+                self.skip_string(f"{what}[{i}]")  # raises, naming the entry
+            pos += 8
+            if out is not None:
+                out.append(buf[pos : pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, vtype: int, keep_strings: bool, what: str) -> Any:
         if vtype in _SCALARS:
             return self.scalar(*_SCALARS[vtype], what)
@@ -172,12 +190,7 @@ class _Cursor:
             self.pos += count * dt.itemsize
             return arr
         if etype == _STRING:
-            count = self.count(f"{what} (array length)", 8)
-            if keep_strings:
-                return [self.string(f"{what}[{i}]") for i in range(count)]
-            for i in range(count):  # skip: lengths must still be walked
-                self.skip_string(f"{what}[{i}]")
-            return None
+            return self.strings(self.count(f"{what} (array length)", 8), keep_strings, what)
         if etype == _ARRAY:  # gguf-py writes these; llama.cpp refuses the whole file
             raise self.fail(what, at, "an array of arrays, which llama.cpp cannot read")
         raise self.fail(what, at, f"unknown array element type {etype}")
@@ -336,6 +349,9 @@ def vocabulary_problem(header: GgufHeader) -> str | None:
     tokens = md.get(TOKENS)
     if tokens is None:
         return None  # texts not read: only the types could be checked
+    distinct = set(tokens)
+    if len(distinct) == len(tokens) and "" not in distinct:
+        return None  # the usual case, at C speed; the loop below finds which ids collide
     seen: dict[str, int] = {}
     for i, text in enumerate(tokens):
         word = text or f"[EMPTY_{i}]"

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from specchat.errors import ModelFileError
-from specchat.models.gguf_file import TOKENS, GgufHeader
+from specchat.models.gguf_file import TOKENS, GgufHeader, vocabulary_problem
 
 
 class Level(str, Enum):
@@ -51,6 +51,11 @@ def _is_padding(text: str) -> bool:
 
 def compare_vocab(target: GgufHeader, draft: GgufHeader) -> list[Finding]:
     """Findings about the pair's vocabularies, worst first. No BAD finding → usable pair."""
+    unusable = [Finding(Level.BAD, "vocabulary", f"the {role} cannot be used: {problem}")
+                for role, h in (("target", target), ("draft", draft))
+                if (problem := vocabulary_problem(h)) is not None]
+    if unusable:  # e.g. no vocabulary, or one llama.cpp aborts on: nothing to compare
+        return unusable
     out: list[Finding] = []
     tm = target.metadata.get("tokenizer.ggml.model")
     dm = draft.metadata.get("tokenizer.ggml.model")
