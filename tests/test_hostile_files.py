@@ -112,6 +112,19 @@ def test_the_empty_token_rule_matches_llama_cpp(tmp_path: Path) -> None:
                                                            tokens=tokens))) is None
 
 
+def test_tokens_are_compared_as_bytes_as_llama_cpp_does(tmp_path: Path) -> None:
+    """Two invalid UTF-8 tokens both read as '\ufffd' but are different tokens: llama.cpp loads
+    the file, so it must not be refused."""
+    tokens: list[str | bytes] = list(vocabulary())
+    tokens[40], tokens[41] = b"\xff", b"\xfe"
+    p = write_tiny_model(tmp_path / "bytes.gguf", SPEC, tokens=tokens)  # type: ignore[arg-type]
+    assert vocabulary_problem(read_header(p)) is None
+    validate(p)
+    tokens[41] = b"\xff"
+    p = write_tiny_model(tmp_path / "same.gguf", SPEC, tokens=tokens)  # type: ignore[arg-type]
+    assert "(ids 40 and 41)" in str(vocabulary_problem(read_header(p)))
+
+
 def test_a_wrongly_typed_vocabulary_is_named(broken: dict[str, Path]) -> None:
     h = read_header(broken["tensor-type-999"].with_name("base.gguf"))
     kinds = dict(h.kinds)

@@ -72,6 +72,9 @@ class GgufHeader:
     # Kept for the string arrays that are skipped when token texts are not read.
     kinds: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     token_texts: bool = True  # string arrays (the vocabulary) were read
+    # The first two token ids whose texts llama.cpp sees as equal (compared as bytes), if the
+    # texts were read; see vocabulary_problem.
+    duplicate_tokens: tuple[int, int] | None = None
 
     @property
     def data_end(self) -> int:
@@ -196,10 +199,12 @@ class _Cursor:
         raise self.fail(what, at, f"unknown array element type {etype}")
 
 
-def read_header(path: Path | str, *, token_texts: bool = True) -> GgufHeader:
+def read_header(path: Path | str, *, token_texts: bool = True,
+                _texts_of: frozenset[str] | None = None) -> GgufHeader:
     """Parse a GGUF header; raise :class:`ModelFileError` with a plain reason if it is bad.
 
-    With ``token_texts=False`` string arrays (the vocabulary) are skipped, which is faster.
+    With ``token_texts=False`` string arrays (the vocabulary) are skipped, which is faster
+    (``_texts_of``: read only these keys' string arrays).
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -213,10 +218,11 @@ def read_header(path: Path | str, *, token_texts: bool = True) -> GgufHeader:
         if fh.read(4) != MAGIC:
             raise ModelFileError(f"{path}: not a GGUF file (wrong magic bytes)")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse(_Cursor(buf, path, size), token_texts)
+            return _parse(_Cursor(buf, path, size), token_texts, _texts_of)
 
 
-def _parse(cur: _Cursor, token_texts: bool) -> GgufHeader:
+def _parse(cur: _Cursor, token_texts: bool, texts_of: frozenset[str] | None = None
+           ) -> GgufHeader:
     cur.pos = 4
     version = cur.scalar("<I", 4, "version")
     if version not in (2, 3):
@@ -224,6 +230,7 @@ def _parse(cur: _Cursor, token_texts: bool) -> GgufHeader:
     n_tensors = cur.count("tensor count", 24)  # name length, n_dims, type, offset
     n_kv = cur.count("metadata count", 13)  # key length, type, a one-byte value
     meta: dict[str, Any] = {}
+    duplicate: tuple[int, int] | None = None
     kinds: dict[str, tuple[int, int, int]] = {}
     where: dict[str, int] = {}
     for i in range(n_kv):
@@ -238,7 +245,11 @@ def _parse(cur: _Cursor, token_texts: bool) -> GgufHeader:
             kinds[key] = (vtype, etype, count)
         else:
             kinds[key] = (vtype, -1, -1)
-        meta[key] = cur.value(vtype, token_texts, f"metadata {key!r}")
+        keep = token_texts if texts_of is None else key in texts_of
+        start = cur.pos
+        meta[key] = cur.value(vtype, keep, f"metadata {key!r}")
+        if key == TOKENS and isinstance(meta[key], list):
+            duplicate = _duplicate(meta[key], cur.buf, start)
     align = _alignment(cur, meta, kinds, where.get("general.alignment", 0))
     tensors: list[TensorInfo] = []
     offsets_at: list[int] = []
@@ -283,7 +294,30 @@ def _parse(cur: _Cursor, token_texts: bool) -> GgufHeader:
                            f"{t.offset:,}, expected {expected:,}")
         expected += (t.nbytes + align - 1) // align * align
     return GgufHeader(cur.path, version, meta, tensors, data_start, cur.file_size, kinds,
-                      token_texts)
+                      token_texts, duplicate)
+
+
+def _duplicate(texts: list[str], buf: mmap.mmap | bytes, start: int) -> tuple[int, int] | None:
+    """The first pair of ids whose token texts llama.cpp would see as the same.
+
+    llama.cpp compares the raw bytes, after naming an empty text ``[EMPTY_<id>]``. Decoded
+    texts that are all distinct (the usual case, checked at C speed) have distinct bytes; only
+    otherwise are the bytes (from ``start``, the array's header) walked: two invalid UTF-8
+    sequences decode alike but are different tokens.
+    """
+    distinct = set(texts)
+    if len(distinct) == len(texts) and "" not in distinct:
+        return None
+    pos = start + 12  # element type, count
+    seen: dict[bytes, int] = {}
+    for i in range(len(texts)):
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        word = bytes(buf[pos + 8 : pos + 8 + n]) or f"[EMPTY_{i}]".encode()
+        pos += 8 + n
+        j = seen.setdefault(word, i)
+        if j != i:
+            return j, i
+    return None
 
 
 def _alignment(cur: _Cursor, meta: dict[str, Any], kinds: dict[str, tuple[int, int, int]],
@@ -346,19 +380,12 @@ def vocabulary_problem(header: GgufHeader) -> str | None:
     merges = kinds.get("tokenizer.ggml.merges")
     if merges is not None and (merges[0] != _ARRAY or merges[1] != _STRING):
         return "its tokenizer.ggml.merges is not an array of strings"
-    tokens = md.get(TOKENS)
-    if tokens is None:
-        return None  # texts not read: only the types could be checked
-    distinct = set(tokens)
-    if len(distinct) == len(tokens) and "" not in distinct:
-        return None  # the usual case, at C speed; the loop below finds which ids collide
-    seen: dict[str, int] = {}
-    for i, text in enumerate(tokens):
-        word = text or f"[EMPTY_{i}]"
-        j = seen.setdefault(word, i)
-        if j != i:
-            return (f"its vocabulary has the token text {word[:40]!r} twice (ids {j} and {i}), "
-                    "which makes llama.cpp abort")
+    if header.duplicate_tokens is not None:
+        j, i = header.duplicate_tokens
+        tokens = md.get(TOKENS)
+        word = (tokens[i] or f"[EMPTY_{i}]") if tokens is not None else "?"
+        return (f"its vocabulary has the token text {word[:40]!r} twice (ids {j} and {i}), "
+                "which makes llama.cpp abort")
     return None
 
 
@@ -404,7 +431,8 @@ def validate(path: Path | str, *, vocabulary: bool = True) -> GgufHeader:
     for part in split_parts(path):
         if not part.exists():
             raise ModelFileError(f"{path}: split model is missing its part {part.name}")
-        header = read_header(part, token_texts=vocabulary and first is None)
+        check = vocabulary and first is None
+        header = read_header(part, token_texts=check, _texts_of=_VOCAB if check else None)
         check_complete(header)
         if first is None:
             if vocabulary:
@@ -415,13 +443,16 @@ def validate(path: Path | str, *, vocabulary: bool = True) -> GgufHeader:
     return first
 
 
+_VOCAB = frozenset([TOKENS])  # what the vocabulary check reads (not the merges: as many again)
+
+
 def _without_texts(h: GgufHeader) -> GgufHeader:
     """The header as ``token_texts=False`` reads it (string arrays dropped: the vocabulary of a
     large model is tens of MB as Python strings)."""
     meta = {k: (None if h.kinds[k][:2] == (_ARRAY, _STRING) else v)
             for k, v in h.metadata.items()}
     return GgufHeader(h.path, h.version, meta, h.tensors, h.data_start, h.file_size, h.kinds,
-                      token_texts=False)
+                      False, h.duplicate_tokens)
 
 
 def _mb(n: int) -> str:
