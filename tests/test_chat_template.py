@@ -3,15 +3,24 @@ is refused with a sentence instead of hanging the process or taking gigabytes.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from specchat.devtools.tiny_models import CHATML_TEMPLATE
+from specchat.devtools.tiny_models import CHATML_TEMPLATE, TinySpec, write_tiny_model
 from specchat.engine import chat_template
+from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import ChatTemplate, Message
+from specchat.engine.events import GenerationStats
+from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.plain import PlainDecoder
+from specchat.engine.sampling import SamplerSettings
 from specchat.errors import Cancelled, ModelFileError
 
 CHAT = [Message("system", "Be brief."), Message("user", "hi there"),
@@ -167,3 +176,41 @@ def test_cancel_stops_a_running_hostile_render(monkeypatch: pytest.MonkeyPatch) 
 def test_a_template_that_cannot_compile_is_a_sentence(source: str) -> None:
     with pytest.raises(ModelFileError, match="chat template (does not compile|is .* long)"):
         ChatTemplate(source, "", "")
+
+
+# ------------------------------------------------- a model file carrying a hostile template
+
+NESTED = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+HUGE = "{% set s = 'x' * 300000000 %}{{ s }}"
+
+
+@pytest.fixture(scope="module")
+def hostile_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("templates")
+    return {name: write_tiny_model(d / f"{name}.gguf", TinySpec(seed=1), chat_template=src)
+            for name, src in (("nested", NESTED), ("huge", HUGE))}
+
+
+def test_the_engine_stops_a_hostile_render_on_cancel(hostile_models: dict[str, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_template, "RENDER_SECONDS", 600.0)
+    model = LlamaModel(hostile_models["nested"])
+    eng = ChatEngine(PlainDecoder(LlamaContext(model, ContextSettings(n_ctx=256, n_threads=1))))
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    events = list(eng.reply(CHAT, SamplerSettings(temperature=0, max_tokens=4), cancel))
+    assert len(events) == 1 and isinstance(events[0], GenerationStats)
+    assert events[0].stop_reason == "cancelled"
+
+
+@pytest.mark.parametrize("name", ["nested", "huge"])
+def test_ask_with_a_hostile_template_is_one_line(name: str, hostile_models: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    env = {**os.environ, "SPECCHAT_HOME": str(tmp_path / "home")}
+    r = subprocess.run([sys.executable, "-m", "specchat", "ask", "hi", "--model",
+                        str(hostile_models[name]), "--max-tokens", "4"], capture_output=True,
+                       text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("specchat: error: the model's chat template was stopped: it ")
+    assert "Traceback" not in r.stderr
