@@ -16,14 +16,14 @@ from specchat.cli.main import main
 from specchat.devtools.hostile_gguf import layout, set_u32, variants
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.errors import ModelFileError
-from specchat.models.compat import check_files
-from specchat.models.gguf_file import (
+from specchat.formats.gguf_file import (
     DamagedFile,
     GgufHeader,
     read_header,
     validate,
     vocabulary_problem,
 )
+from specchat.models.compat import check_files
 from specchat.models.vocab_compat import Level
 from specchat.paths import AppPaths
 

@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.models.gguf_file import _NUMPY, _SCALARS, _STRING, _Cursor
+from specchat.formats.gguf_file import _NUMPY, _SCALARS, _STRING, _Cursor
 
 _ALIGN = 32  # tiny_models writes the default alignment
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
-from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
-from specchat.models.families import format_params, guess_family, smaller_siblings
-from specchat.models.gguf_file import (
+from specchat.formats.gguf_file import (
     DamagedFile,
     GgufHeader,
     check_complete,
     read_header,
     split_parts,
 )
+from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
+from specchat.models.families import format_params, guess_family, smaller_siblings
 from specchat.models.progress import format_bytes
 from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import (

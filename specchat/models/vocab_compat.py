@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from specchat.errors import ModelFileError
-from specchat.models.gguf_file import TOKENS, GgufHeader, vocabulary_problem
+from specchat.formats.gguf_file import TOKENS, GgufHeader, vocabulary_problem
 
 
 class Level(str, Enum):
