@@ -123,6 +123,10 @@ def test_other_unbounded_work_stops_at_the_deadline(source: str,
     "{{ f() | length }}",
     "{% for i in range(100000) %}" + "z" * 1000 + "{% endfor %}",
     "{{ lipsum(n=100000000) }}",
+    "{{ '%*d' % (999999999, 1) }}",
+    "{{ '{:{}}'.format(1, 999999999) }}",
+    "{{ range(10) | slice(1000000000) | list }}",
+    "{{ [1] | batch(1000000000, 'x') | list }}",
 ], ids=lambda s: s[:40])
 def test_huge_values_are_refused_before_they_are_built(source: str) -> None:
     tracemalloc.start()
@@ -134,6 +138,15 @@ def test_huge_values_are_refused_before_they_are_built(source: str) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20, f"peak {peak >> 20} MB"
+
+
+def test_large_numbers_that_are_not_sizes_are_fine() -> None:
+    src = ("{{ 'build %d on %s' % (20240101, 'x') }} {{ '%s-%05d' | format('id', 1717171717) }} "
+           "{{ 'Today is 20240101: {} {:>8}'.format(1717171717, 'r') }} "
+           "{{ (x | default(1717171717)) + 1 }} {{ 1717171717 * 2 }}")
+    out = ChatTemplate(src, "", "").render(CHAT)
+    assert out == _plain(src, CHAT)
+    assert "build 20240101 on x" in out and "id-1717171717" in out and "3434343434" in out
 
 
 def test_the_size_cap_grows_with_the_conversation() -> None:

@@ -16,6 +16,7 @@ about to build against a cap before building it. Refusals are :class:`ModelFileE
 from __future__ import annotations
 
 import re
+import string
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +48,10 @@ PRODUCED_FACTOR = 64  # all values built during one render: at most this many ti
 _LOOP_FILTER = "specchat_loop_guard"
 _JOIN_FILTER = "specchat_concat_guard"
 _DIGITS = re.compile(r"\d+")
+_PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+# Methods and filters whose integer arguments are sizes: a width, a count of columns or rows.
+_WIDTH_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs"])
+_WIDTH_FILTERS = frozenset(["center", "indent", "batch", "slice", "wordwrap"])
 
 
 @dataclass(frozen=True)
@@ -129,12 +134,38 @@ def _check_ints(budget: _Budget, args: Sequence[Any], kwargs: dict[str, Any]) ->
             budget.build(abs(a))
 
 
-def _check_format_string(budget: _Budget, fmt: str) -> None:
-    """Widths and precisions written in a format string (``%999999999d``, ``{:>999999999}``)."""
-    for m in _DIGITS.finditer(fmt):
-        if len(m.group()) > 12 or int(m.group()) > budget.max_chars:
-            raise _Refused(f"it formats a value {m.group()[:20]} characters wide (the limit is "
-                           f"{budget.max_chars:,})")
+def _check_width(budget: _Budget, digits: str) -> None:
+    if len(digits) > 12 or int(digits) > budget.max_chars:
+        raise _Refused(f"it formats a value {digits[:20]} characters wide (the limit is "
+                       f"{budget.max_chars:,})")
+
+
+def _check_percent(budget: _Budget, fmt: str, args: Any) -> None:
+    """Widths and precisions of ``fmt % args`` (``%999999999d``; ``%*d`` takes one from args)."""
+    star = False
+    for m in _PERCENT.finditer(fmt):
+        for g in m.groups():
+            if g == "*":
+                star = True
+            elif g:
+                _check_width(budget, g)
+    if star:
+        _check_ints(budget, args if isinstance(args, tuple) else (args,), {})
+
+
+def _check_format(budget: _Budget, fmt: str, args: Sequence[Any], kwargs: dict[str, Any]
+                  ) -> None:
+    """Widths in ``fmt.format(...)``'s fields (``{:>999999999}``; ``{:{}}`` takes one from
+    the arguments); the literal text between fields may hold any digits."""
+    try:
+        fields = [spec for _, _, spec, _ in string.Formatter().parse(fmt) if spec]
+    except ValueError:
+        return  # malformed: format() itself raises
+    for spec in fields:
+        for m in _DIGITS.finditer(spec):
+            _check_width(budget, m.group())
+        if "{" in spec:
+            _check_ints(budget, args, kwargs)
 
 
 class _Guards(NodeTransformer):
@@ -227,7 +258,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         elif operator == "+" and isinstance(left, (str, list, tuple)):
             b.build(_weight(left, b.max_chars) + _weight(right, b.max_chars))
         elif operator == "%" and isinstance(left, str):
-            _check_format_string(b, left)
+            _check_percent(b, left, right)
             b.build(len(left) + _weight(right, b.max_chars))
         elif (operator == "**" and isinstance(left, int) and isinstance(right, int)
               and abs(left) > 1 and right > 0):
@@ -238,11 +269,14 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
              **kwargs: Any) -> Any:
         b = __self.budget
         b.step()
-        _check_ints(b, args, kwargs)
         method = getattr(__obj, "__wrapped__", __obj)  # str.format comes wrapped by the sandbox
         owner = getattr(method, "__self__", None)
         name = getattr(method, "__name__", "")
+        if name == "generate_lorem_ipsum":  # the lipsum global: n paragraphs of min…max words
+            _check_ints(b, args, kwargs)
         if isinstance(owner, str):
+            if name in _WIDTH_METHODS:
+                _check_ints(b, args, kwargs)
             if name == "join" and args:
                 items = list(args[0])
                 args = (items, *args[1:])
@@ -253,7 +287,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             elif name == "expandtabs":
                 b.build(len(owner) * (int(args[0]) if args else 8))
             elif name in ("format", "format_map"):
-                _check_format_string(b, owner)
+                _check_format(b, owner, args, kwargs)
                 b.build(len(owner) + _weight([args, kwargs], b.max_chars))
         if isinstance(__obj, LoopContext) and args:
             args = (_Steps(__self, args[0]), *args[1:])  # a recursive loop's next level
@@ -297,7 +331,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             b = self.budget
             b.step()
             value, rest = (args[skip], args[skip + 1:]) if len(args) > skip else (None, ())
-            _check_ints(b, rest, kwargs)
+            if name in _WIDTH_FILTERS:
+                _check_ints(b, rest, kwargs)
             if name == "replace" and len(rest) >= 2:
                 s, old, new = str(value), str(rest[0]), str(rest[1])
                 b.build(len(s) + (s.count(old) if old else len(s) + 1) * len(new))
@@ -307,7 +342,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                 b.build(len(str(value)) + lines * (len(width) if isinstance(width, str)
                                                   else int(width)))
             elif name == "format":
-                _check_format_string(b, str(value))
+                _check_percent(b, str(value), tuple(rest) or kwargs)
                 b.build(len(str(value)) + _weight([rest, kwargs], b.max_chars))
             elif name in _SIZED_FILTERS:
                 b.build(_weight(value, b.max_chars) * (2 if name == "wordwrap" else 1))
