@@ -23,7 +23,7 @@ from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
 from specchat.engine.speculative import SpeculativeDecoder
-from specchat.errors import BadLogitsError
+from specchat.errors import BadLogitsError, SpecchatError
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=24)
 WARM = SamplerSettings(temperature=0.8, seed=3, max_tokens=24)
@@ -108,3 +108,26 @@ def test_ask_with_a_nan_model_is_one_line(tmp_path: Path, models: dict[str, Llam
         assert r.returncode == 1, r.stderr
         assert "the model produced NaN logits" in r.stderr
         assert "Traceback" not in r.stderr and "IndexError" not in r.stderr
+
+
+def test_a_draft_whose_decode_fails_is_dropped_too(models: dict[str, LlamaModel],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any error of the draft's own (here llama.cpp refusing a decode) ends only the draft."""
+    draft = ctx(models["target"])
+    calls = {"n": 0}
+    real = draft.decode
+
+    def failing(tokens: object, **kw: object) -> object:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise SpecchatError("llama.cpp decode failed (-3): out of memory")
+        return real(tokens, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(draft, "decode", failing)
+    plain = reply(PlainDecoder(ctx(models["target"])), GREEDY)
+    spec = reply(SpeculativeDecoder(ctx(models["target"]), draft), GREEDY)
+    assert [e.message for e in spec if isinstance(e, NoticeEvent)] == [
+        "the draft stopped: llama.cpp decode failed (-3): out of memory; the reply goes on "
+        "without it"]
+    assert [e.token_id for e in spec if isinstance(e, TokenEvent)] == \
+        [e.token_id for e in plain if isinstance(e, TokenEvent)]

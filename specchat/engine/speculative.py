@@ -45,7 +45,7 @@ from specchat.engine.sampling import (
 )
 from specchat.engine.spec_stats import SpecTally
 from specchat.engine.verify import Verdict, one_hot, verify_greedy, verify_sampled
-from specchat.errors import BadLogitsError
+from specchat.errors import SpecchatError
 
 
 class DraftFailed(Exception):
@@ -164,7 +164,9 @@ class SpeculativeDecoder:
             if gamma > 0:
                 try:
                     drafts, qs = self._draft_model(seq, gamma, settings, rng)
-                except BadLogitsError as e:
+                except DecodeCancelled:
+                    raise
+                except SpecchatError as e:  # NaN logits, a failed decode: the draft's own
                     raise DraftFailed(str(e)) from None
                 return drafts, qs, "draft"
         return [], [], "none"
