@@ -361,7 +361,9 @@ def vocabulary_problem(header: GgufHeader) -> str | None:
     llama-cpp-python 0.3.x ships, abort the whole process on a duplicate: GGML_ASSERT); it reads
     the scores and token types as arrays at least as long as the vocabulary.
     """
-    md, kinds = header.metadata, header.kinds
+    md, kinds = header.metadata, dict(header.kinds)
+    if TOKENS not in kinds and isinstance(md.get(TOKENS), list):  # a header built in code
+        kinds[TOKENS] = (_ARRAY, _STRING, len(md[TOKENS]))
     if TOKENS not in kinds:
         if str(md.get("tokenizer.ggml.model", "")) in ("none", "no_vocab"):
             return "it has no vocabulary (tokenizer.ggml.model is 'none'): it cannot chat"
