@@ -113,18 +113,23 @@ def _weight(value: Any, limit: int) -> int:
             total += len(v) + 2
         elif isinstance(v, int) and not isinstance(v, bool):
             total += v.bit_length() // 3 + 2
-        elif isinstance(v, dict):
+        elif isinstance(v, (dict, list, tuple, set, frozenset)):
             total += 2 * len(v) + 2
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            total += 2 * len(v) + 2
-            stack.extend(v)
+            if total > limit:  # before putting its items on the stack
+                return total
+            stack.extend(v.keys() if isinstance(v, dict) else v)
+            if isinstance(v, dict):
+                stack.extend(v.values())
         else:
             total += 8
         if total > limit:
             return total
     return total
+
+
+def _size(value: Any, limit: int) -> int:
+    """A string's length, else :func:`_weight`."""
+    return len(value) if isinstance(value, str) else _weight(value, limit)
 
 
 def _check_ints(budget: _Budget, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -252,11 +257,11 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-                    b.build(_weight(seq, b.max_chars) * max(n, 0))
+                    b.build(_size(seq, b.max_chars) * max(n, 0))
             if isinstance(left, int) and isinstance(right, int):
                 b.build((left.bit_length() + right.bit_length()) // 3)
         elif operator == "+" and isinstance(left, (str, list, tuple)):
-            b.build(_weight(left, b.max_chars) + _weight(right, b.max_chars))
+            b.build(_size(left, b.max_chars) + _size(right, b.max_chars))
         elif operator == "%" and isinstance(left, str):
             _check_percent(b, left, right)
             b.build(len(left) + _weight(right, b.max_chars))
