@@ -14,6 +14,7 @@ import yaml
 
 from specchat.cli.main import main
 from specchat.devtools.hostile_gguf import layout, set_u32, variants
+from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.errors import ModelFileError
 from specchat.formats.gguf_file import (
@@ -23,7 +24,9 @@ from specchat.formats.gguf_file import (
     validate,
     vocabulary_problem,
 )
-from specchat.models.compat import check_files
+from specchat.models import remote_header
+from specchat.models.catalog import HfSource
+from specchat.models.compat import check_files, facts_for_hub
 from specchat.models.vocab_compat import Level
 from specchat.paths import AppPaths
 
@@ -205,3 +208,17 @@ def test_a_removed_ggml_type_is_as_unknown_as_999(broken: dict[str, Path],
     p.write_bytes(set_u32(good, layout(good).tensors[0].type_at, 4))  # Q4_2: removed
     with pytest.raises(DamagedFile, match="unknown tensor type 4"):
         validate(p)
+
+
+def test_a_damaged_hub_file_is_named_from_its_first_bytes(hub: LocalHub,
+                                                          broken: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile length is judged against the Hub's file size: no fetching up to 160 MB."""
+    monkeypatch.setattr(remote_header, "FIRST_BYTES", 1024)
+    hub.add("bad/T", {"huge.gguf": broken["string-length-huge"],
+                      "cut.gguf": broken["truncated-half"]})
+    with pytest.raises(DamagedFile, match="length 4,611,686,018,427,387,904 does not fit"):
+        facts_for_hub(HfSource("bad/T", ("huge.gguf",)), "bad/T:huge.gguf")
+    assert len(hub.gets("huge.gguf")) == 1
+    with pytest.raises(DamagedFile, match=r"truncated GGUF file \(0.2 MB of 0.4 MB\)"):
+        facts_for_hub(HfSource("bad/T", ("cut.gguf",)), "bad/T:cut.gguf")
