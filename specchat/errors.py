@@ -55,3 +55,7 @@ class StoreError(SpecchatError):
     def __init__(self, message: str, kind: str = "other") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class BadLogitsError(SpecchatError):
+    """A model produced NaN or infinite logits: its weights (or their quantization) are broken."""
