@@ -65,10 +65,12 @@ async def test_a_full_disk_mid_chat_is_a_notice_and_the_retry_saves_everything(
         assert reply.turn.text and not reply.turn.saved  # shown, kept in memory
         assert any("disk is full" in n for n in notices(app))
         assert "2 messages not saved yet" in topbar(chat)
+        marked = [w for w in chat.query(".message") if w.has_class("-unsaved")]
+        assert len(marked) == 2 and reply in marked
         drop_ballast(services.store, ballast)
         chat._tick()  # the timer's retry
         await pilot.pause()
-        assert "not saved" not in topbar(chat)
+        assert "not saved" not in topbar(chat) and not chat.query(".-unsaved")
         assert any("saved again" in n for n in notices(app))
         msgs = services.store.messages(chat.conversation.chat_id or 0)
         assert [m.content for m in msgs][2:] == ["second", reply.turn.text]

@@ -127,6 +127,10 @@ class ChatSession:
         """Turns in memory only, in this chat and in chats left before they were saved."""
         return sum(1 for c in self._conversations() for t in c.turns if self._pending(t))
 
+    def unsaved_turns(self) -> list[Turn]:
+        """This chat's turns that are in memory only (the screen marks them)."""
+        return [t for t in self.conversation.turns if self._pending(t)]
+
     def _conversations(self) -> list[Conversation]:
         return [*self._backlog, self.conversation]
 

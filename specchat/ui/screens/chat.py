@@ -194,6 +194,7 @@ class ChatScreen(Screen[None]):
                 self.app.push_screen(ErrorDialog(v.title, v.text))
             elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
+                self.transcript.mark_unsaved(self.session.unsaved_turns())
                 if self._topbar().plain != self._shown_topbar:  # (read-only may have changed)
                     self._retitled()
 

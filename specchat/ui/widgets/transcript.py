@@ -186,6 +186,13 @@ class Transcript(VerticalScroll):
         widget.finish(status, stats)
         self._follow(at_bottom)
 
+    def mark_unsaved(self, turns: Iterable[Turn]) -> None:
+        """Messages not in the database yet get a red edge (the top bar says how many)."""
+        pending = {id(t) for t in turns}
+        for w in self.query(".message"):
+            turn = getattr(w, "turn", None)
+            w.set_class(turn is not None and id(turn) in pending, "-unsaved")
+
     def set_view(self, view: str, show_rejected: bool) -> None:
         self.view, self.show_rejected = view, show_rejected
         for w in self.query(AssistantMessage):
