@@ -13,6 +13,7 @@ from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
 from specchat.models.progress import TextProgress
 from specchat.models.vocab_compat import Level
+from specchat.textsafe import safe_text
 
 MARKS = {Level.OK: "✓", Level.WARN: "!", Level.BAD: "✗"}
 
@@ -81,15 +82,16 @@ def compat_report(env: Env, target: ModelEntry, draft: ModelEntry) -> CompatRepo
 
 
 def print_report(r: CompatReport, out: TextIO) -> None:
+    lines = []  # names and metadata come from the files: shown, never obeyed (safe_text)
     for role, f in (("target", r.target), ("draft", r.draft)):
         if f is not None:
             note = f"  ({f.source_note})" if f.source_note else ""
-            out.write(f"{role:7} {f.label}: {f.describe()}{note}\n")
-    out.write(f"verdict: {r.headline}\n")
-    for f in r.findings:
-        out.write(f"  {MARKS[f.level]} {f.what}: {f.message}\n")
+            lines.append(f"{role:7} {f.label}: {f.describe()}{note}")
+    lines.append(f"verdict: {r.headline}")
+    lines += [f"  {MARKS[f.level]} {f.what}: {f.message}" for f in r.findings]
     if r.suggestions:
-        out.write("what to do instead:\n" + "".join(f"  - {s}\n" for s in r.suggestions))
+        lines += ["what to do instead:", *(f"  - {s}" for s in r.suggestions)]
+    out.write("".join(safe_text(line) + "\n" for line in lines))
 
 
 def cmd_check(env: Env, args: argparse.Namespace) -> int:
