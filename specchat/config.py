@@ -165,14 +165,16 @@ def load_config(path: Path) -> UserConfig:
         raise ConfigError(f"{path}: expected a mapping of settings")
 
     def bad(key: str, why: str) -> ConfigError:
+        """``why`` follows "setting 'KEY'"; one that starts with "!" is the whole message."""
         line = lines.get(key) or lines.get(key.split(".")[0])
-        return ConfigError(f"{path}:{line}: setting '{key}' {why}" if line
-                           else f"{path}: setting '{key}' {why}")
+        where = f"{path}:{line}" if line else str(path)
+        return ConfigError(f"{where}: {why[1:]}" if why.startswith("!")
+                           else f"{where}: setting '{key}' {why}")
 
     values: dict[str, Any] = {}
     for key, value in doc.items():
         if not isinstance(key, str) or key not in _TOP:
-            raise bad(str(key), "is unknown")
+            raise bad(str(key), f"!unknown setting {key!r} (known: {', '.join(_TOP)})")
         try:
             if key == "sampling":
                 values[key] = _sampling(value, bad)
@@ -211,8 +213,8 @@ def _sampling(value: Any, bad: BadFn) -> SamplerSettings:
     out: dict[str, Any] = {}
     for k, v in value.items():
         if k not in _SAMPLING:
-            raise bad(f"sampling.{k}", "is unknown: the sampling settings are "
-                      + ", ".join(sorted(_SAMPLING)))
+            raise bad(f"sampling.{k}", f"!unknown sampling setting {k!r} (known: "
+                      + ", ".join(sorted(_SAMPLING)) + ")")
         try:
             out[k] = check_setting(f"sampling.{k}", v)
         except ValueError as e:
@@ -228,8 +230,8 @@ def _offload(key: str, value: Any, bad: BadFn) -> OffloadSettings:
         raise ValueError("must be a mapping (gpu_layers, main_gpu, flash_attn, kv_type)")
     for k in value:
         if k not in _OFFLOAD:
-            raise bad(f"{key}.{k}", "is unknown: the loading settings are "
-                      + ", ".join(sorted(_OFFLOAD)))
+            raise bad(f"{key}.{k}", f"!unknown setting '{key}.{k}' (known: "
+                      + ", ".join(sorted(_OFFLOAD)) + ")")
         if isinstance(value[k], (list, dict)):
             raise bad(f"{key}.{k}", "must be a single value")
     # YAML reads on/off as booleans: accept them for flash_attn.

@@ -8,6 +8,7 @@ acceptance rate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -91,13 +92,15 @@ def write_tiny_model(
     chat_template: str | None = CHATML_TEMPLATE,
     name: str = "tiny",
     keep_layers: int | None = None,
+    weights_hook: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF.
 
     With ``noise_from`` the weights are those of that spec plus Gaussian noise of relative size
     ``noise`` (``spec.seed`` seeds the noise): a draft model for that target. With
     ``keep_layers`` only the first blocks are written: an early-exit draft that is much cheaper
-    than its target (the GPU check's bench pair).
+    than its target (the GPU check's bench pair). ``weights_hook`` may change the weights in
+    place before they are written (a model made to say something in particular).
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -116,6 +119,8 @@ def write_tiny_model(
         weights = {k: v for k, v in weights.items()
                    if not k.startswith("blk.") or int(k.split(".")[1]) < keep_layers}
 
+    if weights_hook is not None:
+        weights_hook(weights)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
     w.add_context_length(spec.n_ctx_train)
