@@ -30,6 +30,11 @@ _TABLE = _table()
 _JSON_TABLE = {code: f"\\u{code:04x}" for code in (0x7F, *range(0x80, 0xA0))}
 
 
+def control_table() -> dict[int, str]:
+    """Code point → what is shown instead, for every character :func:`safe_text` replaces."""
+    return dict(_TABLE)
+
+
 def safe_text(text: str) -> str:
     """``text`` with every control character but newline and tab shown, not obeyed.
 

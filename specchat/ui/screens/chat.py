@@ -25,6 +25,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.store import FateTrace
+from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.fate_style import legend
@@ -113,7 +114,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         yield Footer()
 
     def _topbar(self) -> Text:
-        return Text(f"specchat · {self.conversation.title}")  # a title is text, not markup
+        return Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
 
     def on_mount(self) -> None:
         self.refresh_chat_list()
