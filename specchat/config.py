@@ -145,7 +145,7 @@ def _gamma(value: Any) -> int | str:
     if isinstance(value, bool) or not (
             value in ("auto", "pair") or (isinstance(value, int) and 0 <= value <= 32)):
         raise ValueError(f"must be 0-32, 'auto' or 'pair', not {_shown(value)}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def load_config(path: Path) -> UserConfig:

@@ -42,7 +42,7 @@ def write_hostile_model(path: Path | str, seed: int = 7) -> Path:
 
     def only_hostile(w: dict[str, np.ndarray]) -> None:
         out = w["output.weight"]
-        v = np.random.default_rng(seed).standard_normal(out.shape[1]).astype(np.float32)
+        v = np.random.default_rng(seed).standard_normal((out.shape[1],)).astype(np.float32)
         out[:] = 0.0
         out[first] = v * 4.0
         out[first + 1] = -v * 4.0
