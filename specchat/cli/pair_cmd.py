@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.common import Env
+from specchat.config import cap_threads
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
@@ -117,8 +118,10 @@ def run_calibration(env: Env, target: ModelEntry, draft: ModelEntry, tokens: int
     t_path = env.resolver.ensure(target, progress)
     d_path = env.resolver.ensure(draft, progress)
     _refuse_if_incompatible(check_files(t_path, d_path, env.catalog))
-    opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max,
-                              n_threads=env.config.n_threads)
+    threads, note = cap_threads(env.config.n_threads)
+    if note:
+        print(f"specchat: note: {note}", file=sys.stderr)
+    opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max, n_threads=threads)
     result = calibrate(t_path, d_path, opts, progress)
     where = save_calibration(env.paths, result)
     print(format_result(result))
