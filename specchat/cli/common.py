@@ -89,9 +89,6 @@ OPTION_SETTINGS = {
 
 def validate_args(args: argparse.Namespace) -> None:
     """Every option that mirrors a config setting, held to the same types and ranges."""
-    if getattr(args, "draft", None) and not getattr(args, "model", None):
-        raise SpecchatError("--draft needs --model (the target it drafts for), e.g. "
-                            "specchat --model TARGET.gguf --draft DRAFT.gguf")
     for dest, (flag, setting) in OPTION_SETTINGS.items():
         value = getattr(args, dest, None)
         for v in value if isinstance(value, (tuple, list)) else (value,):
