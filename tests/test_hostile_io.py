@@ -186,8 +186,8 @@ def test_pair_and_model_clash_on_either_side() -> None:
 
 def test_the_app_opens_the_ad_hoc_pair(home: AppPaths, tiny_target: Path,
                                        tiny_draft: Path) -> None:
+    from specchat.cli.app import build_services
     from specchat.cli.common import make_env
-    from specchat.ui.launch import build_services
 
     args = build_parser().parse_args(["--model", str(tiny_target), "--draft", str(tiny_draft),
                                       "--threads", "1"])

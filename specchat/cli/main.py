@@ -114,7 +114,7 @@ def run_app(env: Env, args: argparse.Namespace) -> int:
     if args.draft and not args.model:  # before "needs a terminal": say what is wrong first
         raise SpecchatError("--draft needs --model (the target it drafts for), e.g. "
                             "specchat --model TARGET.gguf --draft DRAFT.gguf")
-    from specchat.ui.launch import launch  # Textual loads only when the app runs
+    from specchat.cli.app import launch  # Textual loads only when the app runs
 
     return launch(env, args)
 
