@@ -63,6 +63,13 @@ def test_ask_shows_escape_sequences_instead_of_obeying_them(home: AppPaths, host
     assert "␛]0;PWNED␇" in shown.stdout and "␛]52;c;UFdORUQ=␇" in shown.stdout
 
 
+def test_race_output_is_safe(home: AppPaths, hostile: Path) -> None:
+    r = specchat(home.config_dir.parent, "race", "hi", "--model", str(hostile), "--draft",
+                 str(hostile), "--max-tokens", "6", "--no-replay", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert is_safe(r.stdout) and is_safe(r.stderr) and "␛]" in r.stdout
+
+
 def test_model_metadata_is_shown_safely(home: AppPaths, hostile: Path) -> None:
     r = specchat(home.config_dir.parent, "models", "check", str(hostile), str(hostile))
     assert "Traceback" not in r.stderr
