@@ -48,7 +48,7 @@ class UserConfig:
 _TOP = {f.name: f for f in fields(UserConfig)}
 _SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop"}
 _OFFLOAD = {f.name for f in fields(OffloadSettings)}
-MAX_CTX = 1 << 24  # llama.cpp counts positions in 32 bits; nothing real comes near this
+MAX_CTX = (1 << 32) - 1  # llama.cpp keeps n_ctx in 32 bits; the memory check judges the rest
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ def test_draft_without_model_is_a_clear_message(home: AppPaths) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["ask", "hi", "--ctx-size", "-5"], "--ctx-size must be a whole number in [0, 16777216]"),
+        (["ask", "hi", "--ctx-size", "-5"], "--ctx-size must be a whole number in [0, 4294967295]"),
         (["ask", ""], "the prompt is empty"),
         (["ask", "  \n "], "the prompt is empty"),
         (["ask", "hi", "--top-k", "-1"], "--top-k must be a whole number ≥ 0"),
