@@ -4,6 +4,7 @@ read as Alt by Textual when the next key follows within ESCDELAY."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import ClassVar
 
 from textual import events, on
@@ -82,5 +83,46 @@ def test_esc_then_a_letter_read_as_alt_letter_still_stops() -> None:
             assert box.text == "hi"
             await pilot.press("escape")
             assert app.stops == 2 and box.text == "hi"
+
+    asyncio.run(run())
+
+
+def test_esc_read_as_alt_stops_a_reply_from_the_box_and_from_the_transcript(
+        tmp_path: Path, tiny_target: Path) -> None:
+    from ui_helpers import GREEDY, GatedDecoder, make_services, tiny_runtime, wait_for
+
+    from specchat.engine.plain import PlainDecoder
+    from specchat.runtime import Runtime
+    from specchat.ui.app import SpecchatApp
+    from specchat.ui.chat_settings import ChatSettings
+    from specchat.ui.screens.chat import ChatScreen
+    from specchat.ui.widgets.transcript import Transcript
+
+    runtime = tiny_runtime(tiny_target)
+    gated: list[GatedDecoder] = []
+
+    def decoder(rt: Runtime, _s: ChatSettings) -> GatedDecoder:
+        gated.append(GatedDecoder(PlainDecoder(rt.target_ctx), after=3))
+        return gated[-1]
+
+    config = make_services(tmp_path, runtime).config.with_(sampling=GREEDY.with_(max_tokens=30))
+    services = make_services(tmp_path / "s", runtime, config=config, make_decoder=decoder)
+
+    async def run() -> None:
+        app = SpecchatApp(services)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+            chat = app.screen
+            assert isinstance(chat, ChatScreen)
+            for focus in ("box", "transcript"):
+                chat.query_one(ChatInput).focus()
+                type_keys(app, "hi\r")
+                await wait_for(pilot, lambda: chat.job is not None and gated[-1].paused.is_set())
+                if focus == "transcript":
+                    chat.query_one(Transcript).focus()
+                    await pilot.pause()
+                app.post_message(events.Key("alt+n", "n"))  # Esc, then n within 100 ms
+                await wait_for(pilot, lambda: chat.job is None)
+                assert chat.conversation.turns[-1].status == "cancelled", focus
 
     asyncio.run(run())

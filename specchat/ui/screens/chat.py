@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -249,6 +249,12 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self.job = self.job_widget = None
 
     # --- actions ----------------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        # Esc and a key typed within Textual's ESCDELAY arrive as Alt+key (the message box
+        # handles its own): still a stop, wherever the focus is.
+        if event.key.startswith("alt+") and event.is_printable:
+            self.action_stop()
 
     def action_stop(self) -> None:
         if self.job is not None and not self.job.cancel.is_set():
