@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -40,6 +40,7 @@ from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
 from specchat.session.worker import ReplyJob, run_reply
 from specchat.store import ReplyStats
+from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
 from specchat.ui.keys import CHAT_KEYS, bindings
@@ -139,7 +140,7 @@ class ChatScreen(Screen[None]):
         yield Footer()
 
     def _topbar(self) -> Text:
-        out = Text(f"specchat · {self.conversation.title}")  # a title is text, not markup
+        out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
         if self.session.owner is not None:
             out.append("  · read-only: open in another specchat", "bold yellow")
         if self.unsaved:
@@ -301,6 +302,12 @@ class ChatScreen(Screen[None]):
         self.session.close()
 
     # --- actions ----------------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        # Esc and a key typed within Textual's ESCDELAY arrive as Alt+key (the message box
+        # handles its own): still a stop, wherever the focus is.
+        if event.key.startswith("alt+") and event.is_printable:
+            self.action_stop()
 
     def action_stop(self) -> None:
         if self.session.cancel():

@@ -13,7 +13,7 @@ from textual.screen import Screen
 
 from specchat.errors import SpecchatError
 from specchat.session.controller import ChatSession
-from specchat.store import chat_to_markdown, export_filename
+from specchat.store import chat_to_markdown, export_filename, unused_path, write_export
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_list import ChatList
@@ -120,8 +120,8 @@ class ChatHistory:
         try:
             store = self.services.store
             chat = store.get_chat(chat_id)
-            path = self.services.export_dir / export_filename(chat)
-            path.write_text(chat_to_markdown(chat, store.messages(chat_id)), encoding="utf-8")
+            path = write_export(unused_path(self.services.export_dir / export_filename(chat)),
+                                chat_to_markdown(chat, store.messages(chat_id)))  # never over a file
         except (SpecchatError, OSError) as e:
             self._notify(f"Export failed: {e}", severity="error", timeout=10)
             return
