@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specchat.config import load_config, save_config
 from specchat.errors import Cancelled, CatalogError, FetchError, ModelFileError
-from specchat.models.catalog import Catalog, HfSource, ModelEntry, PairEntry
+from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PairEntry
 from specchat.models.compat import (
     WONT_PAY_RATIO,
     CompatReport,
@@ -22,6 +22,7 @@ from specchat.models.compat import (
 )
 from specchat.models.entries import pair_slug, path_entry
 from specchat.models.families import guess_family
+from specchat.models.hub import HubUnreachable
 from specchat.models.local_files import LocalModel
 from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress
 from specchat.models.quantize import SELF_DRAFT_QUANTS, estimated_size
@@ -90,19 +91,49 @@ def draft_candidates(resolver: ModelResolver, target: ModelEntry, target_facts: 
             why = f"another family ({m.family})" if m.family else "not checked"
             later.append(DraftCandidate(m, None, f"{why}: pick it to check", False))
     out: list[DraftCandidate] = []
+    hub_down = False  # after one "cannot reach the Hub", the rest would only wait to fail too
     for i, (entry, path) in enumerate(todo):
         if cancel is not None and cancel.is_set():
             raise Cancelled("cancelled")
         report(Progress("checking drafts", i, len(todo), unit="models"))
-        out.append(check_candidate(resolver, target_facts, entry, path))
+        if hub_down and path is None and _needs_hub(resolver, entry):
+            out.append(DraftCandidate(entry, None, "not checked: the Hub cannot be reached",
+                                      False))
+            continue
+        try:
+            out.append(_check(resolver, target_facts, entry, path))
+        except HubUnreachable as e:
+            hub_down = True
+            out.append(DraftCandidate(entry, None, f"could not check: {e}", False))
     report(Progress("checking drafts", len(todo), len(todo), unit="models", finished=True))
     return sorted(out + later, key=lambda c: c.rank)
+
+
+def _needs_hub(resolver: ModelResolver, entry: ModelEntry) -> bool:
+    if resolver.state(entry).present:
+        return False
+    src = entry.source
+    if isinstance(src, DerivedSource):
+        base = resolver.catalog.models.get(src.base)
+        return base is not None and _needs_hub(resolver, base)
+    return isinstance(src, HfSource)
 
 
 def check_candidate(resolver: ModelResolver, target_facts: ModelFacts, entry: ModelEntry,
                     path: Path | None = None) -> DraftCandidate:
     try:
+        return _check(resolver, target_facts, entry, path)
+    except HubUnreachable as e:
+        return DraftCandidate(entry, None, f"could not check: {e}", path is not None)
+
+
+def _check(resolver: ModelResolver, target_facts: ModelFacts, entry: ModelEntry,
+           path: Path | None) -> DraftCandidate:
+    """Like :func:`check_candidate`, but a Hub that cannot be reached is raised."""
+    try:
         facts = facts_for_path(path, entry.id) if path else facts_for_entry(resolver, entry)
+    except HubUnreachable:
+        raise
     except (FetchError, ModelFileError, CatalogError) as e:
         return DraftCandidate(entry, None, f"could not check: {e}", path is not None)
     r = check_pair(target_facts, facts, resolver.catalog)
