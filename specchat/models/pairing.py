@@ -22,7 +22,7 @@ from specchat.models.compat import (
 )
 from specchat.models.entries import pair_slug, path_entry
 from specchat.models.families import guess_family
-from specchat.models.hub import HubUnreachable
+from specchat.models.hub import HubUnreachable, quant_of
 from specchat.models.local_files import LocalModel
 from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress
 from specchat.models.quantize import SELF_DRAFT_QUANTS, estimated_size
@@ -42,6 +42,20 @@ class DraftCandidate:
     report: CompatReport | None = None
 
     @property
+    def too_large(self) -> bool:
+        """Not smaller than the target: drafting with it can only be slower."""
+        ratio = self.report.size_ratio if self.report else None
+        return ratio is not None and ratio >= 1
+
+    @property
+    def suitable(self) -> bool:
+        """Checked, fits, and small enough to pay: the only kind a bare Enter may pick."""
+        if self.level not in (Level.OK, Level.WARN):
+            return False
+        ratio = self.report.size_ratio if self.report else None
+        return ratio is None or ratio < WONT_PAY_RATIO
+
+    @property
     def rank(self) -> tuple[int, int, float]:
         order = {Level.OK: 0, Level.WARN: 1, None: 2, Level.BAD: 3}[self.level]
         ratio = self.report.size_ratio if self.report and self.report.size_ratio else 1.0
@@ -50,7 +64,8 @@ class DraftCandidate:
 
 def _summary(report: CompatReport) -> str:
     if report.problems:
-        return report.problems[0].message
+        worst = max(report.problems, key=lambda f: (f.level is Level.BAD, f.what == "size"))
+        return worst.message
     ratio = report.size_ratio
     return "compatible: same vocabulary" + (f", {ratio:.2f}× the target's size" if ratio else "")
 
@@ -165,9 +180,25 @@ def self_draft_options(target: ModelFacts) -> list[SelfDraftOption]:
 
 
 def suggest_pair_name(catalog: Catalog, target: ModelEntry, draft: ModelEntry) -> str:
+    """``<target's model and size>+<draft's size>``, e.g. ``qwen2.5-coder-1.5b+0.5b``: what
+    a person would call the pair, not the file names (quant, "-instruct", a clash counter)."""
     tail = draft.params or "draft"
-    base = pair_slug(f"{target.id}+{tail}")
+    base = pair_slug(f"{model_name(target)}+{tail}")
     return _unique_pair(catalog, base)
+
+
+def model_name(entry: ModelEntry) -> str:
+    """The entry's id up to its size (``qwen2.5-coder-1.5b-instruct-q4_k_m-2`` →
+    ``qwen2.5-coder-1.5b``), or without its quantization when the id names no size."""
+    size = entry.params.lower()
+    m = re.search(rf"(?:^|[-_.]){re.escape(size)}(?=[-_.]|$)", entry.id) if size else None
+    if m:
+        return entry.id[: m.end()]
+    quant = quant_of(entry.id).lower()
+    cut = entry.id.rfind(quant) if quant else -1
+    if cut <= 0:
+        return entry.id
+    return entry.id[:cut].rstrip("-_.") or entry.id
 
 
 def _unique_pair(catalog: Catalog, base: str) -> str:
