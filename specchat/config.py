@@ -32,6 +32,7 @@ class UserConfig:
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
+    theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
 
     def to_yaml(self) -> str:
         d = asdict(self)
@@ -124,6 +125,8 @@ def _check(path: Path, cfg: UserConfig) -> None:
         raise bad("ngram", "must be true or false")
     if not isinstance(cfg.memory_check, bool):
         raise bad("memory_check", "must be true or false")
+    if cfg.theme is not None and not isinstance(cfg.theme, str):
+        raise bad("theme", "must be a theme name (the app lists them: Ctrl+P, Theme)")
 
 
 def save_config(path: Path, cfg: UserConfig) -> None:
