@@ -229,3 +229,36 @@ async def local_path_draft_flow(home: AppPaths, draft: Path) -> None:
     pair = app.return_value
     assert pair is not None and pair.id == "qwen2.5-coder-1.5b+0.5b"
     assert load_catalog(home.user_catalog).model(pair.draft).source.path == draft.resolve()
+
+
+def test_draft_checks_answer_quickly_when_the_hub_cannot_be_reached(
+        tmp_path: Path, home: AppPaths, tiny_target: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(tiny_target.read_bytes())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there: every Hub request is refused
+    monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(folder))
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asyncio.run(unreachable_hub_flow(home))
+
+
+async def unreachable_hub_flow(home: AppPaths) -> None:
+    app = WizardApp(home, QUICK)
+    async with app.run_test(size=(120, 40)) as pilot:
+        ol = wizard(pilot).query_one("#target-list", OptionList)
+        await until(pilot, lambda: any(o.id == "local:0" for o in ol.options), "the local file")
+        await choose(pilot, "#target-list", "local:0")
+        # a hang guard, not a timing: before, each of the family's Hub drafts waited ~25 s
+        await until(pilot, lambda: wizard(pilot).step == "step-draft", "the draft step", 30)
+        reasons = [c.reason for c in wizard(pilot).query_one("#step-draft").candidates]
+        assert sum(r.startswith("could not check: cannot reach the Hub") for r in reasons) == 1
+        assert "not checked: the Hub cannot be reached" in reasons
