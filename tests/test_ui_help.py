@@ -130,5 +130,5 @@ def test_theme_in_the_config_file_is_checked(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"theme": "nord"}), encoding="utf-8")
     assert load_config(path).theme == "nord"
     path.write_text(yaml.safe_dump({"theme": 5}), encoding="utf-8")
-    with pytest.raises(ConfigError, match="setting 'theme' must be a theme name"):
+    with pytest.raises(ConfigError, match="setting 'theme' must be text"):
         load_config(path)
