@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from specchat.engine.gamma import GammaSetting, parse_gamma
 from specchat.engine.offload import OffloadSettings
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import ConfigError
@@ -25,7 +26,9 @@ class UserConfig:
     system_prompt: str = "You are a helpful assistant."
     n_ctx: int = 4096
     n_threads: int = 0
-    gamma: int | str = "pair"  # an int, "auto", or "pair" (the pair's recommended γ)
+    # plan (the planner: chain, tree or plain per step), auto, pair (its calibrated γ) or N;
+    # see engine.gamma.parse_gamma, the one reader of this field.
+    gamma: GammaSetting = field(default_factory=GammaSetting)
     ngram: bool = False  # prompt-lookup drafting before the draft model
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     # Per model: gpu_layers (auto | all | N), main_gpu (auto | N), flash_attn, kv_type.
@@ -33,8 +36,13 @@ class UserConfig:
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.gamma, GammaSetting):  # UserConfig(gamma="auto"), gamma=3
+            object.__setattr__(self, "gamma", parse_gamma(self.gamma, "setting 'gamma'"))
+
     def to_yaml(self) -> str:
         d = asdict(self)
+        d["gamma"] = self.gamma.to_config()
         d["sampling"] = {k: v for k, v in d["sampling"].items() if k != "stop"}
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
 
@@ -68,11 +76,22 @@ def load_config(path: Path) -> UserConfig:
             values[key] = _sampling(path, value)
         elif key in ("target_offload", "draft_offload"):
             values[key] = _offload(path, key, value)
+        elif key == "gamma":
+            values[key] = gamma_setting(path, value)
         else:
             values[key] = value
     cfg = UserConfig(**values)
     _check(path, cfg)
     return cfg
+
+
+def gamma_setting(path: Path | str, value: Any) -> GammaSetting:
+    """The config file's γ (``plan``, ``auto``, ``pair`` or a number; old files' values all
+    still read), with an error naming the file and the field."""
+    try:
+        return parse_gamma(value, f"{path}: setting 'gamma'")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _sampling(path: Path, value: Any) -> SamplerSettings:
@@ -118,8 +137,6 @@ def _check(path: Path, cfg: UserConfig) -> None:
         raise bad("n_ctx", "must be a whole number ≥ 0")
     if not isinstance(cfg.n_threads, int) or cfg.n_threads < 0:
         raise bad("n_threads", "must be a whole number ≥ 0")
-    if not (cfg.gamma in ("auto", "pair") or (isinstance(cfg.gamma, int) and 0 <= cfg.gamma <= 32)):
-        raise bad("gamma", "must be 0-32, 'auto' or 'pair'")
     if not isinstance(cfg.ngram, bool):
         raise bad("ngram", "must be true or false")
     if not isinstance(cfg.memory_check, bool):

@@ -11,7 +11,9 @@ from specchat.bench.prompts import load_prompts
 from specchat.bench.report import summarize
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.engine.gamma import GAMMA_DEFAULT
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.planner import Planner
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.models.catalog import load_catalog
@@ -57,12 +59,18 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
     try:
         assert isinstance(rt.decoder(plain=True), PlainDecoder)
         spec = rt.decoder()
-        assert isinstance(spec, SpeculativeDecoder) and spec.policy.next_gamma() == 4
+        assert isinstance(spec, SpeculativeDecoder) and isinstance(spec.policy, Planner)
+        assert spec.policy.drafters == ("model",)  # the default: the planner, on the draft
         assert spec.ngram is None
         assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
+        pair = rt.decoder(gamma="pair").policy  # type: ignore[attr-defined]
+        assert (pair.next_gamma(), pair.label) == (GAMMA_DEFAULT, "default")  # no pair entry
         both = rt.decoder(ngram=True)
         assert isinstance(both, SpeculativeDecoder) and both.ngram is not None
         assert both.ngram.n_min == 2  # with a draft model, only specific matches go first
+        assert both.policy.drafters == ("model", "ngram")  # type: ignore[attr-defined]
+        with pytest.raises(SpecchatError, match="plan, auto, pair or a whole number"):
+            rt.decoder(gamma="sometimes")
     finally:
         rt.close()
     rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
@@ -70,6 +78,7 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(rt.decoder(), PlainDecoder)
         alone = rt.decoder(ngram=True)
         assert isinstance(alone, SpeculativeDecoder) and alone.draft is None
+        assert alone.policy.drafters == ("ngram",)  # type: ignore[attr-defined]
         assert alone.name == "ngram"
     finally:
         rt.close()
@@ -117,7 +126,7 @@ def test_ask_rejects_a_bad_gamma(tiny_target: Path, home: AppPaths,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["ask", "hi", "--model", str(tiny_target), "--gamma", "x"])
-    assert "γ must be a whole number" in capsys.readouterr().err
+    assert "--gamma: must be plan, auto, pair or a whole number 0-32" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------- bench

@@ -187,7 +187,8 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
             return
         s = msg.stats
         stats: dict[str, Any] = {
-            **s.as_dict(), "decoder": self.engine.decoder.name, "gamma": msg.live.gamma,
+            **s.as_dict(), "gamma": msg.live.gamma,
+            "decoder": self.engine.decoder.name if s.drafted else "plain",  # what ran
             "gamma_mode": msg.live.mode or self.settings.gamma_mode, "ctx_size": self.engine.n_ctx,
             "pair": self.pair_label}
         status = "cancelled" if s.stop_reason == "cancelled" else "done"

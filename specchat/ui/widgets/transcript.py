@@ -81,7 +81,8 @@ class AssistantMessage(Vertical):
     def _header_text(self) -> Text:
         kinds = {s.kind for s in self.turn.trace.segments}
         stats = self.turn.stats or {}
-        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
+        # What ran: a reply whose every step was plain (γ 0) is plain, whatever the decoder.
+        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("drafted"))
         mode = "speculative" if speculative else "plain"
         out = Text("Assistant", style="bold")
         if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
