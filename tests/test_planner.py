@@ -21,7 +21,7 @@ QWEN_CPU = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 1
 # A GPU-like curve: nearly flat to dozens of tokens, a cheap draft.
 FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
 
-CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False))
+CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1,)))
 
 
 def planner(curve: CostCurve, alpha: float, settings: PlannerSettings = CALM,
@@ -206,3 +206,42 @@ def test_a_damaged_state_is_refused_whole(damage) -> None:  # type: ignore[no-un
     with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
         q.load_state(d)
     assert q.state() == before
+
+
+def test_exploration_never_tries_what_the_mean_rates_far_below_plain() -> None:
+    explore = PlannerSettings(AutoGammaSettings(explore=True, early_stop=False, seed=3))
+    p = planner(QWEN_CPU, 0.5, settings=explore)  # a draft that clearly cannot pay here
+    plans = [p.next_plan(("model",)) for _ in range(200)]
+    spec = [x for x in plans if x.drafter != "none"]
+    assert all(x.reason == "probe" for x in spec)  # only the rare, cheap probes
+    assert len(spec) <= 200 // p.settings.probe_every
+
+
+def test_probes_that_find_nothing_come_less_often() -> None:
+    p = planner(QWEN_CPU, 0.5)
+    gaps, run = [], 0
+    for _ in range(1500):
+        plan = p.next_plan(("model",))
+        run += 1
+        if plan.reason == "probe":
+            gaps.append(run)
+            run = 0
+            p.observe(StepEvent(1, 0, 0.025, 0.055, "model", committed=1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert gaps[0] == p.settings.probe_every
+    assert gaps[-1] == p.settings.probe_every * p.plan_settings.probe_backoff
+    assert gaps == sorted(gaps)
+
+
+def test_without_calibration_a_short_warm_up_then_a_plain_step_then_the_measured_line() -> None:
+    p = Planner(CALM, clock=lambda: 0.0)
+    p.begin("hi")
+    first = p.next_plan(("model",))
+    assert (first.drafter, first.size, first.reason) == ("model", 1, "warm-up")
+    p.observe(StepEvent(1, 1, 0.001, 0.0101, "model", committed=2))
+    second = p.next_plan(("model",))
+    assert second.drafter == "none"  # one batch size timed: time T(1) before guessing a slope
+    p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
+    third = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
+    assert third.drafter == "model" and third.size >= 2

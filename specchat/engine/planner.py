@@ -50,10 +50,21 @@ from specchat.engine.tree_dp import expected_tokens as tree_expected
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 
 
+def _planner_auto() -> AutoGammaSettings:
+    # The shortest warm-up (when neither calibration nor a saved state gave costs): one step
+    # of γ 1 times a draft token and T(2); plain steps time T(1). Each warm-up step is paid in
+    # full where drafting cannot pay (on 2 CPU cores a 0.5B draft costs 59 % of a 1.5B target).
+    return AutoGammaSettings(warmup=(1,))
+
+
 @dataclass(frozen=True)
 class PlannerSettings:
-    auto: AutoGammaSettings = field(default_factory=AutoGammaSettings)
+    auto: AutoGammaSettings = field(default_factory=_planner_auto)
     margin: float = 1.03  # speculation must promise this × plain's rate
+    # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
+    # this × plain: trying is how estimates recover, but not at any price.
+    explore_floor: float = 0.97
+    probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
     tree_ranks: int = 4  # children per node at most
@@ -127,6 +138,8 @@ class Planner(AutoGamma):
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.last_plan: Plan = plain()
+        self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
+        self._probed = False  # the last speculative step was a probe
         self._tree_key: tuple[tuple[int, ...], ...] | None = None
         self._tree_shapes: list[Plan] = []
         self.reason = "warm-up" if self._warmup_left else ""
@@ -223,6 +236,10 @@ class Planner(AutoGamma):
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
         if not self.seeded and self.costs.ratio is None:
+            if sum(1 for w in self.costs.table.weight if w > 0) < 2:
+                # One batch size timed: the curve's slope is unknown, so a plain step (which
+                # times T(1)) rather than a guess.
+                return self._chosen(plain("plain: timing a target step"))
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
         model = self.current.model
         mean = model.alpha()
@@ -239,19 +256,33 @@ class Planner(AutoGamma):
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
             ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng))
-            base, cands = self.candidates(available, sampled, ng_s)
-            chosen = max(cands, key=lambda c: c.rate, default=base)
-            if chosen.rate < base.rate * ps.margin:
+            s_base, s_cands = self.candidates(available, sampled, ng_s)
+            pick = max(s_cands, key=lambda c: c.rate, default=s_base)
+            if pick.rate < s_base.rate * ps.margin:
+                pick = s_base
+            # What the mean estimates say of the sampled pick: explore, but not at any price.
+            if pick.plan.drafter == "none":
                 chosen = base
+            else:
+                at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
+                                    pick.seconds)
+                if at_mean.rate >= base.rate * ps.explore_floor:
+                    chosen = at_mean
         if chosen.plan.drafter == "none":
+            if self._probed:  # the probe found nothing: wait longer before the next one
+                self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
+                self._probed = False
             self._plain_run += 1
-            if self._plain_run < s.probe_every or not chains:
+            if self._plain_run < self._probe_wait or not chains:
                 return self._chosen(plain(self._plain_reason(base, cands)))
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing.)
             probe = "ngram" if "ngram" in chains else chains[0]
             self._plain_run = 0
+            self._probed = True
             return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
         self._plain_run = 0
+        self._probed = False
+        self._probe_wait = s.probe_every
         plan = chosen.plan
         if plan.drafter == "tree":
             return self._chosen(Plan("tree", plan.parents,
@@ -261,6 +292,11 @@ class Planner(AutoGamma):
             # The confidence rule (keep_drafting) decides where the step stops.
             return self._chosen(chain("model", s.gamma_max, reason))
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
+
+    def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
+        if plan.drafter == "tree":
+            return tree_expected(self.rank_table(alphas), plan.parents)
+        return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
 
     def _chosen(self, plan: Plan) -> Plan:
         self.last_plan = plan
