@@ -245,3 +245,34 @@ def test_bench_without_llama_tools_says_so(tiny_target: Path, tiny_draft: Path, 
                str(write_prompts(tmp_path / "q.jsonl")), "--llama-bin", str(tmp_path / "none")])
     assert rc == 1
     assert "llama-speculative-simple not found in" in capsys.readouterr().err
+
+
+def test_bench_planner_table_on_tiny_models(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                            tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "1,2,plan",
+               "--temperature", "0", "--max-tokens", "16", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert len(doc["cost_curve"]["verify_s"]) == 32
+    table = {r["category"]: r for r in doc["planner"]}
+    assert set(table) == {"alpha", "beta", "all"}
+    row = table["all"]
+    assert row["chain_gamma"] in (1, 2)
+    assert row["ideal_tok_s"] >= row["plain_tok_s"]  # plain is one of the ideal's choices
+    assert row["plan_vs_ideal"] == pytest.approx(row["plan_tok_s"] / row["ideal_tok_s"])
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "Target verify cost T(n), ms (n = 1..32" in md and "planner/ideal" in md
+
+
+def test_a_reply_that_drafted_nothing_says_plain(tiny_target: Path, tiny_draft: Path,
+                                                 home: AppPaths,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
+            "--max-tokens", "8", "--threads", "1"]
+    assert main([*args, "--gamma", "0"]) == 0
+    assert "plain: nothing was worth drafting" in capsys.readouterr().err
+    assert main([*args, "--gamma", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "plain:" not in err and "α " in err
