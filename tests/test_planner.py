@@ -43,7 +43,7 @@ def test_plain_on_the_qwen_cpu_curve_with_its_costly_draft() -> None:
     p = planner(QWEN_CPU, 0.85)
     plan = p.next_plan(("model", "tree"))
     assert plan.drafter == "none" and plan.size == 0
-    assert plan.reason == "plain: a draft token costs 58% of a target step here"
+    assert plan.reason == "plain: a draft token costs 58% of a target step"
     assert p.label.startswith("plan · plain:")
     assert p.next_gamma() == 0  # today's decoder: a plain step
 
@@ -245,3 +245,11 @@ def test_without_calibration_a_short_warm_up_then_a_plain_step_then_the_measured
     p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
     third = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
     assert third.drafter == "model" and third.size >= 2
+
+
+def test_plain_says_when_the_check_is_what_costs() -> None:
+    cheap_draft = CostCurve(0.005, QWEN_CPU.verify_s)
+    p = planner(cheap_draft, 0.3)
+    plan = p.next_plan(("model",))
+    assert plan.drafter == "none"
+    assert plan.reason == "plain: a 5-token check costs 2.4× one token here"
