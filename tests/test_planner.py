@@ -21,7 +21,7 @@ QWEN_CPU = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 1
 # A GPU-like curve: nearly flat to dozens of tokens, a cheap draft.
 FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
 
-CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1,)))
+CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
 
 
 def planner(curve: CostCurve, alpha: float, settings: PlannerSettings = CALM,
@@ -234,17 +234,22 @@ def test_probes_that_find_nothing_come_less_often() -> None:
     assert gaps == sorted(gaps)
 
 
-def test_without_calibration_a_short_warm_up_then_a_plain_step_then_the_measured_line() -> None:
+def test_without_calibration_a_short_warm_up_then_plain_steps_then_the_measured_line() -> None:
     p = Planner(CALM, clock=lambda: 0.0)
     p.begin("hi")
-    first = p.next_plan(("model",))
-    assert (first.drafter, first.size, first.reason) == ("model", 1, "warm-up")
-    p.observe(StepEvent(1, 1, 0.001, 0.0101, "model", committed=2))
-    second = p.next_plan(("model",))
-    assert second.drafter == "none"  # one batch size timed: time T(1) before guessing a slope
-    p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
-    third = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
-    assert third.drafter == "model" and third.size >= 2
+    for draft_s, verify_s in ((0.003, 0.0157), (0.001, 0.0101)):  # the first: new shapes, slow
+        plan = p.next_plan(("model",))
+        assert (plan.drafter, plan.size, plan.reason) == ("model", 1, "warm-up")
+        p.observe(StepEvent(1, 1, draft_s, verify_s, "model", committed=2))
+    # one batch size timed: plain steps time T(1) (the first is a new shape too) before a slope
+    for _ in range(2):
+        plan = p.next_plan(("model",))
+        assert plan.drafter == "none"
+        p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
+    assert p.costs.t_draft == pytest.approx(0.001)  # the first, slow observations left out
+    assert p.costs.t_verify(2) == pytest.approx(0.0101, rel=0.02)  # not 15.7 ms
+    plan = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
+    assert plan.drafter == "model" and plan.size >= 2
 
 
 def test_plain_says_when_the_check_is_what_costs() -> None:
@@ -253,3 +258,14 @@ def test_plain_says_when_the_check_is_what_costs() -> None:
     plan = p.next_plan(("model",))
     assert plan.drafter == "none"
     assert plan.reason == "plain: a 5-token check costs 2.4× one token here"
+
+
+def test_a_draft_step_after_plain_ones_does_not_count_its_catch_up_as_draft_cost() -> None:
+    p = planner(FLAT, 0.7)
+    t0 = p.costs.t_draft
+    p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
+    p.observe(StepEvent(2, 2, 0.050, 0.011, "model", committed=3))  # caught up, then drafted
+    assert p.costs.t_draft == pytest.approx(t0)
+    for _ in range(3):
+        p.observe(StepEvent(2, 2, 0.004, 0.011, "model", committed=3))  # drafting in a row
+    assert p.costs.t_draft > t0

@@ -89,13 +89,15 @@ class _Topic:
 
 
 class AutoGamma(PolicyBase):
+    skip_first_shapes = False  # see OnlineCostModel's skip_first
+
     def __init__(self, settings: AutoGammaSettings = AutoGammaSettings(),
                  seed: AutoGammaSeed | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         s = self.settings = settings
         seed = seed or AutoGammaSeed()
         self.clock = clock
-        self.costs = OnlineCostModel(s.cost_half_life)
+        self.costs = OnlineCostModel(s.cost_half_life, skip_first=self.skip_first_shapes)
         self.seeded = seed.costs is not None  # costs known: no warm-up
         if seed.costs is not None:
             self.costs.seed(seed.costs)
@@ -300,7 +302,7 @@ class AutoGamma(PolicyBase):
         that does not parse raises ValueError (TypeError, KeyError) and changes nothing."""
         if d.get("version") != STATE_VERSION:
             raise ValueError(f"controller state version {d.get('version')!r}")
-        costs = OnlineCostModel(self.settings.cost_half_life)
+        costs = OnlineCostModel(self.settings.cost_half_life, skip_first=self.skip_first_shapes)
         costs.load_state(d["costs"])  # type: ignore[arg-type]
         overall = self._model(0.5, weight=4.0)
         overall.load_state(d["overall"])  # type: ignore[arg-type]
