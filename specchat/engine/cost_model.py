@@ -29,6 +29,7 @@ CLIP = 3.0  # an observation above CLIP × the prediction counts as CLIP × the 
 N_REF = 5.0  # batch size at which the shape penalty is expressed in seconds
 TABLE_SIZE = 32  # batch sizes the verify table covers (γ up to 31 plus the last token)
 SHRINK = 2.0  # observations' worth of the scaled shape in each batch size's estimate
+TABLE_CLIP = 1.5  # a table entry's observation above this × its mean counts as this × its mean
 
 
 def decay_for(half_life: float) -> float:
@@ -89,6 +90,9 @@ class VerifyTable:
         a size not used lately follows the level of the ones in use)."""
         if not 1 <= n <= self.size or seconds <= 0:
             return
+        w = self.weight[n - 1]
+        if w >= 1.0:  # a burst of other work: count it as at most TABLE_CLIP × this size's mean
+            seconds = min(seconds, TABLE_CLIP * self.sum[n - 1] / w)
         lam = self.lam
         self.sum = [lam * v for v in self.sum]
         self.weight = [lam * v for v in self.weight]
