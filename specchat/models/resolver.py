@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError
+from specchat.formats.gguf_file import split_parts, validate
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,
@@ -19,7 +20,6 @@ from specchat.models.catalog import (
     PathSource,
     PypiSource,
 )
-from specchat.models.gguf_file import split_parts, validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.paths import AppPaths
 
