@@ -277,3 +277,21 @@ def test_a_reply_that_drafted_nothing_says_plain(tiny_target: Path, tiny_draft: 
     assert main([*args, "--gamma", "2"]) == 0
     err = capsys.readouterr().err
     assert "plain:" not in err and "α " in err
+
+
+@pytest.mark.parametrize("mode", ["auto", "plan"])
+def test_a_second_ask_process_starts_warm(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                          capsys: pytest.CaptureFixture[str], mode: str) -> None:
+    """As a CLI user gets it: separate `specchat ask` calls, a fresh controller each time."""
+    args = ["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
+            "--gamma", mode, "--temperature", "0", "--max-tokens", "20", "--json",
+            "--threads", "1"]
+
+    def modes() -> list[str]:
+        assert main(args) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        return [x["mode"] for x in lines if x["type"] == "step"]
+
+    assert any(m.endswith("warm-up") for m in modes())
+    assert list((home.data_dir / "controllers").glob("*.json"))
+    assert not any(m.endswith("warm-up") for m in modes())  # learnt before: no warm-up again
