@@ -127,7 +127,7 @@ def test_bench_chained_runs_every_policy_live_and_in_replay(
                "--max-tokens", "24", "--threads", "1", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    policies = {"plain", "auto", "γ=1", "γ=3", "hf", "p_min=0.5"}
+    policies = {"plain", "auto", "plan", "γ=1", "γ=3", "hf", "p_min=0.5"}
     assert set(doc["live"]["policies"]) == policies
     assert len(doc["live_records"]) == 2 * 3 * len(policies)
     assert all(r["identical"] for r in doc["live_records"])
