@@ -47,6 +47,7 @@ from specchat.engine.plan import Plan, chain, plain
 from specchat.engine.tree_dp import best_trees
 from specchat.engine.tree_dp import expected_tokens as tree_expected
 
+TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 
 
@@ -147,6 +148,8 @@ class Planner(AutoGamma):
         self._draft_behind = True  # the draft model has not drafted since the last commit
         self._tree_key: tuple[tuple[int, ...], ...] | None = None
         self._tree_shapes: list[Plan] = []
+        self._tree_age = 0  # tree searches skipped since the last
+        self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
 
@@ -172,8 +175,11 @@ class Planner(AutoGamma):
         return out
 
     def candidates(self, available: Sequence[str], alphas: Sequence[float],
-                   ngram_alphas: Sequence[float]) -> tuple[Candidate, list[Candidate]]:
-        """Plain's candidate and the best of each drafter's shapes, on the current costs."""
+                   ngram_alphas: Sequence[float], reshape: bool = True
+                   ) -> tuple[Candidate, list[Candidate]]:
+        """Plain's candidate and the best of each drafter's shapes, on the current costs.
+        ``reshape`` False scores the tree shapes found last time instead of running the DP
+        again (exploration's sampled α: a new score, not a new search)."""
         c = self.costs
         table = c.verify_table()
         o = c.overhead
@@ -194,34 +200,42 @@ class Planner(AutoGamma):
             if best is not None:
                 out.append(best)
         if "tree" in available:
-            tree = self._best_tree(alphas, table, t_d, o, chains_elsewhere="model" in available)
+            tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
                 out.append(tree)
         return base, out
 
     def _best_tree(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
-                   chains_elsewhere: bool) -> Candidate | None:
+                   chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
         """The best tree over budgets n and depth bounds L (Sequoia's depth-bounded search: a
         deeper tree costs a draft pass per level). Shapes come from the DP on the rank table
-        rounded to 0.02, cached; each is then scored on the exact table and costs."""
+        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search costs
+        ~15 ms in Python); each shape is then scored on the exact estimates and costs."""
         p = self.rank_table(alphas)
-        key = tuple(tuple(round(x * 50) for x in row) for row in p)
-        if key != self._tree_key:
+        key = tuple(tuple(round(x * 20) for x in row) for row in p)
+        self._tree_age += 1 if reshape else 0
+        stale = key != self._tree_key and self._tree_age >= TREE_EVERY
+        if not self._tree_shapes or (reshape and stale):
+            self._tree_age = 0
             budget = min(self.plan_settings.tree_budget, len(table))
             shapes: dict[tuple[int, ...], None] = {}
             for depth in range(1, len(p) + 1):
                 for t in best_trees(p[:depth], budget)[1:]:
                     shapes[t.parents] = None
             self._tree_key, self._tree_shapes = key, [Plan("tree", s) for s in shapes]
-        best: Candidate | None = None
-        for plan in self._tree_shapes:
+        scored = []
+        # Between searches (and for exploration's sampled α) only the shapes that scored best
+        # at the last search are scored again.
+        full = reshape and self._tree_age == 0
+        for plan in self._tree_shapes if full or not self._tree_top else self._tree_top:
             if chains_elsewhere and plan.is_chain:
                 continue  # the model chain is the same step
-            cand = Candidate(plan, tree_expected(p, plan.parents),
-                             tree_draft_cost(plan, t_d, table) + table[plan.size] + o)
-            if best is None or cand.rate > best.rate * 1.0001:
-                best = cand
-        return best
+            scored.append(Candidate(plan, tree_expected(p, plan.parents),
+                                    tree_draft_cost(plan, t_d, table) + table[plan.size] + o))
+        scored.sort(key=lambda c: -c.rate)
+        if full:
+            self._tree_top = [c.plan for c in scored[:8]]
+        return scored[0] if scored else None
 
     # ---------------------------------------------------------------------------- choosing
 
@@ -261,7 +275,7 @@ class Planner(AutoGamma):
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
             ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng))
-            s_base, s_cands = self.candidates(available, sampled, ng_s)
+            s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = max(s_cands, key=lambda c: c.rate, default=s_base)
             if pick.rate < s_base.rate * ps.margin:
                 pick = s_base
