@@ -218,7 +218,7 @@ def test_exploration_never_tries_what_the_mean_rates_far_below_plain() -> None:
 
 
 def test_probes_that_find_nothing_come_less_often() -> None:
-    p = planner(QWEN_CPU, 0.5)
+    p = planner(FLAT, 0.05)  # a cheap draft that the target almost never agrees with
     gaps, run = [], 0
     for _ in range(1500):
         plan = p.next_plan(("model",))
@@ -226,12 +226,34 @@ def test_probes_that_find_nothing_come_less_often() -> None:
         if plan.reason == "probe":
             gaps.append(run)
             run = 0
-            p.observe(StepEvent(1, 0, 0.025, 0.055, "model", committed=1))
+            p.observe(StepEvent(1, 0, 0.0015, 0.0101, "model", committed=1))
         else:
-            p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+            p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
     assert gaps[0] == p.settings.probe_every
     assert gaps[-1] == p.settings.probe_every * p.plan_settings.probe_backoff
     assert gaps == sorted(gaps)
+
+
+def test_no_draft_model_probe_where_re_reading_the_skipped_tokens_costs_too_much() -> None:
+    p = planner(QWEN_CPU, 0.85)  # re-reading 24 tokens: ~25 ms × (T(24)/T(1) − 1), > 5 %
+    reasons = set()
+    for _ in range(200):
+        plan = p.next_plan(("model",))
+        reasons.add(plan.reason)
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert "probe" not in reasons
+    assert p.next_plan(("model", "ngram")).drafter == "ngram"  # the free drafter may still try
+
+
+def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
+    p = planner(FLAT, 0.7)
+    p._behind = 2  # the usual: the draft missed the last step's tokens
+    assert p.next_plan(("model",)).drafter == "model"
+    p._behind = 20000  # a long plain stretch: re-reading it costs more than 64 tokens gain
+    plan = p.next_plan(("model",))
+    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read " \
+        "20000 tokens"
+    assert p.catch_up_cost(1) == 0.0 < p.catch_up_cost(10) < p.catch_up_cost(100)
 
 
 def test_without_calibration_a_short_warm_up_then_plain_steps_then_the_measured_line() -> None:

@@ -68,6 +68,12 @@ class PlannerSettings:
     # this × plain: trying is how estimates recover, but not at any price.
     explore_floor: float = 0.97
     probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
+    # After plain (or n-gram) steps the draft model must first read what they committed: a
+    # switch to it must pay that back within this many tokens, and a probe with it may cost at
+    # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
+    # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
+    payback_tokens: int = 64
+    probe_budget: float = 0.05
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
     tree_ranks: int = 4  # children per node at most
@@ -146,6 +152,7 @@ class Planner(AutoGamma):
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
         self._probed = False  # the last speculative step was a probe
         self._draft_behind = True  # the draft model has not drafted since the last commit
+        self._behind = 0  # tokens committed since the draft model last drafted
         self._tree_key: tuple[tuple[int, ...], ...] | None = None
         self._tree_shapes: list[Plan] = []
         self._tree_age = 0  # tree searches skipped since the last
@@ -287,6 +294,14 @@ class Planner(AutoGamma):
                                     pick.seconds)
                 if at_mean.rate >= base.rate * ps.explore_floor:
                     chosen = at_mean
+        catch = self.catch_up_cost(self._behind)
+        if chosen.plan.drafter in ("model", "tree") and catch > 0:
+            # Worth switching back to the draft only if the faster steps repay its catch-up.
+            gain = (1 / base.rate - 1 / chosen.rate) * ps.payback_tokens
+            if gain < catch:
+                self._plain_run += 1
+                return self._chosen(plain(f"plain: the draft would first re-read "
+                                          f"{self._behind} tokens"))
         if chosen.plan.drafter == "none":
             if self._probed:  # the probe found nothing: wait longer before the next one
                 self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
@@ -294,9 +309,13 @@ class Planner(AutoGamma):
             self._plain_run += 1
             if self._plain_run < self._probe_wait or not chains:
                 return self._chosen(plain(self._plain_reason(base, cands)))
-            # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing.)
-            probe = "ngram" if "ngram" in chains else chains[0]
+            # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
+            # draft model only if re-reading what it missed is cheap here.)
+            affordable = catch <= ps.probe_budget * self._behind * base.seconds
+            probe = "ngram" if "ngram" in chains else ("model" if affordable else "")
             self._plain_run = 0
+            if not probe:
+                return self._chosen(plain(self._plain_reason(base, cands)))
             self._probed = True
             return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
         self._plain_run = 0
@@ -311,6 +330,17 @@ class Planner(AutoGamma):
             # The confidence rule (keep_drafting) decides where the step stops.
             return self._chosen(chain("model", s.gamma_max, reason))
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
+
+    def catch_up_cost(self, tokens: int) -> float:
+        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode:
+        a draft step scaled by the target table's shape at that batch (same machine, same
+        kind of curve), beyond the one token every draft step reads anyway."""
+        if tokens <= 1:
+            return 0.0
+        table = self.costs.verify_table()
+        n = len(table)
+        shape = (table[tokens - 1] if tokens <= n else table[-1] * tokens / n) / table[0]
+        return self.costs.t_draft * max(shape - 1.0, 0.0)
 
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
         if plan.drafter == "tree":
@@ -359,6 +389,7 @@ class Planner(AutoGamma):
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
         self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
+        self._behind = self._behind + step.committed if self._draft_behind else 0
         self._after_observe()
 
     def _learn_tree(self, step: StepEvent) -> None:
@@ -407,6 +438,7 @@ class Planner(AutoGamma):
     def begin(self, prompt_text: str) -> None:
         super().begin(prompt_text)
         self._draft_behind = True
+        self._behind = 0  # the decoder brings the draft up to the prompt before the first step
 
     def describe(self) -> str:
         return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"
