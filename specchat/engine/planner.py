@@ -281,7 +281,8 @@ class Planner(AutoGamma):
         chosen = planned
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
-            ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng))
+            ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
+                if "ngram" in available else ng
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = max(s_cands, key=lambda c: c.rate, default=s_base)
             if pick.rate < s_base.rate * ps.margin:
