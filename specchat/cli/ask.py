@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
-                   help=GAMMA_OPTION_HELP + "; default: the configured γ")
+                   help=GAMMA_OPTION_HELP)
     p.add_argument("--ngram", action="store_true",
                    help="prompt-lookup drafting (before the draft model; alone with --model)")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")

@@ -83,9 +83,10 @@ def gamma_arg(text: str) -> GammaSetting:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--gamma ")) from None
 
 
-GAMMA_OPTION_HELP = ("γ: plan (default: the planner picks chain, tree or plain each step from "
-                     "measured costs), auto (adaptive chain length), pair (the pair's calibrated "
-                     "γ) or N (a fixed draft length; 0 = plain steps)")
+GAMMA_OPTION_HELP = ("plan (the planner: chain, tree or plain each step, from measured costs), "
+                     "auto (an adaptive chain length), pair (the pair's calibrated γ) or N (a "
+                     "fixed draft length; 0 = plain steps); default: the config file's gamma, "
+                     "else plan")
 
 
 def make_env() -> Env:

@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
-                   help=GAMMA_OPTION_HELP + "; default: the configured γ")
+                   help=GAMMA_OPTION_HELP)
     p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.png (cumulative tokens over time) to DIR")
