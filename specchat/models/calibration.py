@@ -190,8 +190,8 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
                 f"{ng_gamma}; the draft model " + (f"{speedup:.2f}×" if speedup >= PAYS else
                                                     "does not pay: " + text.split(": ", 1)[-1]))
     elif drafter == "none":
-        text = (f"use plain decoding (the draft model's best, γ={gamma}, would run at "
-                f"{speedup:.2f}×): " + text.split(": ", 1)[-1])
+        text = (f"the draft model's best, γ={gamma}, would run at {speedup:.2f}×: "
+                + text.split(": ", 1)[-1])
     if speedup < PAYS:
         gamma = 0  # the draft model does not pay: the pair's γ says plain
     report(Progress(task, total, total, unit="steps", finished=True))
