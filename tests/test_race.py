@@ -204,15 +204,15 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     assert "── plain" in out and "── speculative" in out and "cumulative tokens over time" in out
     assert "outputs identical ✓" in out
     assert re.search(r"speedup [\d.]+×\s+α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
-    assert (tmp_path / "rep" / "race.png").is_file() and (tmp_path / "rep" / "report.md").is_file()
+    assert (tmp_path / "rep" / "race.svg").is_file() and (tmp_path / "rep" / "report.md").is_file()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["race", "hi", "--prompt-from", "code"], "give a prompt or --prompt-from, not both"),
     (["race", "  "], "the prompt is empty"),
     (["race", "--prompt-from", "nope"], "no built-in prompt 'nope'"),
-    (["race", "hi", "--max-tokens", "0"], "max tokens must be ≥ 1"),
-    (["race", "hi", "--temperature", "-1"], "temperature must be ≥ 0"),
+    (["race", "hi", "--max-tokens", "0"], "--max-tokens must be a whole number in [1,"),
+    (["race", "hi", "--temperature", "-1"], "--temperature must be a number ≥ 0"),
 ])
 def test_race_cli_bad_input(argv: list[str], message: str, home: AppPaths,
                             capsys: pytest.CaptureFixture[str]) -> None:

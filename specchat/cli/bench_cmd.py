@@ -25,6 +25,7 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
 from specchat.runtime import Runtime, select
+from specchat.textsafe import safe_text
 
 
 def _numbers(kind: type, text: str) -> tuple[Any, ...]:
@@ -78,7 +79,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default: bench-results/<date-time>)")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="also write report.md with PNG charts (tokens/s and α per category) "
+                   help="also write report.md with SVG charts (tokens/s and α per category) "
                    "to DIR")
     p.add_argument("--llama-bin", type=Path, metavar="DIR",
                    help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")
@@ -115,7 +116,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
             print("verify cost T(n), ms: " + ", ".join(
                 f"{n}: {t * 1000:.1f}" for n, t in enumerate(curve.verify_s, 1))
                 + f"; draft {curve.draft_s * 1000:.2f} ms/token", file=sys.stderr)
-        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr),
+        records = run_bench(runtime, prompts, cfg, lambda m: print(safe_text(m), file=sys.stderr),
                             ref.after_prompt if ref else None)
         rows = summarize(records)
         plan_table = planner_rows(rows, curve) if curve is not None else []
@@ -142,7 +143,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         if curve is not None:
             md += "\n" + planner_markdown(plan_table, curve)
         (out_dir / "results.md").write_text(md, encoding="utf-8")
-        print(md)
+        print(safe_text(md))
         print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
         if args.report:
             report = write_bench_report(doc, rows, args.report)
