@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from specchat.engine.gamma import GammaSetting, parse_gamma
+from specchat.engine.gamma import GAMMA_HELP, GammaSetting, parse_gamma
 from specchat.engine.offload import OffloadSettings
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import ConfigError
@@ -156,7 +156,9 @@ def _gamma(value: Any) -> GammaSetting:
     try:
         return parse_gamma(value, "γ")
     except ValueError as e:
-        raise ValueError(str(e).removeprefix("γ ")) from None
+        if isinstance(value, int) and not isinstance(value, bool):  # a number out of range
+            raise ValueError(str(e).removeprefix("γ ")) from None
+        raise ValueError(f"must be {GAMMA_HELP}, not {_shown(value)}") from None
 
 
 def load_config(path: Path) -> UserConfig:
