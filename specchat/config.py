@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from specchat.engine.gamma import GAMMA_HELP, GammaSetting, parse_gamma
 from specchat.engine.offload import OffloadSettings
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import ConfigError
@@ -28,7 +29,9 @@ class UserConfig:
     system_prompt: str = "You are a helpful assistant."
     n_ctx: int = 4096
     n_threads: int = 0
-    gamma: int | str = "pair"  # an int, "auto", or "pair" (the pair's recommended γ)
+    # plan (the planner: chain, tree or plain per step), auto, pair (its calibrated γ) or N;
+    # see engine.gamma.parse_gamma, the one reader of this field.
+    gamma: GammaSetting = field(default_factory=GammaSetting)
     ngram: bool = False  # prompt-lookup drafting before the draft model
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     # Per model: gpu_layers (auto | all | N), main_gpu (auto | N), flash_attn, kv_type.
@@ -37,8 +40,13 @@ class UserConfig:
     memory_check: bool = True  # refuse to load what would not fit in free memory
     theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.gamma, GammaSetting):  # UserConfig(gamma="auto"), gamma=3
+            object.__setattr__(self, "gamma", parse_gamma(self.gamma, "setting 'gamma'"))
+
     def to_yaml(self) -> str:
         d = asdict(self)
+        d["gamma"] = self.gamma.to_config()
         d["sampling"] = {k: v for k, v in d["sampling"].items() if k != "stop"}
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
 
@@ -142,12 +150,15 @@ def check_setting(name: str, value: Any) -> Any:
     return SCHEMA[name].check(value)
 
 
-def _gamma(value: Any) -> int | str:
-    """γ as the config stores it: a number, "auto", or "pair" (the pair's recommended γ)."""
-    if isinstance(value, bool) or not (
-            value in ("auto", "pair") or (isinstance(value, int) and 0 <= value <= 32)):
-        raise ValueError(f"must be 0-32, 'auto' or 'pair', not {_shown(value)}")
-    return value
+def _gamma(value: Any) -> GammaSetting:
+    """γ: plan, auto, pair or a number (old files' values all still read), by the engine's one
+    reader of a γ setting; the message follows "setting 'gamma'"."""
+    try:
+        return parse_gamma(value, "γ")
+    except ValueError as e:
+        if isinstance(value, int) and not isinstance(value, bool):  # a number out of range
+            raise ValueError(str(e).removeprefix("γ ")) from None
+        raise ValueError(f"must be {GAMMA_HELP}, not {_shown(value)}") from None
 
 
 def load_config(path: Path) -> UserConfig:

@@ -6,6 +6,7 @@ and the benchmarks alike.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
-from specchat.engine.gamma import FixedGamma, GammaPolicy
+from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import LoadRequest, MemoryReadings, PairPlan, check, plan_load
@@ -21,6 +22,7 @@ from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, Mod
 from specchat.engine.ngram import NgramDrafter
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.planner import Planner, PlannerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_file import read_header, validate
@@ -29,9 +31,6 @@ from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level, compare_vocab
 from specchat.paths import AppPaths
-
-DEFAULT_GAMMA = 4
-AUTO = "auto"
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
@@ -135,7 +134,9 @@ class Runtime:
         self._placement: Placement | None = None
         self.pair_warnings: list[Finding] = []  # vocabulary differences that still allow drafting
         self.paths: AppPaths | None = None  # where the pair's calibration may be stored
-        self._auto: AutoGamma | None = None
+        # The learning controllers handed out (one per decoder: a chat session, a race), whose
+        # state is saved for the next process; see save_controllers.
+        self._controllers: list[AutoGamma] = []
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -193,12 +194,14 @@ class Runtime:
 
     @property
     def default_gamma(self) -> int:
+        """The pair's calibrated γ (0: it recommends plain decoding), else the default."""
         pair = self.selection.pair
-        return pair.gamma if pair is not None and pair.gamma is not None else DEFAULT_GAMMA
+        return pair.gamma if pair is not None and pair.gamma is not None else GAMMA_DEFAULT
 
     def auto_seed(self) -> AutoGammaSeed | None:
-        """What the pair's stored calibration tells auto-γ (its costs, its α, and its α per
-        kind of prompt as topic priors); None when the pair was never calibrated here."""
+        """What the pair's stored calibration tells a controller (its costs, its α, its α per
+        kind of prompt as topic priors, the n-gram drafter's α); None when the pair was never
+        calibrated here."""
         from specchat.models.calibration_store import load_calibration
 
         if self.paths is None or self.draft is None:
@@ -210,43 +213,95 @@ class Runtime:
         for p in cal.per_prompt:
             by_topic.setdefault(CALIBRATION_TOPICS.get(p.category, "chat"), []).append(p.alpha)
         priors = {t: sum(v) / len(v) for t, v in by_topic.items()}
-        return AutoGammaSeed(cal.costs, cal.alpha, priors, cal.confidence)
+        return AutoGammaSeed(cal.costs, cal.alpha, priors, cal.confidence, cal.ngram_alpha)
+
+    def _state_file(self) -> Path | None:
+        from specchat.models.controller_store import controller_file
+
+        if self.paths is None or self.draft is None:
+            return None
+        try:
+            return controller_file(self.paths, self.target.path, self.draft.path)
+        except OSError:
+            return None
+
+    def _warm(self, controller: AutoGamma) -> AutoGamma:
+        """Start ``controller`` from what this pair's controllers learnt in earlier processes
+        (a state that does not load is ignored: the calibration's seed stands)."""
+        from specchat.models.controller_store import UNREADABLE, load_states
+
+        path = self._state_file()
+        state = load_states(path).get(type(controller).__name__) if path else None
+        if state is not None:
+            with contextlib.suppress(*UNREADABLE):
+                controller.load_state(state)
+        self._controllers.append(controller)
+        return controller
 
     def new_auto_gamma(self, settings: AutoGammaSettings | None = None,
                        clock: Callable[[], float] = time.perf_counter) -> AutoGamma:
-        """A fresh auto-γ controller, seeded from the pair's calibration if there is one."""
-        return AutoGamma(settings or AutoGammaSettings(), self.auto_seed(), clock)
+        """A fresh auto-γ controller, seeded from the pair's calibration and its saved state."""
+        return self._warm(AutoGamma(settings or AutoGammaSettings(), self.auto_seed(), clock))
 
-    @property
-    def auto_gamma(self) -> AutoGamma:
-        """The runtime's auto-γ controller: one per loaded pair, so what it learns about this
-        machine and each topic carries over from reply to reply and chat to chat."""
-        if self._auto is None:
-            self._auto = self.new_auto_gamma()
-        return self._auto
+    def new_planner(self, settings: PlannerSettings | None = None, ngram: bool = False,
+                    clock: Callable[[], float] = time.perf_counter) -> Planner:
+        """A fresh planner for one chat session or race, seeded like :meth:`new_auto_gamma`.
+        ``ngram``: today's decoder drafts from n-grams too, so plan over both."""
+        drafters = ("model", "ngram") if ngram and self.draft_ctx is not None else (
+            ("ngram",) if ngram else ("model",))
+        planner = Planner(settings or PlannerSettings(), self.auto_seed(), clock, drafters)
+        self._warm(planner)
+        return planner
 
-    def decoder(self, plain: bool = False, gamma: int | str | GammaPolicy | None = None,
+    def save_controllers(self) -> None:
+        """Keep, per kind, the state of the controller that learnt the most this process (a
+        fresh process starts from it); a disk that refuses is not the user's problem now."""
+        from specchat.models.controller_store import save_state
+
+        path = self._state_file()
+        if path is None:
+            return
+        best: dict[str, AutoGamma] = {}
+        for c in self._controllers:
+            kind = type(c).__name__
+            if c.overall.steps and (kind not in best
+                                    or c.overall.steps > best[kind].overall.steps):
+                best[kind] = c
+        for kind, c in best.items():
+            with contextlib.suppress(OSError):
+                save_state(path, kind, c.state())
+
+    def policy(self, gamma: GammaSetting | int | str | GammaPolicy | None = None,
+               ngram: bool = False) -> GammaPolicy:
+        """A γ policy for one decoder. Learning ones (plan, auto) are new each call — one per
+        chat session, one per race —, so what a race learns never moves a chat's controller.
+        ``gamma`` None is the default setting (the planner)."""
+        if gamma is not None and not isinstance(gamma, (GammaSetting, int, str)):
+            return gamma
+        try:
+            setting = parse_gamma(GammaSetting() if gamma is None else gamma)
+        except ValueError as e:
+            raise SpecchatError(str(e)) from None
+        if setting.kind == "plan":
+            return self.new_planner(ngram=ngram)
+        if setting.kind == "auto":
+            return self.new_auto_gamma()
+        if setting.kind == "pair":
+            label = "pair" if self.selection.pair is not None else "default"
+            return FixedGamma(self.default_gamma, label)
+        return FixedGamma(setting.n, "fixed")
+
+    def decoder(self, plain: bool = False,
+                gamma: GammaSetting | int | str | GammaPolicy | None = None,
                 ngram: bool = False) -> Decoder:
         """Speculative when a draft is loaded or ``ngram`` is asked for, else plain.
 
-        ``gamma``: a draft length, "auto" (the runtime's auto-γ controller), a policy, or None
-        for the pair's recommended γ.
+        ``gamma``: a :class:`GammaSetting` (or its text or number: "plan", "auto", "pair", N),
+        a policy, or None for the default (the planner); see :meth:`policy`.
         """
         if plain or (self.draft_ctx is None and not ngram):
             return PlainDecoder(self.target_ctx)
-        label = "fixed" if gamma is not None else (
-            "pair" if self.selection.pair is not None else "default")
-        if gamma is None:
-            gamma = self.default_gamma
-        policy: GammaPolicy
-        if gamma == AUTO:
-            policy = self.auto_gamma
-        elif isinstance(gamma, int):
-            policy = FixedGamma(gamma, label)
-        elif isinstance(gamma, str):
-            raise SpecchatError(f"γ must be a whole number or 'auto', not {gamma!r}")
-        else:
-            policy = gamma
+        policy = self.policy(gamma, ngram)
         # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
         drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)
@@ -258,6 +313,8 @@ class Runtime:
             self.draft_ctx.clear()
 
     def close(self) -> None:
+        self.save_controllers()
+        self._controllers = []
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()

@@ -14,6 +14,7 @@ from specchat.engine.costs import CostCurve, draft_step_cost, non_decreasing, ve
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speedup import (
+    PAYS,
     best_gamma,
     expected_tokens,
     predicted_speedup,
@@ -28,6 +29,8 @@ from specchat.models.calibration import (
     builtin_prompts,
     calibrate,
     format_result,
+    ngram_replay,
+    recommend,
 )
 from specchat.models.calibration_store import load_calibration, save_calibration
 from specchat.paths import AppPaths
@@ -119,12 +122,18 @@ def test_calibration_on_tiny_models_and_its_record(tiny_target: Path, tiny_draft
                                        CalibrationPrompt("b", "the cat sat on the mat")))
     r = calibrate(tiny_target, tiny_draft, opts)
     assert 0 < r.alpha < 1 and r.positions > 0 and len(r.per_prompt) == 2
-    assert [g for g, _ in r.speedups] == [1, 2, 3] and 1 <= r.gamma <= 3
+    assert [g for g, _ in r.speedups] == [1, 2, 3]
+    best = max(s for _, s in r.speedups)
+    # the draft model's γ only where it pays; else 0, and plain or the n-gram drafter it is
+    assert (1 <= r.gamma <= 3) == (best >= PAYS) and (r.gamma == 0) == (best < PAYS)
+    assert r.drafter == recommend(r.speedup, r.ngram_speedup)
+    assert len(r.verify_s) == 16  # T(n) as far as the 16-token replies reach (≤ 32)
+    assert r.ngram_alpha is not None and r.ngram_gamma >= 1
     assert save_calibration(home, r).exists()
     again = load_calibration(home, tiny_target, tiny_draft)
     assert again == r
     assert load_calibration(home, tiny_draft, tiny_target) is None
-    assert "recommended γ" in format_result(r)
+    assert "recommended: " in format_result(r)
     assert CalibrationResult.from_json(r.to_json()) == r
     # how the draft's confidence predicts acceptance, for auto-γ; records without it still load
     assert sum(n for _, n in r.confidence) == r.positions
@@ -149,5 +158,24 @@ def test_calibration_on_the_demo_pair_is_sane(demo_files: tuple[Path, Path]) -> 
     # Same weights at two precisions: they agree most of the time (measured 0.6-0.8 greedy).
     assert 0.3 < r.alpha <= 1.0 and r.positions >= 16
     assert 0 < r.draft_s < r.verify_s[0]  # Q3_K_S is cheaper per step than F32
-    assert len(r.verify_s) == 4 and 1 <= r.gamma <= 3
+    # T(n) as far as the replies reach (20 tokens here; 32 at most), non-decreasing
+    assert 4 <= len(r.verify_s) <= 20 and list(r.verify_s) == sorted(r.verify_s)
+    assert 0 <= r.gamma <= 3 and (r.gamma == 0) == (r.speedup < PAYS)
     assert 0.1 < r.speedup < 6 and r.verdict
+
+
+def test_the_recommendation_is_plain_when_nothing_pays_and_ngram_when_it_pays_best() -> None:
+    assert recommend(0.80, 0.95) == "none"  # e.g. the Qwen pair on 2 CPU cores
+    assert recommend(0.80, 1.20) == "ngram"
+    assert recommend(1.30, 1.20) == "model"
+
+
+def test_ngram_replay_on_a_reply_that_quotes_its_prompt() -> None:
+    flat = tuple(0.01 for _ in range(9))  # a GPU-like curve: checking 9 tokens costs one
+    prompt = list(range(100, 120))
+    quoted = prompt[5:15]  # the reply repeats part of the prompt: lookups find it
+    alpha, gamma, speedup = ngram_replay([(prompt, quoted)], flat, 8)
+    assert alpha is not None and alpha > 0.5 and gamma > 1 and speedup > 2
+    novel = list(range(200, 210))  # nothing to look up: every step is plain
+    alpha, _, speedup = ngram_replay([(prompt, novel)], flat, 8)
+    assert alpha is None and speedup == pytest.approx(1.0)

@@ -240,7 +240,8 @@ def test_bad_values_are_one_line(home: AppPaths, args: list[str], message: str) 
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
-        ("n_ctx: 100\ngamma: true\n", 2, "setting 'gamma' must be 0-32, 'auto' or 'pair', not true"),
+        ("n_ctx: 100\ngamma: true\n", 2,
+         "setting 'gamma' must be plan, auto, pair or a whole number 0-32, not true"),
         ("sampling:\n  temperature: 0.5\n  top_k: 1.5\n", 3,
          "setting 'sampling.top_k' must be a whole number ≥ 0 (0 = off), not 1.5"),
         ("sampling: {seed: x}\n", 1, "setting 'sampling.seed' must be a whole number ≥ 0"),

@@ -123,9 +123,9 @@ def test_calibrate_a_pair_stores_gamma(home: AppPaths, tiny_target: Path, small_
     run(capsys, "models", "pair", "tp", str(tiny_target), str(small_draft))
     rc, out, _ = run(capsys, "models", "calibrate", "tp", "--tokens", "12", "--gamma-max", "3")
     assert rc == 0, out
-    assert "α (greedy agreement)" in out and "recommended γ =" in out
+    assert "α (greedy agreement)" in out and "recommended: " in out
     gamma = load_catalog(home.user_catalog).pair("tp").gamma
-    assert gamma is not None and 1 <= gamma <= 3
+    assert gamma is not None and 0 <= gamma <= 3  # 0: plain decoding is what pays here
     assert list((home.data_dir / "calibration").glob("*.json"))
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,48 @@ def test_broken_config_is_a_clear_error(tmp_path: Path, text: str, match: str) -
     f.write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_config(f)
+
+
+@pytest.mark.parametrize(("text", "kind", "n"), [
+    ("", "plan", 4),  # the default: the planner
+    ("gamma: plan\n", "plan", 4), ("gamma: planner\n", "plan", 4),
+    ("gamma: auto\n", "auto", 4), ("gamma: pair\n", "pair", 4),  # old files' values
+    ("gamma: 3\n", "fixed", 3), ("gamma: '0'\n", "fixed", 0),
+])
+def test_gamma_setting_reads_every_mode(tmp_path: Path, text: str, kind: str, n: int) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text(text)
+    cfg = load_config(f)
+    assert (cfg.gamma.kind, cfg.gamma.n) == (kind, n)
+    save_config(f, cfg)
+    assert load_config(f) == cfg
+    assert ("gamma: 3" in f.read_text()) == (kind == "fixed" and n == 3)
+
+
+@pytest.mark.parametrize("text", ["gamma: true\n", "gamma: 33\n", "gamma: -1\n", "gamma: [1]\n",
+                                  "gamma: 2.5\n"])
+def test_gamma_setting_errors_name_the_file_and_the_field(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(f))}:1: setting 'gamma' must be "):
+        load_config(f)
+
+
+def test_one_gamma_reader_for_cli_config_and_form() -> None:
+    from specchat.cli.common import gamma_arg
+    from specchat.engine.gamma import GAMMA_CAP, GammaSetting, parse_gamma
+    from specchat.ui.chat_settings import parse_settings
+
+    assert parse_gamma("plan") == gamma_arg("plan") == GammaSetting("plan")
+    assert parse_gamma(GAMMA_CAP).n == GAMMA_CAP
+    with pytest.raises(ValueError, match=f"between 0 and {GAMMA_CAP}"):
+        parse_gamma(GAMMA_CAP + 1)
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match=f"between 0 and {GAMMA_CAP}"):
+        gamma_arg(str(GAMMA_CAP + 1))
+    with pytest.raises(ValueError, match=f"between 0 and {GAMMA_CAP}"):
+        parse_settings("", "0", "1", "0", "0", "64", "", "fixed", str(GAMMA_CAP + 1), False,
+                       UserConfig().sampling)
 
 
 @pytest.mark.parametrize(

@@ -198,7 +198,7 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
         "pairs:\n  - id: tinypair\n    target: t\n    draft: d\n    gamma: 3\n",
         encoding="utf-8")
     rc = main(["race", "hello there", "--pair", "tinypair", "--threads", "1", "--max-tokens", "12",
-               "--report", str(tmp_path / "rep")])
+               "--gamma", "pair", "--report", str(tmp_path / "rep")])
     out = capsys.readouterr().out
     assert rc == 0
     assert "── plain" in out and "── speculative" in out and "cumulative tokens over time" in out

@@ -127,7 +127,7 @@ def test_bench_chained_runs_every_policy_live_and_in_replay(
                "--max-tokens", "24", "--threads", "1", "--out", str(out)])
     assert rc == 0
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    policies = {"plain", "auto", "γ=1", "γ=3", "hf", "p_min=0.5"}
+    policies = {"plain", "auto", "plan", "γ=1", "γ=3", "hf", "p_min=0.5"}
     assert set(doc["live"]["policies"]) == policies
     assert len(doc["live_records"]) == 2 * 3 * len(policies)
     assert all(r["identical"] for r in doc["live_records"])
@@ -170,7 +170,7 @@ def test_ask_with_gamma_auto_streams_the_mode(tiny_target: Path, tiny_draft: Pat
     assert any(x["type"] == "token" for x in lines)
 
 
-def test_gamma_auto_is_one_controller_per_runtime_seeded_by_the_calibration(
+def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
         tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
     from specchat.engine.auto_gamma import AutoGamma
     from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
@@ -186,8 +186,9 @@ def test_gamma_auto_is_one_controller_per_runtime_seeded_by_the_calibration(
         cold = rt.decoder(gamma="auto")
         assert isinstance(cold, SpeculativeDecoder) and isinstance(cold.policy, AutoGamma)
         assert not cold.policy.seeded and cold.policy.label == "auto · warm-up"
-        assert rt.decoder(gamma="auto").policy is cold.policy  # type: ignore[attr-defined]
-        with pytest.raises(SpecchatError, match="'auto'"):
+        # one per decoder (a chat session, a race): never shared implicitly
+        assert rt.decoder(gamma="auto").policy is not cold.policy  # type: ignore[attr-defined]
+        with pytest.raises(SpecchatError, match="auto"):
             rt.decoder(gamma="sometimes")
     finally:
         rt.close()
@@ -197,7 +198,7 @@ def test_gamma_auto_is_one_controller_per_runtime_seeded_by_the_calibration(
     save_calibration(home, calibrate(tiny_target, tiny_draft, opts))
     rt = Runtime.open(sel, ModelResolver(cat, home))
     try:
-        auto = rt.auto_gamma
+        auto = rt.new_auto_gamma()
         assert auto.seeded and set(auto.topic_priors) == {"code", "chat"}
         assert auto.confidence.total > 0 and auto.label == "auto · chat"
     finally:

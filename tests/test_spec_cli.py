@@ -12,7 +12,9 @@ from specchat.bench.report import summarize
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.events import SpecDetail
+from specchat.engine.gamma import GAMMA_DEFAULT
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.planner import Planner
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.models.catalog import load_catalog
@@ -58,12 +60,18 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
     try:
         assert isinstance(rt.decoder(plain=True), PlainDecoder)
         spec = rt.decoder()
-        assert isinstance(spec, SpeculativeDecoder) and spec.policy.next_gamma() == 4
+        assert isinstance(spec, SpeculativeDecoder) and isinstance(spec.policy, Planner)
+        assert spec.policy.drafters == ("model",)  # the default: the planner, on the draft
         assert spec.ngram is None
         assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
+        pair = rt.decoder(gamma="pair").policy  # type: ignore[attr-defined]
+        assert (pair.next_gamma(), pair.label) == (GAMMA_DEFAULT, "default")  # no pair entry
         both = rt.decoder(ngram=True)
         assert isinstance(both, SpeculativeDecoder) and both.ngram is not None
         assert both.ngram.n_min == 2  # with a draft model, only specific matches go first
+        assert both.policy.drafters == ("model", "ngram")  # type: ignore[attr-defined]
+        with pytest.raises(SpecchatError, match="plan, auto, pair or a whole number"):
+            rt.decoder(gamma="sometimes")
     finally:
         rt.close()
     rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
@@ -71,6 +79,7 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(rt.decoder(), PlainDecoder)
         alone = rt.decoder(ngram=True)
         assert isinstance(alone, SpeculativeDecoder) and alone.draft is None
+        assert alone.policy.drafters == ("ngram",)  # type: ignore[attr-defined]
         assert alone.name == "ngram"
     finally:
         rt.close()
@@ -118,7 +127,7 @@ def test_ask_rejects_a_bad_gamma(tiny_target: Path, home: AppPaths,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["ask", "hi", "--model", str(tiny_target), "--gamma", "x"])
-    assert "γ must be a whole number" in capsys.readouterr().err
+    assert "--gamma: must be plan, auto, pair or a whole number 0-32" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------- bench
@@ -237,3 +246,52 @@ def test_bench_without_llama_tools_says_so(tiny_target: Path, tiny_draft: Path, 
                str(write_prompts(tmp_path / "q.jsonl")), "--llama-bin", str(tmp_path / "none")])
     assert rc == 1
     assert "llama-speculative-simple not found in" in capsys.readouterr().err
+
+
+def test_bench_planner_table_on_tiny_models(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                            tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "1,2,plan",
+               "--temperature", "0", "--max-tokens", "16", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert len(doc["cost_curve"]["verify_s"]) == 32
+    table = {r["category"]: r for r in doc["planner"]}
+    assert set(table) == {"alpha", "beta", "all"}
+    row = table["all"]
+    assert row["chain_gamma"] in (1, 2)
+    assert row["ideal_tok_s"] >= row["plain_tok_s"]  # plain is one of the ideal's choices
+    assert row["plan_vs_ideal"] == pytest.approx(row["plan_tok_s"] / row["ideal_tok_s"])
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "Target verify cost T(n), ms (n = 1..32" in md and "planner/ideal" in md
+
+
+def test_a_reply_that_drafted_nothing_says_plain(tiny_target: Path, tiny_draft: Path,
+                                                 home: AppPaths,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
+            "--max-tokens", "8", "--threads", "1"]
+    assert main([*args, "--gamma", "0"]) == 0
+    assert "plain: nothing was worth drafting" in capsys.readouterr().err
+    assert main([*args, "--gamma", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "plain:" not in err and "α " in err
+
+
+@pytest.mark.parametrize("mode", ["auto", "plan"])
+def test_a_second_ask_process_starts_warm(tiny_target: Path, tiny_draft: Path, home: AppPaths,
+                                          capsys: pytest.CaptureFixture[str], mode: str) -> None:
+    """As a CLI user gets it: separate `specchat ask` calls, a fresh controller each time."""
+    args = ["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
+            "--gamma", mode, "--temperature", "0", "--max-tokens", "20", "--json",
+            "--threads", "1"]
+
+    def modes() -> list[str]:
+        assert main(args) == 0
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        return [x["mode"] for x in lines if x["type"] == "step"]
+
+    assert any(m.endswith("warm-up") for m in modes())
+    assert list((home.data_dir / "controllers").glob("*.json"))
+    assert not any(m.endswith("warm-up") for m in modes())  # learnt before: no warm-up again

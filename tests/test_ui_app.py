@@ -137,6 +137,44 @@ async def test_the_real_speculative_decoder_with_auto_gamma_in_the_app(
 
 
 @app_test
+async def test_the_planner_is_the_apps_default_and_says_what_it_chose(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    runtime = tiny_runtime(tiny_target, tiny_draft)
+    config = UserConfig(sampling=GREEDY.with_(max_tokens=24))  # γ not set: the default
+    services = make_services(tmp_path, runtime, config=config)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        assert chat.settings.gamma_mode == "plan"
+        reply = await send(pilot, "the cat sat on")
+        await finished(pilot)
+        assert reply.turn.status == "done"
+        bar = chat.stats_bar
+        assert bar.stats.mode is not None and bar.stats.mode.startswith("plan")
+        assert "plan" in str(bar.query_one("#stats-line", Static).render())
+
+
+@app_test
+async def test_a_reply_at_gamma_0_throughout_is_labelled_plain(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    """The label says what ran: the pair's speculative decoder taking only plain steps is plain."""
+    runtime = tiny_runtime(tiny_target, tiny_draft)
+    config = UserConfig(sampling=GREEDY.with_(max_tokens=12), gamma=0)
+    services = make_services(tmp_path, runtime, config=config)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        reply = await send(pilot, "the cat sat on")
+        await finished(pilot)
+        assert "plain" in str(reply._header.render())
+        assert "speculative" not in str(reply._header.render())
+        (saved,) = services.store.list_chats()
+        stats = services.store.messages(saved.id)[1].stats
+        assert stats and stats.decoder == "plain"
+        assert stats.generation.steps and not stats.generation.drafted
+
+
+@app_test
 async def test_plain_replies_render_markdown_and_flip_to_tokens(tmp_path: Path,
                                                                 tiny_target: Path) -> None:
     app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))

@@ -230,13 +230,14 @@ def test_a_stalled_decoder_still_shows_its_tokens(tiny_target: Path) -> None:
 
 def test_settings_map_to_the_config_file_and_back() -> None:
     base = UserConfig()
-    assert ChatSettings.from_config(base, pair_gamma=5).gamma_mode == "pair"
-    assert ChatSettings.from_config(base, pair_gamma=5).gamma == 5
+    assert ChatSettings.from_config(base).gamma_mode == "plan"  # the default everywhere
+    pair = ChatSettings.from_config(base.with_(gamma="pair"), pair_gamma=5)
+    assert (pair.gamma_mode, pair.gamma) == ("pair", 5)
     auto = ChatSettings.from_config(base.with_(gamma="auto"))
-    assert auto.gamma_mode == "auto" and auto.to_config(base).gamma == "auto"
+    assert auto.gamma_mode == "auto" and auto.to_config(base).gamma.to_config() == "auto"
     fixed = ChatSettings.from_config(base.with_(gamma=6, ngram=True))
     assert (fixed.gamma_mode, fixed.gamma, fixed.ngram) == ("fixed", 6, True)
-    assert fixed.to_config(base).gamma == 6 and fixed.to_config(base).ngram is True
+    assert fixed.to_config(base).gamma.to_config() == 6 and fixed.to_config(base).ngram is True
 
 
 def test_parse_settings_says_what_is_wrong() -> None:

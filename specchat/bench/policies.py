@@ -1,9 +1,9 @@
 """The γ policies a chained benchmark compares, by name, each made fresh for a conversation.
 
 A factory takes the clock the policy should read (the wall clock live, a virtual one in
-replay). Names: ``auto``, ``γ=N`` (fixed), ``hf`` (transformers' heuristic), ``p_min=P``
-(draft while the draft's top-1 probability ≥ P, up to γ_max), and ``plain`` (live only:
-plain decoding, the reference for speed-ups).
+replay). Names: ``auto``, ``plan`` (the planner), ``γ=N`` (fixed), ``hf`` (transformers'
+heuristic), ``p_min=P`` (draft while the draft's top-1 probability ≥ P, up to γ_max), and
+``plain`` (live only: plain decoding, the reference for speed-ups).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ Clock = Callable[[], float]
 PolicyFactory = Callable[[Clock], GammaPolicy]
 
 AUTO = "auto"
+PLAN = "plan"
 HF = "hf"
 
 

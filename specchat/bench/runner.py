@@ -23,7 +23,7 @@ from specchat.runtime import Runtime
 
 @dataclass(frozen=True)
 class BenchConfig:
-    gammas: tuple[int | str, ...] = (4,)  # draft lengths, or "auto"
+    gammas: tuple[int | str, ...] = ("plan",)  # γ settings: plan, auto, pair or draft lengths
     temperatures: tuple[float, ...] = (0.0, 0.7)
     max_tokens: int = 128
     seed: int = 1
@@ -34,7 +34,7 @@ class BenchConfig:
 @dataclass(frozen=True)
 class Mode:
     name: str  # plain | draft | draft+ngram | ngram
-    gamma: int | str | None  # a draft length, "auto", or None (plain)
+    gamma: int | str | None  # a γ setting (plan, auto, pair, a draft length), None: plain
 
     @property
     def label(self) -> str:

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from specchat.cli.common import Env, add_model_args
+from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_model_args, gamma_arg
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import (
@@ -40,26 +40,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--system", help="system prompt (default: the configured one)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
-    p.add_argument("--gamma", type=gamma_arg, metavar="N|auto",
-                   help="draft tokens per step, or auto (chosen each step from measured costs "
-                   "and acceptance; default: the configured γ, else the pair's)")
+    p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
+                   help=GAMMA_OPTION_HELP)
     p.add_argument("--ngram", action="store_true",
                    help="prompt-lookup drafting (before the draft model; alone with --model)")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
-
-
-def gamma_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        g = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"γ must be a whole number or 'auto', not {text!r}"
-                                         ) from None
-    if not 0 <= g <= 32:
-        raise argparse.ArgumentTypeError("γ must be between 0 and 32")
-    return g
 
 
 def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
@@ -125,7 +111,9 @@ def summary(s: GenerationStats) -> str:
     parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
              f"ttft {s.ttft_s * 1000:.0f} ms",
              f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
-    if s.steps:
+    if s.steps and not s.drafted:
+        parts.append("plain: nothing was worth drafting")  # what ran, not what could have
+    elif s.steps:
         parts.append(f"α {s.alpha:.2f}" if s.alpha is not None else "α -")
         if s.tau is not None:
             parts.append(f"τ {s.tau:.2f}")

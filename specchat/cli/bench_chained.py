@@ -27,12 +27,13 @@ from specchat.bench.chained import (
     run_live,
 )
 from specchat.bench.chained_report import headline, live_summary, markdown
-from specchat.bench.policies import AUTO, PolicyFactory, roster
+from specchat.bench.policies import AUTO, PLAN, PolicyFactory, roster
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.replay_eval import evaluate, measure_costs
 from specchat.cli.common import Env
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.engine.costs import CostCurve
+from specchat.engine.planner import Planner
 from specchat.engine.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -95,6 +96,7 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         seed = runtime.auto_seed()
         auto: PolicyFactory = lambda clock: AutoGamma(seed=seed, clock=clock)  # noqa: E731
         policies = _policies(args, auto)
+        policies[PLAN] = lambda clock: Planner(seed=seed, clock=clock)
         exclude = _calibration_ids(runtime)
         convs = chained_conversations(topics, range(1, args.seeds + 1), args.prompts, exclude)
         system = env.config.system_prompt or None
@@ -188,6 +190,7 @@ def _replay_from(args: argparse.Namespace, out_dir: Path) -> int:
     seed = _load_seed(old.get("auto_seed"))
     auto: PolicyFactory = lambda clock: AutoGamma(seed=seed, clock=clock)  # noqa: E731
     policies = _policies(args, auto)
+    policies[PLAN] = lambda clock: Planner(seed=seed, clock=clock)
     replay = evaluate(recordings, costs, policies, GAMMA_MAX, old.get("live_records", ()))
     doc = {**{k: old[k] for k in ("pair", "target", "draft", "threads", "max_tokens", "topics",
                                   "conversations", "load_avg_before", "load_avg_after")},

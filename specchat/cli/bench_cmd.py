@@ -12,11 +12,14 @@ from typing import Any
 
 from specchat import __version__
 from specchat.bench import llama_tools
+from specchat.bench.planner_table import PLAN, measure_curve, planner_rows
+from specchat.bench.planner_table import markdown as planner_markdown
 from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from specchat.bench.report import ALL, markdown, summarize
-from specchat.bench.runner import BenchConfig, run_bench
+from specchat.bench.runner import BenchConfig, render_prompt, run_bench
 from specchat.cli import bench_chained
 from specchat.cli.common import Env, add_model_args
+from specchat.engine.gamma import GAMMA_HELP, parse_gamma
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -37,22 +40,16 @@ def _numbers(kind: type, text: str) -> tuple[Any, ...]:
 
 
 def _gammas(text: str) -> tuple[int | str, ...]:
-    """Draft lengths and/or "auto" (the adaptive controller)."""
+    """γ settings to run, comma-separated: plan, auto, pair or draft lengths."""
     out: list[int | str] = []
     for x in (x.strip() for x in text.split(",")):
-        if x == "auto":
-            out.append(x)
-        elif x:
+        if x:
             try:
-                g = int(x)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected γ values or 'auto', got {text!r}"
-                                                 ) from None
-            if g < 0:
-                raise argparse.ArgumentTypeError(f"γ must be ≥ 0, got {text!r}")
-            out.append(g)
+                out.append(parse_gamma(x, "--gamma").to_config())
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(str(e).removeprefix("--gamma ")) from None
     if not out:
-        raise argparse.ArgumentTypeError(f"expected γ values or 'auto', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {GAMMA_HELP}, got {text!r}")
     return tuple(out)
 
 
@@ -70,8 +67,10 @@ def add_parser(sub: Any) -> None:
                    help="prompts per category (default 1)")
     p.add_argument("--max-tokens", type=int, default=128, metavar="N")
     p.add_argument("--gamma", type=_gammas, metavar="G[,G...]",
-                   help="draft lengths to run, e.g. 1,3,6 or auto,4 (auto: the adaptive "
-                   "controller; default: the pair's γ)")
+                   help="γ settings to run, e.g. 1,3,6,plan (plan: the planner, the default; "
+                   "auto: the adaptive chain length; pair: the pair's γ). With plan and fixed "
+                   "lengths together, results.md gains the planner's table (realised vs its "
+                   "predicted ideal on the measured cost curve)")
     p.add_argument("--temperature", type=lambda t: _numbers(float, t), default=(0.0, 0.7),
                    metavar="T[,T...]", help="temperatures (default 0,0.7; 0 = greedy)")
     p.add_argument("--seed", type=int, default=1)
@@ -102,7 +101,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         if runtime.draft_ctx is None and not args.ngram:
             raise SpecchatError("nothing to compare: give a pair, --model with --draft, "
                                 "or --ngram")
-        gammas = args.gamma or (runtime.default_gamma,)
+        gammas = args.gamma or (PLAN,)
         cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
                           max_tokens=args.max_tokens, seed=args.seed, ngram=args.ngram,
                           system=env.config.system_prompt or None)
@@ -111,9 +110,16 @@ def run(env: Env, args: argparse.Namespace) -> int:
         load_before = os.getloadavg()
         started = time.time()
         ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
+        curve = None
+        if PLAN in gammas and any(isinstance(g, int) for g in gammas) and runtime.draft_ctx:
+            curve = measure_curve(runtime, render_prompt(runtime, prompts[0], cfg)[1])
+            print("verify cost T(n), ms: " + ", ".join(
+                f"{n}: {t * 1000:.1f}" for n, t in enumerate(curve.verify_s, 1))
+                + f"; draft {curve.draft_s * 1000:.2f} ms/token", file=sys.stderr)
         records = run_bench(runtime, prompts, cfg, lambda m: print(safe_text(m), file=sys.stderr),
                             ref.after_prompt if ref else None)
         rows = summarize(records)
+        plan_table = planner_rows(rows, curve) if curve is not None else []
         llama = ref.finish(rows) if ref else None
         doc = {
             "specchat": __version__, "started": started, "seconds": time.time() - started,
@@ -127,10 +133,15 @@ def run(env: Env, args: argparse.Namespace) -> int:
                        "prompts": str(args.prompts or DEFAULT_PROMPTS),
                        "per_category": args.per_category, "categories": cats},
             "rows": rows, "llama_cpp": llama, "records": records,
+            "cost_curve": None if curve is None else {"draft_s": curve.draft_s,
+                                                      "verify_s": list(curve.verify_s)},
+            "planner": plan_table,
         }
         (out_dir / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False),
                                               encoding="utf-8")
         md = _markdown(doc, rows, llama)
+        if curve is not None:
+            md += "\n" + planner_markdown(plan_table, curve)
         (out_dir / "results.md").write_text(md, encoding="utf-8")
         print(safe_text(md))
         print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)

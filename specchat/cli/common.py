@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specchat.config import UserConfig, cap_threads, check_setting, load_config
+from specchat.engine.gamma import GammaSetting, parse_gamma
 from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import SpecchatError
@@ -65,16 +66,27 @@ class Env:
             memory_check=config.memory_check and not getattr(args, "no_memory_check", False),
         )
 
-    def gamma(self, args: argparse.Namespace) -> int | str | None:
-        """γ from --gamma, else the config's: a number, "auto" (the adaptive controller), or
-        None = the pair's recommended γ."""
+    def gamma(self, args: argparse.Namespace) -> GammaSetting:
+        """γ from --gamma (parsed by :func:`gamma_arg`), else the config's (plan by default)."""
         g = getattr(args, "gamma", None)
-        if g is not None:
-            return g if g == "auto" else int(g)
-        return None if self.config.gamma == "pair" else self.config.gamma
+        return g if isinstance(g, GammaSetting) else self.config.gamma
 
     def ngram(self, args: argparse.Namespace) -> bool:
         return bool(getattr(args, "ngram", False) or self.config.ngram)
+
+
+def gamma_arg(text: str) -> GammaSetting:
+    """argparse type of every --gamma option (ask, race, the app): the one γ reader's rules."""
+    try:
+        return parse_gamma(text, "--gamma")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--gamma ")) from None
+
+
+GAMMA_OPTION_HELP = ("plan (the planner: chain, tree or plain each step, from measured costs), "
+                     "auto (an adaptive chain length), pair (the pair's calibrated γ) or N (a "
+                     "fixed draft length; 0 = plain steps); default: the config file's gamma, "
+                     "else plan")
 
 
 # Each option that sets a config setting, checked by the config's own schema.

@@ -140,7 +140,8 @@ def cmd_calibrate(env: Env, args: argparse.Namespace) -> int:
     if pair is not None and not args.no_save:
         update_user_catalog(env.paths.user_catalog,
                             pairs=[PairEntry(pair.id, pair.target, pair.draft, gamma, pair.notes)])
-        print(f"pair '{pair.id}' now uses γ={gamma} (saved in {env.paths.user_catalog})")
+        what = f"γ={gamma}" if gamma else "γ=0 (plain decoding: speculation does not pay here)"
+        print(f"pair '{pair.id}' now uses {what} (saved in {env.paths.user_catalog})")
     return 0
 
 

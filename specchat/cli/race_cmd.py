@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.cli.ask import gamma_arg
-from specchat.cli.common import Env, add_model_args
+from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_model_args, gamma_arg
 from specchat.engine.events import TokenEvent
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -45,8 +44,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="sampling seed, the same for both runs (default 1)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
-    p.add_argument("--gamma", type=gamma_arg, metavar="N",
-                   help="draft tokens per step (default: the pair's recommended γ)")
+    p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
+                   help=GAMMA_OPTION_HELP)
     p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.svg (cumulative tokens over time) to DIR")

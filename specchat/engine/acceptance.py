@@ -115,6 +115,30 @@ class AcceptanceModel:
         self.slow.copy_from(other.slow)
         self.fast.copy_from(other.fast)
 
+    def state(self) -> dict[str, object]:
+        """What was observed (the settings are the owner's), as JSON-able values."""
+        return {"prior_alpha": self.prior_alpha, "steps": self.steps,
+                "slow": [self.slow.kept, self.slow.reached],
+                "fast": [self.fast.kept, self.fast.reached]}
+
+    def load_state(self, d: dict[str, object]) -> None:
+        """Restore :meth:`state` (positions beyond this model's size are dropped, missing ones
+        start empty); raises ValueError/TypeError/KeyError on a malformed record."""
+        for name in ("slow", "fast"):
+            pair: list[list[float]] = d[name]  # type: ignore[assignment]
+            st: PositionStats = getattr(self, name)
+            k = [float(v) for v in pair[0]][: self.size]
+            r = [float(v) for v in pair[1]][: self.size]
+            if len(k) != len(r):
+                raise ValueError("acceptance counts of different lengths")
+            st.kept = k + [0.0] * (self.size - len(k))
+            st.reached = r + [0.0] * (self.size - len(r))
+        alpha = float(d["prior_alpha"])  # type: ignore[arg-type]
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError("prior α out of range")
+        self.prior_alpha = alpha
+        self.steps = int(d["steps"])  # type: ignore[call-overload]
+
 
 def expected_tokens(alphas: Sequence[float], gamma: int) -> float:
     """Tokens a step of ``gamma`` drafts commits on average: 1 + Σ_i Π_{j ≤ i} α_j."""
@@ -169,6 +193,15 @@ class ConfidenceBins:
     @property
     def total(self) -> float:
         return sum(self.seen)
+
+    def state(self) -> list[list[float]]:
+        return [list(self.kept), list(self.seen)]
+
+    def load_state(self, d: list[list[float]]) -> None:
+        kept, seen = ([float(v) for v in d[0]], [float(v) for v in d[1]])
+        if len(kept) != len(self.kept) or len(seen) != len(self.seen):
+            raise ValueError("confidence bins of another size")
+        self.kept, self.seen = kept, seen
 
     def p_keep(self, top: float, prior: float) -> float:
         """Shrunk toward ``prior`` (and toward the bin's own confidence, which a calibrated

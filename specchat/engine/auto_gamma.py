@@ -45,6 +45,8 @@ from specchat.engine.gamma import PolicyBase
 from specchat.engine.topics import FenceTracker, guess_topic
 
 CODE = "code"
+MODEL_DRAFTERS = ("draft", "model")  # a draft-model chain, as StepEvent names it (old, new)
+STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class AutoGammaSeed:
     prior_alpha: float | None = None
     topic_priors: Mapping[str, float] = field(default_factory=dict)
     confidence: Sequence[tuple[float, float]] = ()  # (kept, seen) per confidence bin
+    ngram_alpha: float | None = None  # the n-gram drafter's α on the pair's replies (planner)
 
 
 @dataclass
@@ -86,13 +89,15 @@ class _Topic:
 
 
 class AutoGamma(PolicyBase):
+    skip_first_shapes = False  # see OnlineCostModel's skip_first
+
     def __init__(self, settings: AutoGammaSettings = AutoGammaSettings(),
                  seed: AutoGammaSeed | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         s = self.settings = settings
         seed = seed or AutoGammaSeed()
         self.clock = clock
-        self.costs = OnlineCostModel(s.cost_half_life)
+        self.costs = OnlineCostModel(s.cost_half_life, skip_first=self.skip_first_shapes)
         self.seeded = seed.costs is not None  # costs known: no warm-up
         if seed.costs is not None:
             self.costs.seed(seed.costs)
@@ -156,7 +161,9 @@ class AutoGamma(PolicyBase):
         self._t_prev = None  # the prompt's processing is not a step's overhead
         self._switch(self.turn_topic)
 
-    def next_gamma(self) -> int:
+    def _step_starts(self) -> None:
+        """A step is about to be chosen: the time since the last one, less its draft and
+        verify time, is the loop's overhead."""
         now = self.clock()
         if self._t_prev is not None and self._step_s > 0:
             self.costs.add_overhead(now - self._t_prev - self._step_s)
@@ -164,6 +171,9 @@ class AutoGamma(PolicyBase):
         self._step_s = 0.0
         self._survive = 1.0
         self._tops = []
+
+    def next_gamma(self) -> int:
+        self._step_starts()
         s = self.settings
         if self._warmup_left:
             gamma = s.warmup[len(s.warmup) - self._warmup_left]
@@ -242,11 +252,14 @@ class AutoGamma(PolicyBase):
 
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
-        if step.drafter == "draft" and step.gamma > 0:
+        if step.drafter in MODEL_DRAFTERS and step.gamma > 0:
             self.costs.add_draft(step.gamma, step.draft_s)
         self.costs.add_verify(step.gamma + 1, step.verify_s)
-        if step.drafter == "draft" and step.gamma > 0:
+        if step.drafter in MODEL_DRAFTERS and step.gamma > 0:
             self._learn(step)
+        self._after_observe()
+
+    def _after_observe(self) -> None:
         if self._pending is not None:
             if self._pending != self.current.name:
                 self._switch(self._pending)
@@ -271,6 +284,44 @@ class AutoGamma(PolicyBase):
                 if self.detector.update(x, ref):
                     model.adopt_fast()
                     self.changes += 1
+
+    # ------------------------------------------------------------------------ persistence
+
+    def state(self) -> dict[str, object]:
+        """What the controller learnt (costs, acceptance per topic, confidences), JSON-able,
+        for :meth:`load_state` in a later process."""
+        return {"version": STATE_VERSION, "kind": type(self).__name__,
+                "costs": self.costs.state(), "overall": self.overall.state(),
+                "topics": {n: {"model": t.model.state(), "visits": t.visits}
+                           for n, t in self.topics.items() if t.model.steps},
+                "confidence": self.confidence.state(),
+                "next_confidence": self.next_confidence.state()}
+
+    def load_state(self, d: dict[str, object]) -> None:
+        """Start from a saved :meth:`state` instead of the warm-up. All or nothing: a record
+        that does not parse raises ValueError (TypeError, KeyError) and changes nothing."""
+        if d.get("version") != STATE_VERSION:
+            raise ValueError(f"controller state version {d.get('version')!r}")
+        costs = OnlineCostModel(self.settings.cost_half_life, skip_first=self.skip_first_shapes)
+        costs.load_state(d["costs"])  # type: ignore[arg-type]
+        overall = self._model(0.5, weight=4.0)
+        overall.load_state(d["overall"])  # type: ignore[arg-type]
+        topics: dict[str, _Topic] = {}
+        for name, t in dict(d["topics"]).items():  # type: ignore[call-overload]
+            m = self._model(0.5)
+            m.load_state(t["model"])
+            topics[str(name)] = _Topic(str(name), m, int(t["visits"]))
+        conf, nxt = ConfidenceBins(), ConfidenceBins()
+        conf.load_state(d["confidence"])  # type: ignore[arg-type]
+        nxt.load_state(d["next_confidence"])  # type: ignore[arg-type]
+        if not costs.ready:
+            raise ValueError("controller state without costs")
+        self.costs, self.overall, self.confidence, self.next_confidence = costs, overall, conf, nxt
+        self.topics.update(topics)
+        self.seeded = True
+        self._warmup_left = 0
+        self.current = self._topic(self.current.name)
+        self.label = f"auto · {self.current.name}"
 
     # ------------------------------------------------------------------------- reporting
 

@@ -8,16 +8,67 @@ unsure), and reports every finished step to ``committed`` (the text it added) an
 
 Besides the fixed policy, two baselines the auto controller (:mod:`specchat.engine.auto_gamma`)
 is measured against: Hugging Face transformers' heuristic and a draft-confidence cutoff.
+
+The user's γ *setting* (config file, CLI, app) is one tagged value, :class:`GammaSetting`, read
+by :func:`parse_gamma` wherever it comes from: ``plan`` (the hardware-aware planner,
+:mod:`specchat.engine.planner`: chain, tree or plain each step, from measured costs — the
+default), ``auto`` (the adaptive chain length of :mod:`specchat.engine.auto_gamma`), ``pair``
+(the pair's calibrated γ) or a whole number (a fixed draft length; 0 = plain steps).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from specchat.engine.events import StepEvent
 
-GAMMA_LIMIT = 64
+GAMMA_DEFAULT = 4  # the draft length when a fixed γ is wanted and nobody named one
+GAMMA_CAP = 32  # the longest draft any setting may ask for (the planner's cost table's reach)
+
+GammaKind = Literal["plan", "auto", "pair", "fixed"]
+GAMMA_KINDS: tuple[GammaKind, ...] = ("plan", "auto", "pair", "fixed")
+
+
+@dataclass(frozen=True, slots=True)
+class GammaSetting:
+    """What the user asked γ to be: ``plan``, ``auto``, ``pair``, or ``fixed`` with ``n``."""
+
+    kind: GammaKind = "plan"
+    n: int = GAMMA_DEFAULT  # the draft length of "fixed" (kept, unused, for the other kinds)
+
+    def __str__(self) -> str:
+        return str(self.n) if self.kind == "fixed" else self.kind
+
+    def to_config(self) -> int | str:
+        """As the config file stores it: the mode's name, or the number."""
+        return self.n if self.kind == "fixed" else self.kind
+
+
+GAMMA_HELP = f"plan, auto, pair or a whole number 0-{GAMMA_CAP}"
+_ALIASES = {"plan": "plan", "planner": "plan", "auto": "auto", "pair": "pair"}
+
+
+def parse_gamma(value: object, where: str = "γ") -> GammaSetting:
+    """The one reader of a γ setting (config value, CLI text, settings form); ``where`` names
+    the source for the error ("config.yaml: setting 'gamma'"). Raises ValueError."""
+    if isinstance(value, GammaSetting):
+        return value
+    n: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if text in _ALIASES:
+            return GammaSetting(_ALIASES[text])  # type: ignore[arg-type]
+        if text.isdigit():
+            n = int(text)
+    if n is None:
+        raise ValueError(f"{where} must be {GAMMA_HELP}, not {value!r}")
+    if not 0 <= n <= GAMMA_CAP:
+        raise ValueError(f"{where} must be between 0 and {GAMMA_CAP}, not {n}")
+    return GammaSetting("fixed", n)
 
 
 class GammaPolicy(Protocol):
@@ -73,8 +124,8 @@ class PolicyBase:
 
 
 def _check(gamma: int) -> int:
-    if not 0 <= gamma <= GAMMA_LIMIT:
-        raise ValueError(f"γ must be between 0 and {GAMMA_LIMIT}")
+    if not 0 <= gamma <= GAMMA_CAP:
+        raise ValueError(f"γ must be between 0 and {GAMMA_CAP}")
     return gamma
 
 
@@ -98,7 +149,7 @@ class HfHeuristic(PolicyBase):
 
     label = "heuristic"
 
-    def __init__(self, start: int = 5, gamma_max: int = GAMMA_LIMIT) -> None:
+    def __init__(self, start: int = 5, gamma_max: int = GAMMA_CAP) -> None:
         self.gamma = _check(start)
         self.gamma_max = _check(gamma_max)
 

@@ -1,5 +1,11 @@
 """Calibrate a pair on this machine: α on a few kinds of prompt, draft and verify costs, and from
-them the predicted speed-up for each γ, the γ to use, and a verdict in plain words.
+them the predicted speed-up for each γ, what to run, and a verdict in plain words.
+
+The verify cost is measured as a table, T(n) for n = 1..32 (the planner's cost curve; the CPU
+curve has kinks a line misses), as far as the target's replies are long enough. Besides the
+draft model, the n-gram drafter is evaluated on the same greedy replies (a lookup costs nearly
+nothing, so it can pay where the draft model cannot): the recommendation is the draft model at
+its best γ, the n-gram drafter, or — when neither is predicted to pay — plain decoding (γ 0).
 
 The prompts are six Spec-Bench questions (Apache-2.0; coding, writing, maths, translation, QA)
 in ``specchat/data/calibration_prompts.jsonl``. α is measured by teacher forcing
@@ -21,6 +27,7 @@ from specchat.engine.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
+from specchat.engine.cost_model import TABLE_SIZE
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.engine.model import (
     ContextSettings,
@@ -29,6 +36,7 @@ from specchat.engine.model import (
     LlamaModel,
     ModelSettings,
 )
+from specchat.engine.ngram import NgramDrafter
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError
@@ -58,6 +66,7 @@ class CalibrationOptions:
     n_threads: int = 0
     n_gpu_layers: int = -1
     repeats: int = 3  # timing repeats per batch size
+    cost_points: int = TABLE_SIZE  # T(n) measured for n = 1..this (as far as replies allow)
 
 
 @dataclass(frozen=True)
@@ -77,7 +86,7 @@ class CalibrationResult:
     draft_s: float
     verify_s: tuple[float, ...]
     speedups: tuple[tuple[int, float], ...]
-    gamma: int  # the recommended γ (the best predicted, even when it does not pay)
+    gamma: int  # the recommended γ of the draft model (0: plain decoding is the fastest)
     speedup: float
     verdict: str
     machine: str = ""
@@ -86,10 +95,16 @@ class CalibrationResult:
     # (kept, seen) per bin of the draft's top-1 probability (acceptance.CONF_EDGES): how well
     # the draft's confidence predicts acceptance, for auto-γ's early stop. Empty in old records.
     confidence: tuple[tuple[float, float], ...] = ()
+    # What to run: "model" (the draft model at ``gamma``), "ngram" (the n-gram drafter at
+    # ``ngram_gamma``) or "none" (plain decoding; ``gamma`` is then 0). Old records: "model".
+    drafter: str = "model"
+    ngram_alpha: float | None = None  # the n-gram drafter's acceptance on the same replies
+    ngram_gamma: int = 0
+    ngram_speedup: float = 0.0  # its predicted speed-up at ngram_gamma (replayed on the replies)
 
     @property
     def pays(self) -> bool:
-        return self.speedup >= PAYS
+        return self.drafter != "none" and max(self.speedup, self.ngram_speedup) >= PAYS
 
     @property
     def costs(self) -> CostCurve:
@@ -134,10 +149,12 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         longest: tuple[list[int], list[int]] = ([], [])
         tops: list[float] = []
         agreed: list[bool] = []
+        replies: list[tuple[list[int], list[int]]] = []
         for i, p in enumerate(prompts):
             report(Progress(task, i * options.max_tokens, total, unit="steps"))
             prompt = chat.tokenize_chat([Message("user", p.prompt)])
             reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
+            replies.append((prompt, reply))
             trace = agreement_trace(t_ctx, d_ctx, prompt, reply, draft_top=True)
             results.append(PromptResult(p.category, trace.positions, trace.alpha))
             tops += trace.draft_top or []
@@ -153,7 +170,8 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
                                 f"tokens; {n_verify} needed): is it a chat model?")
         report(Progress(task, total - 1, total, unit="steps"))
         draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
-        verify_s = verify_costs(t_ctx, prompt, reply, n_verify, options.repeats, cancel)
+        points = max(n_verify, min(options.cost_points, len(reply)))
+        verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel)
     except DecodeCancelled:
         report(Progress(task, failed=True))
         raise Cancelled("calibration cancelled") from None
@@ -164,13 +182,70 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
     costs = CostCurve(draft_s, verify_s)
     table = speedup_table(alpha, costs, options.gamma_max)
     gamma, speedup = best_gamma(table)
+    ng_alpha, ng_gamma, ng_speedup = ngram_replay(replies, verify_s, options.gamma_max)
+    drafter = recommend(speedup, ng_speedup)
+    text = verdict(alpha, costs, gamma, speedup)
+    if drafter == "ngram":
+        text = (f"the n-gram drafter pays here (--ngram): about {ng_speedup:.2f}× at γ="
+                f"{ng_gamma}; the draft model " + (f"{speedup:.2f}×" if speedup >= PAYS else
+                                                    "does not pay: " + text.split(": ", 1)[-1]))
+    elif drafter == "none":
+        text = (f"the draft model's best, γ={gamma}, would run at {speedup:.2f}×: "
+                + text.split(": ", 1)[-1])
+    if speedup < PAYS:
+        gamma = 0  # the draft model does not pay: the pair's γ says plain
     report(Progress(task, total, total, unit="steps", finished=True))
     return CalibrationResult(
         target=str(target_path), draft=str(draft_path), alpha=alpha, positions=positions,
         per_prompt=tuple(results), draft_s=draft_s, verify_s=verify_s, speedups=tuple(table),
-        gamma=gamma, speedup=speedup, verdict=verdict(alpha, costs, gamma, speedup),
+        gamma=gamma, speedup=speedup, verdict=text,
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
-        confidence=confidence_counts(tops, agreed))
+        confidence=confidence_counts(tops, agreed), drafter=drafter, ngram_alpha=ng_alpha,
+        ngram_gamma=ng_gamma, ngram_speedup=ng_speedup)
+
+
+def recommend(model_speedup: float, ngram_speedup: float) -> str:
+    """What to run: the draft model, the n-gram drafter, or neither ("none": plain)."""
+    if max(model_speedup, ngram_speedup) < PAYS:
+        return "none"
+    return "ngram" if ngram_speedup > model_speedup else "model"
+
+
+def ngram_replay(replies: list[tuple[list[int], list[int]]], verify_s: tuple[float, ...],
+                 gamma_max: int) -> tuple[float | None, int, float]:
+    """(α, best γ, predicted speed-up) of prompt-lookup drafting, replayed on greedy replies:
+    at each step the drafter proposes up to γ tokens from the prompt and reply so far; greedy
+    verification keeps the prefix that matches the reply. A step costs T(drafts + 1) — the
+    lookup itself is free next to a target pass —, a step without a proposal is a plain one."""
+    best_g, best_s, kept_all, seen_all = 0, 0.0, 0, 0
+    top = min(gamma_max, len(verify_s) - 1)
+    for g in range(1, top + 1):
+        seconds = 0.0
+        tokens = kept = seen = 0
+        for prompt, reply in replies:
+            ng = NgramDrafter()
+            ng.reset(prompt)
+            i = 0
+            while i < len(reply):
+                drafts = ng.propose(min(g, len(reply) - i))
+                k = 0
+                while k < len(drafts) and drafts[k] == reply[i + k]:
+                    k += 1
+                if drafts:
+                    seen += k + (1 if k < len(drafts) else 0)
+                    kept += k
+                step = min(k + 1, len(reply) - i)
+                seconds += verify_s[len(drafts)]
+                ng.extend(reply[i: i + step])
+                i += step
+                tokens += step
+        speedup = tokens * verify_s[0] / seconds if seconds > 0 else 0.0
+        if g == 1 or speedup > best_s * 1.01:
+            best_g, best_s = g, speedup
+        if g == top:
+            kept_all, seen_all = kept, seen
+    alpha = kept_all / seen_all if seen_all else None
+    return alpha, best_g, best_s
 
 
 def format_result(r: CalibrationResult) -> str:
@@ -181,5 +256,10 @@ def format_result(r: CalibrationResult) -> str:
                  "step); target pass over n tokens: " + ", ".join(
                      f"{n}: {s * 1000:.1f} ms" for n, s in enumerate(r.verify_s, 1)))
     lines.append("predicted speed-up by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in r.speedups))
-    lines.append(f"recommended γ = {r.gamma}: {r.verdict}")
+    if r.ngram_alpha is not None:
+        lines.append(f"n-gram drafter: α {r.ngram_alpha:.2f}, {r.ngram_speedup:.2f}× at "
+                     f"γ={r.ngram_gamma}")
+    what = {"none": "plain decoding", "ngram": f"the n-gram drafter (γ={r.ngram_gamma})"}.get(
+        r.drafter, f"γ = {r.gamma}")
+    lines.append(f"recommended: {what}: {r.verdict}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from specchat.engine.gamma import GAMMA_CAP
 from specchat.errors import CatalogError
 
 QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q4_K_M",
@@ -264,8 +265,8 @@ def parse_catalog(text: str, file: str, base_dir: Path | None = None) -> Catalog
         pid = pf.get("id", str)
         pf.where = f"pair '{pid}'"
         gamma = pf.get("gamma", int, None)
-        if gamma is not None and not 0 <= gamma <= 32:
-            raise pf.fail("gamma", "must be between 0 and 32")
+        if gamma is not None and not 0 <= gamma <= GAMMA_CAP:
+            raise pf.fail("gamma", f"must be between 0 and {GAMMA_CAP}")
         pair = PairEntry(pid, pf.get("target", str), pf.get("draft", str), gamma,
                          pf.get("notes", str, ""), f"{file}:{pf.line}")
         pf.no_extra()

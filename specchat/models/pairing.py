@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.config import load_config, save_config
+from specchat.engine.gamma import GAMMA_CAP
 from specchat.errors import Cancelled, CatalogError, FetchError, ModelFileError
 from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PairEntry
 from specchat.models.compat import (
@@ -221,8 +222,8 @@ def save_pair(paths: AppPaths, catalog: Catalog, name: str, target: ModelEntry,
     if not PAIR_ID.match(name):
         raise CatalogError(f"'{name}' is not a usable pair name: use lowercase letters, digits "
                            "and . _ - + (up to 64)")
-    if gamma is not None and not 0 <= gamma <= 32:
-        raise CatalogError("γ must be between 0 and 32")
+    if gamma is not None and not 0 <= gamma <= GAMMA_CAP:
+        raise CatalogError(f"γ must be between 0 and {GAMMA_CAP}")
     new = [m for m in (target, draft) if catalog.models.get(m.id) != m]
     pair = PairEntry(name, target.id, draft.id, gamma, notes)
     merged = update_user_catalog(paths.user_catalog, models=new, pairs=[pair])

@@ -253,7 +253,9 @@ class ChatSession:
         assert isinstance(update, ReplyDone)
         reply.trace = update.trace  # the worker has finished with it: the one built trace
         s = update.stats
-        stats = replace(self._meta, generation=s, gamma=update.live.gamma,
+        # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder.
+        decoder = self._meta.decoder if s.drafted else "plain"
+        stats = replace(self._meta, generation=s, gamma=update.live.gamma, decoder=decoder,
                         gamma_mode=update.live.mode or self._meta.gamma_mode)
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         return [*self._end(status, stats), Figures(update.live, busy=False)]

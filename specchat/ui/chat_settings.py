@@ -1,46 +1,46 @@
 """What the settings screen edits, and how it maps to the user's config file. No Textual here.
 
-γ (the draft length) has three modes: ``pair`` (the catalog's recommended γ for the pair),
-``fixed`` (a number the user chose) and ``auto`` (tuned while generating). The config file
-stores them as ``"pair"``, an integer, or ``"auto"``.
+γ (the draft length) has four modes, those of :class:`specchat.engine.gamma.GammaSetting`:
+``plan`` (the planner: chain, tree or plain each step, from measured costs — the default),
+``auto`` (a chain length tuned while generating), ``pair`` (the pair's calibrated γ) and
+``fixed`` (a number the user chose). The config file stores them as ``"plan"``, ``"auto"``,
+``"pair"`` or an integer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from specchat.config import UserConfig
+from specchat.engine.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
 from specchat.engine.sampling import SamplerSettings
 
-GammaMode = Literal["pair", "fixed", "auto"]
-DEFAULT_GAMMA = 4  # when neither the user nor the pair names one
-MAX_GAMMA = 32
+GammaMode = GammaKind
 
 
 @dataclass(frozen=True)
 class ChatSettings:
     system_prompt: str = UserConfig.system_prompt
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
-    gamma_mode: GammaMode = "pair"
-    gamma: int = DEFAULT_GAMMA  # the fixed value (also shown for "pair")
+    gamma_mode: GammaMode = "plan"
+    gamma: int = GAMMA_DEFAULT  # the fixed value (also shown for the other modes)
     ngram: bool = False
 
     @classmethod
     def from_config(cls, cfg: UserConfig, pair_gamma: int | None = None) -> ChatSettings:
-        if cfg.gamma == "auto":
-            mode: GammaMode = "auto"
-            gamma = pair_gamma or DEFAULT_GAMMA
-        elif isinstance(cfg.gamma, int):
-            mode, gamma = "fixed", cfg.gamma
-        else:
-            mode, gamma = "pair", pair_gamma or DEFAULT_GAMMA
-        return cls(cfg.system_prompt, cfg.sampling, mode, gamma, cfg.ngram)
+        g = cfg.gamma
+        shown = g.n if g.kind == "fixed" else (pair_gamma if pair_gamma is not None
+                                               else GAMMA_DEFAULT)
+        return cls(cfg.system_prompt, cfg.sampling, g.kind, shown, cfg.ngram)
+
+    @property
+    def gamma_setting(self) -> GammaSetting:
+        return GammaSetting(self.gamma_mode, self.gamma)
 
     def to_config(self, cfg: UserConfig) -> UserConfig:
-        gamma: int | str = {"pair": "pair", "auto": "auto"}.get(self.gamma_mode, self.gamma)
-        return cfg.with_(system_prompt=self.system_prompt, sampling=self.sampling, gamma=gamma,
-                         ngram=self.ngram)
+        return cfg.with_(system_prompt=self.system_prompt, sampling=self.sampling,
+                         gamma=self.gamma_setting, ngram=self.ngram)
 
     def with_(self, **changes: Any) -> ChatSettings:
         return replace(self, **changes)
@@ -48,7 +48,7 @@ class ChatSettings:
     @property
     def gamma_label(self) -> str:
         """How the stats bar names the γ mode."""
-        return {"pair": "pair", "fixed": "fixed", "auto": "auto"}[self.gamma_mode]
+        return self.gamma_mode
 
 
 def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str, min_p: str,
@@ -70,9 +70,7 @@ def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str,
         min_p=number("min-p", min_p, float), max_tokens=number("max tokens", max_tokens, int),
         seed=seed_value,
     ).validate()
-    if gamma_mode not in ("pair", "fixed", "auto"):
-        raise ValueError(f"γ mode must be pair, fixed or auto, not {gamma_mode!r}")
-    g = number("γ", gamma, int)
-    if not 0 <= g <= MAX_GAMMA:  # the config file's range; 0 = no drafting
-        raise ValueError(f"γ must be between 0 and {MAX_GAMMA}")
+    if gamma_mode not in GAMMA_KINDS:
+        raise ValueError(f"γ mode must be {', '.join(GAMMA_KINDS)}, not {gamma_mode!r}")
+    g = parse_gamma(number("γ", gamma, int)).n  # the config file's range; 0 = no drafting
     return ChatSettings(system_prompt, sampling, gamma_mode, g, ngram)  # type: ignore[arg-type]

@@ -25,11 +25,11 @@ DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
 
 
 def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
-    """The one place the app turns its settings into a decoder: speculative for a pair (γ
-    fixed, "auto" for the runtime's one auto-γ controller, or the pair's own), plain for a
-    single model unless n-gram drafting is on. Sampling settings go with each request."""
-    gamma: int | str | None = {"fixed": settings.gamma, "auto": "auto"}.get(settings.gamma_mode)
-    return runtime.decoder(gamma=gamma, ngram=settings.ngram)
+    """The one place the app turns its settings into a decoder: speculative for a pair, with
+    the γ setting's policy (a learning one — plan, auto — is new for each decoder: one per chat
+    session, another for a race), plain for a single model unless n-gram drafting is on.
+    Sampling settings go with each request."""
+    return runtime.decoder(gamma=settings.gamma_setting, ngram=settings.ngram)
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,10 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                     yield from _field("Seed (blank = random)", "seed",
                                       "" if sp.seed is None else str(sp.seed))
                     yield Label("γ, draft tokens per step")
-                    yield Select([(f"{pair_label} recommended", "pair"), ("fixed", "fixed"),
-                                  ("auto (tuned as it goes)", "auto")], value=s.gamma_mode,
+                    yield Select([("plan (chain, tree or plain: what pays here)", "plan"),
+                                  ("auto (tuned as it goes)", "auto"),
+                                  (f"{pair_label} recommended", "pair"), ("fixed", "fixed")],
+                                 value=s.gamma_mode,
                                  allow_blank=False, id="gamma-mode", compact=True)
                     yield from _field("γ when fixed", "gamma", str(s.gamma))
                     yield Label("n-gram drafting")

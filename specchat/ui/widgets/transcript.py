@@ -88,8 +88,9 @@ class AssistantMessage(Vertical):
     # --- what the header and summary say ---------------------------------------------------
 
     def _header_text(self) -> Text:
-        steps = self._stats.generation.steps if self._stats else 0
-        speculative = bool(self._kinds & {"a", "c", "b", "x"}) or bool(steps)
+        # What ran: a reply whose every step was plain (γ 0) is plain, whatever the decoder.
+        drafted = self._stats.generation.drafted if self._stats else 0
+        speculative = bool(self._kinds & {"a", "c", "b", "x"}) or bool(drafted)
         mode = "speculative" if speculative else "plain"
         out = Text("Assistant", style="bold")
         if self._kinds or not self.streaming:  # known once tokens arrive

@@ -21,6 +21,7 @@ from textual.widgets import Button, ContentSwitcher, Static
 
 import specchat.ui.wizard.jobs as jobs  # the module, not via the package (which imports this one)
 from specchat.config import load_config
+from specchat.engine.gamma import GAMMA_DEFAULT
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationOptions, CalibrationResult
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, load_catalog
@@ -281,10 +282,11 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def to_save(self) -> None:
         assert self.target is not None and self.draft is not None
         r = self.calibration
-        gamma = r.gamma if r is not None else 4
+        gamma = r.gamma if r is not None else GAMMA_DEFAULT
         why = (f"Calibrated: γ={r.gamma} — {r.verdict}." if r else
-               "Not calibrated: γ=4 is a common starting point; `specchat models calibrate` "
-               "measures the best one later.")
+               f"Not calibrated: γ={GAMMA_DEFAULT} is a common starting point (the default "
+               "planner measures costs as it goes); `specchat models calibrate` measures the "
+               "best one later.")
         self.query_one(SaveStep).prepare(
             f"{self.target.id} ← {self.draft.id}\n{why}",
             suggest_pair_name(self.catalog, self.target, self.draft), gamma)

@@ -1,0 +1,462 @@
+"""The planner: per step, the drafter, the shape (chain or tree) and its size — or a plain step —
+that maximise expected tokens per second on this machine's measured costs (Sequoia's
+hardware-aware rule, Chen et al. 2024, arXiv:2402.12374, §3.3).
+
+For each candidate the expected tokens per step E (a chain: 1 + Σ_i Π_{j ≤ i} α_j; a tree: the
+F(T) of :mod:`specchat.engine.tree_dp`, whose dynamic programme gives the best tree for every
+node budget) are set against the step's cost,
+
+    rate = E / (draft cost + T(n + 1) + o),        plain: 1 / (T(1) + o),
+
+where T is the target's verify-cost *table* (n = 1..32, :class:`~specchat.engine.cost_model.
+VerifyTable`: calibrated, then updated from every step's measured verify time by batch size),
+o the loop's overhead, and the draft cost γ·t_d for a draft-model chain (t_d measured per token),
+γ·t_ng for an n-gram chain (a lookup: nearly free, measured too), and for a draft-model tree one
+batched draft decode per level, priced as t_d scaled by the table's shape at the level's width.
+Speculation must beat plain by ``margin`` (estimates are noisy; losing to plain is the one
+outcome the planner must not risk), so on a steep CPU curve with a costly draft it plans plain
+steps, and says why.
+
+Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position estimate (per
+topic, with change detection and Thompson-sampling exploration — :mod:`specchat.engine.
+auto_gamma`, which this extends); lower ranks' P(rank k accepted | parent accepted) are counted
+from tree steps' ``accepted_ranks`` per depth, shrunk toward a geometric prior on what rank 1
+leaves. The n-gram drafter keeps its own acceptance estimates.
+
+``next_plan(available)`` answers the decoder's question for the drafters usable this step;
+``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
+``drafters`` (0 = plain).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specchat.engine.acceptance import AcceptanceModel, expected_tokens, step_outcomes
+from specchat.engine.auto_gamma import (
+    MODEL_DRAFTERS,
+    AutoGamma,
+    AutoGammaSeed,
+    AutoGammaSettings,
+)
+from specchat.engine.cost_model import TABLE_SIZE, decay_for
+from specchat.engine.events import StepEvent
+from specchat.engine.plan import Plan, chain, plain
+from specchat.engine.tree_dp import best_trees
+from specchat.engine.tree_dp import expected_tokens as tree_expected
+
+TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
+NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
+
+
+def _planner_auto() -> AutoGammaSettings:
+    # The shortest warm-up (when neither calibration nor a saved state gave costs): two steps
+    # of γ 1 time a draft token and T(2) (the first of each is not counted: see
+    # OnlineCostModel's skip_first); plain steps time T(1). Each warm-up step is paid in full
+    # where drafting cannot pay, but γ 1 loses little (on 2 CPU cores, a 0.5B draft at 59 % of a
+    # 1.5B target: 80 ms for 1.9 tokens against 43 ms a token).
+    return AutoGammaSettings(warmup=(1, 1))
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    auto: AutoGammaSettings = field(default_factory=_planner_auto)
+    margin: float = 1.03  # speculation must promise this × plain's rate
+    # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
+    # this × plain: trying is how estimates recover, but not at any price.
+    explore_floor: float = 0.97
+    probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
+    # After plain (or n-gram) steps the draft model must first read what they committed: a
+    # switch to it must pay that back within this many tokens, and a probe with it may cost at
+    # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
+    # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
+    payback_tokens: int = 64
+    probe_budget: float = 0.05
+    tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
+    tree_depth: int = 8
+    tree_ranks: int = 4  # children per node at most
+    rank_prior: float = 0.35  # P(rank k + 1 kept | ranks ≤ k not), before trees are seen
+    rank_prior_weight: float = 4.0
+    ngram_prior_alpha: float = 0.4
+    rank_half_life: float = 200.0  # tree steps
+
+
+class RankStats:
+    """Decayed counts per depth and rank: how often a node on the accepted path offered a rank-k
+    child (``offered``), and how often that rank was the one accepted (``hits``)."""
+
+    def __init__(self, depth: int, ranks: int, half_life: float = 200.0) -> None:
+        self.offered = [[0.0] * ranks for _ in range(depth)]
+        self.hits = [[0.0] * ranks for _ in range(depth)]
+        self.lam = decay_for(half_life)
+
+    def add(self, depth: int, children: int, accepted: int | None) -> None:
+        if depth >= len(self.offered):
+            return
+        off, hit = self.offered[depth], self.hits[depth]
+        for k in range(len(off)):
+            off[k] *= self.lam
+            hit[k] *= self.lam
+        for k in range(min(children, len(off))):
+            off[k] += 1.0
+        if accepted is not None and accepted < len(hit):
+            hit[accepted] += 1.0
+
+    def p(self, depth: int, rank: int, prior: float, weight: float) -> float:
+        off, hit = self.offered[depth][rank], self.hits[depth][rank]
+        return (hit + weight * prior) / (off + weight)
+
+    def state(self) -> dict[str, list[list[float]]]:
+        return {"offered": self.offered, "hits": self.hits}
+
+    def load_state(self, d: dict[str, list[list[float]]]) -> None:
+        off = [[float(v) for v in row] for row in d["offered"]]
+        hit = [[float(v) for v in row] for row in d["hits"]]
+        shape = [len(r) for r in self.offered]
+        if [len(r) for r in off] != shape or [len(r) for r in hit] != shape:
+            raise ValueError("rank statistics of another shape")
+        self.offered, self.hits = off, hit
+
+
+@dataclass(frozen=True)
+class Candidate:
+    plan: Plan
+    expected: float
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.expected / self.seconds if self.seconds > 0 else 0.0
+
+
+class Planner(AutoGamma):
+    skip_first_shapes = True
+
+    def __init__(self, settings: PlannerSettings = PlannerSettings(),
+                 seed: AutoGammaSeed | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 drafters: Sequence[str] = ("model",)) -> None:
+        super().__init__(settings.auto, seed, clock)
+        self.plan_settings = ps = settings
+        self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
+        ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
+            else ps.ngram_prior_alpha
+        self.ngram = AcceptanceModel(settings.auto.gamma_max, ng_alpha, prior_weight=6.0,
+                                     slow_half_life=settings.auto.slow_half_life,
+                                     fast_half_life=settings.auto.fast_half_life)
+        self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
+        self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
+        self.last_plan: Plan = plain()
+        self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
+        self._probed = False  # the last speculative step was a probe
+        self._draft_behind = True  # the draft model has not drafted since the last commit
+        self._behind = 0  # tokens committed since the draft model last drafted
+        self._tree_key: tuple[tuple[int, ...], ...] | None = None
+        self._tree_shapes: list[Plan] = []
+        self._tree_age = 0  # tree searches skipped since the last
+        self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
+        self.reason = "warm-up" if self._warmup_left else ""
+        self.label = "plan · warm-up" if self._warmup_left else "plan"
+
+    # -------------------------------------------------------------------------- estimates
+
+    @property
+    def t_ngram(self) -> float:
+        return self._ngram_cost[0] / self._ngram_cost[1]
+
+    def rank_table(self, alphas: Sequence[float]) -> list[list[float]]:
+        """p[d][k]: P(the (k+1)-th child at depth d + 1 is accepted | its parent was)."""
+        ps = self.plan_settings
+        out = []
+        for d in range(min(ps.tree_depth, len(alphas))):
+            a = alphas[d]
+            row = [a]
+            left = 1.0 - a  # what rank 1 leaves to the others
+            for k in range(1, ps.tree_ranks):
+                prior = left * ps.rank_prior * (1 - ps.rank_prior) ** (k - 1)
+                row.append(min(self.ranks.p(d, k, prior, ps.rank_prior_weight), left))
+                left = max(left - row[-1], 0.0)
+            out.append(row)
+        return out
+
+    def candidates(self, available: Sequence[str], alphas: Sequence[float],
+                   ngram_alphas: Sequence[float], reshape: bool = True
+                   ) -> tuple[Candidate, list[Candidate]]:
+        """Plain's candidate and the best of each drafter's shapes, on the current costs.
+        ``reshape`` False scores the tree shapes found last time instead of running the DP
+        again (exploration's sampled α: a new score, not a new search)."""
+        c = self.costs
+        table = c.verify_table()
+        o = c.overhead
+        t_d = c.t_draft
+        top = min(self.settings.gamma_max, TABLE_SIZE - 1)
+        base = Candidate(plain(), 1.0, table[0] + o)
+        out: list[Candidate] = []
+        for name, alph, per_token in (("model", alphas, t_d), ("ngram", ngram_alphas,
+                                                                 self.t_ngram)):
+            if name not in available:
+                continue
+            best: Candidate | None = None
+            for g in range(1, top + 1):
+                cand = Candidate(chain(name, g), expected_tokens(alph, g),
+                                 g * per_token + table[g] + o)
+                if best is None or cand.rate > best.rate * 1.0001:
+                    best = cand
+            if best is not None:
+                out.append(best)
+        if "tree" in available:
+            tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
+            if tree is not None:
+                out.append(tree)
+        return base, out
+
+    def _best_tree(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
+                   chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
+        """The best tree over budgets n and depth bounds L (Sequoia's depth-bounded search: a
+        deeper tree costs a draft pass per level). Shapes come from the DP on the rank table
+        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search costs
+        ~15 ms in Python); each shape is then scored on the exact estimates and costs."""
+        p = self.rank_table(alphas)
+        key = tuple(tuple(round(x * 20) for x in row) for row in p)
+        self._tree_age += 1 if reshape else 0
+        stale = key != self._tree_key and self._tree_age >= TREE_EVERY
+        if not self._tree_shapes or (reshape and stale):
+            self._tree_age = 0
+            budget = min(self.plan_settings.tree_budget, len(table))
+            shapes: dict[tuple[int, ...], None] = {}
+            for depth in range(1, len(p) + 1):
+                for t in best_trees(p[:depth], budget)[1:]:
+                    shapes[t.parents] = None
+            self._tree_key, self._tree_shapes = key, [Plan("tree", s) for s in shapes]
+        scored = []
+        # Between searches (and for exploration's sampled α) only the shapes that scored best
+        # at the last search are scored again.
+        full = reshape and self._tree_age == 0
+        for plan in self._tree_shapes if full or not self._tree_top else self._tree_top:
+            if chains_elsewhere and plan.is_chain:
+                continue  # the model chain is the same step
+            scored.append(Candidate(plan, tree_expected(p, plan.parents),
+                                    tree_draft_cost(plan, t_d, table) + table[plan.size] + o))
+        scored.sort(key=lambda c: -c.rate)
+        if full:
+            self._tree_top = [c.plan for c in scored[:8]]
+        return scored[0] if scored else None
+
+    # ---------------------------------------------------------------------------- choosing
+
+    def next_gamma(self) -> int:
+        plan = self.next_plan(self.drafters)
+        return plan.size if plan.drafter in ("model", "ngram") else 0
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan:
+        self._step_starts()
+        s, ps = self.settings, self.plan_settings
+        chains = [d for d in ("model", "ngram") if d in available]
+        if self._warmup_left and chains:
+            gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
+            self._warmup_left -= 1
+            self.planned = gamma
+            return self._chosen(chain(chains[0], gamma, "warm-up"))
+        if not available:
+            return self._chosen(plain("plain: no drafter can propose here"))
+        if not self.seeded and self.costs.ratio is None:
+            if sum(1 for w in self.costs.table.weight if w > 0) < 2:
+                # One batch size timed: the curve's slope is unknown, so a plain step (which
+                # times T(1)) rather than a guess.
+                return self._chosen(plain("plain: timing a target step"))
+            self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+        model = self.current.model
+        mean = model.alpha()
+        self._alphas = model.position_alphas(mean)
+        self._mean = mean
+        ng = self.ngram.position_alphas()
+        base, cands = self.candidates(available, self._alphas, ng)
+        planned = max(cands, key=lambda c: c.rate, default=base)
+        if planned.rate < base.rate * ps.margin:
+            planned = base
+        self.planned = planned.plan.size if planned.plan.drafter == "model" else 0
+        self._rate = max(planned.rate, base.rate)
+        chosen = planned
+        if s.explore:
+            sampled = model.position_alphas(model.sample_alpha(self.rng))
+            ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
+                if "ngram" in available else ng
+            s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
+            pick = max(s_cands, key=lambda c: c.rate, default=s_base)
+            if pick.rate < s_base.rate * ps.margin:
+                pick = s_base
+            # What the mean estimates say of the sampled pick: explore, but not at any price.
+            if pick.plan.drafter == "none":
+                chosen = base
+            else:
+                at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
+                                    pick.seconds)
+                if at_mean.rate >= base.rate * ps.explore_floor:
+                    chosen = at_mean
+        catch = self.catch_up_cost(self._behind)
+        if chosen.plan.drafter in ("model", "tree") and catch > 0:
+            # Worth switching back to the draft only if the faster steps repay its catch-up.
+            gain = (1 / base.rate - 1 / chosen.rate) * ps.payback_tokens
+            if gain < catch:
+                self._plain_run += 1
+                return self._chosen(plain(f"plain: the draft would first re-read "
+                                          f"{self._behind} tokens"))
+        if chosen.plan.drafter == "none":
+            if self._probed:  # the probe found nothing: wait longer before the next one
+                self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
+                self._probed = False
+            self._plain_run += 1
+            if self._plain_run < self._probe_wait or not chains:
+                return self._chosen(plain(self._plain_reason(base, cands)))
+            # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
+            # draft model only if re-reading what it missed is cheap here.)
+            affordable = catch <= ps.probe_budget * self._behind * base.seconds
+            probe = "ngram" if "ngram" in chains else ("model" if affordable else "")
+            self._plain_run = 0
+            if not probe:
+                return self._chosen(plain(self._plain_reason(base, cands)))
+            self._probed = True
+            return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
+        self._plain_run = 0
+        self._probed = False
+        self._probe_wait = s.probe_every
+        plan = chosen.plan
+        if plan.drafter == "tree":
+            return self._chosen(Plan("tree", plan.parents,
+                                     f"tree {plan.size} · depth {plan.depth}"))
+        reason = f"{'chain' if plan.drafter == 'model' else 'ngram'} {plan.size}"
+        if plan.drafter == "model" and s.early_stop and self._confident():
+            # The confidence rule (keep_drafting) decides where the step stops.
+            return self._chosen(chain("model", s.gamma_max, reason))
+        return self._chosen(Plan(plan.drafter, plan.parents, reason))
+
+    def catch_up_cost(self, tokens: int) -> float:
+        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode:
+        a draft step scaled by the target table's shape at that batch (same machine, same
+        kind of curve), beyond the one token every draft step reads anyway."""
+        if tokens <= 1:
+            return 0.0
+        table = self.costs.verify_table()
+        n = len(table)
+        shape = (table[tokens - 1] if tokens <= n else table[-1] * tokens / n) / table[0]
+        return self.costs.t_draft * max(shape - 1.0, 0.0)
+
+    def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
+        if plan.drafter == "tree":
+            return tree_expected(self.rank_table(alphas), plan.parents)
+        return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
+
+    def _chosen(self, plan: Plan) -> Plan:
+        self.last_plan = plan
+        self.reason = plan.reason
+        self.label = f"plan · {plan.reason}" if plan.reason else "plan"
+        return plan
+
+    def _plain_reason(self, base: Candidate, cands: Sequence[Candidate]) -> str:
+        """Why nothing pays, in a few words, from the measured costs."""
+        table = self.costs.verify_table()
+        ratio = self.costs.t_draft / table[0] if table[0] > 0 else 0.0
+        model = next((c for c in cands if c.plan.drafter == "model"), None)
+        if model is not None and ratio >= 0.3:
+            return f"plain: a draft token costs {ratio:.0%} of a target step"
+        n = 5  # a typical chain's check: the last token and four drafts
+        growth = table[n - 1] / table[0] if table[0] > 0 else 0.0
+        if growth > 0.4 * n:  # far from the nearly flat curve speculation counts on
+            return f"plain: a {n}-token check costs {growth:.1f}× one token here"
+        if model is not None:
+            return f"plain: the draft agrees on only {self._mean:.0%}"
+        return "plain: no draft pays here"
+
+    # ------------------------------------------------------------------------- observing
+
+    def observe(self, step: StepEvent) -> None:
+        self._step_s = step.draft_s + step.verify_s
+        self.costs.add_verify(step.gamma + 1, step.verify_s)
+        if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
+            if self._draft_behind:
+                # After plain or n-gram steps (or a new prompt) the draft first catches up on
+                # what they committed, a batched decode: that time is not a draft token's.
+                self.costs.draft_seen()
+            else:
+                self.costs.add_draft(step.gamma, step.draft_s)
+            self._learn(step)
+        elif step.gamma > 0 and step.drafter == "ngram":
+            lam = self.ngram._lam_slow
+            self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
+                                lam * self._ngram_cost[1] + step.gamma]
+            self.ngram.observe(step_outcomes(step))
+        elif step.gamma > 0 and step.drafter == "tree":
+            self._learn_tree(step)
+        self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
+        self._behind = self._behind + step.committed if self._draft_behind else 0
+        self._after_observe()
+
+    def _learn_tree(self, step: StepEvent) -> None:
+        """Walk the accepted path of the plan the step ran: per depth, what was offered and
+        which rank (if any) the target took; rank 1's outcomes also feed the depth α."""
+        plan = self.last_plan
+        ranks: tuple[int, ...] = tuple(getattr(step, "accepted_ranks", ()))
+        node, outcomes = -1, []
+        for d in range(plan.depth):
+            kids = plan.children(node)
+            if not kids:
+                break
+            r = ranks[d] if d < len(ranks) and ranks[d] < len(kids) else None
+            self.ranks.add(d, len(kids), r)
+            outcomes.append(1.0 if r == 0 else 0.0)
+            if r is None:
+                break
+            node = kids[r]
+        if outcomes:
+            self.current.model.observe(outcomes)
+            self.overall.observe(outcomes)
+
+    # ------------------------------------------------------------------------ persistence
+
+    def state(self) -> dict[str, object]:
+        d = super().state()
+        d.update(ngram=self.ngram.state(), ngram_cost=list(self._ngram_cost),
+                 ranks=self.ranks.state())
+        return d
+
+    def load_state(self, d: dict[str, object]) -> None:
+        ps = self.plan_settings
+        ngram = AcceptanceModel(self.settings.gamma_max, self.ngram.prior_alpha)
+        ngram.load_state(d["ngram"])  # type: ignore[arg-type]
+        cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
+        if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
+            raise ValueError("n-gram cost of another shape")
+        ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
+        ranks.load_state(d["ranks"])  # type: ignore[arg-type]
+        super().load_state(d)
+        self.ngram.reset_to(ngram)
+        self.ngram.prior_alpha, self.ngram.steps = ngram.prior_alpha, ngram.steps
+        self._ngram_cost, self.ranks = cost, ranks
+        self.label = "plan"
+
+    def begin(self, prompt_text: str) -> None:
+        super().begin(prompt_text)
+        self._draft_behind = True
+        self._behind = 0  # the decoder brings the draft up to the prompt before the first step
+
+    def describe(self) -> str:
+        return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"
+
+
+def tree_draft_cost(plan: Plan, t_draft: float, table: Sequence[float]) -> float:
+    """A draft-model tree drafted level by level: one draft decode of the root, then one
+    batched decode per level that has children below it, each priced as t_d scaled by the
+    target table's shape at the level's width (the draft runs on the same machine, so its
+    batch curve bends where the target's does). A chain of γ costs γ·t_d, as drafted."""
+    widths: dict[int, int] = {}
+    depths: list[int] = []
+    for p in plan.parents:
+        d = 1 if p < 0 else depths[p] + 1
+        depths.append(d)
+        widths[d] = widths.get(d, 0) + 1
+    t1 = table[0] if table and table[0] > 0 else 1.0
+    deepest = max(widths, default=0)
+    return t_draft * (1.0 + sum(table[min(w, len(table)) - 1] / t1
+                                for d, w in widths.items() if d < deepest))

@@ -1,0 +1,293 @@
+"""The planner: plain on a steep CPU curve with a costly draft, trees on a flat (GPU-like) one,
+the verify-cost table's fit, n-gram and tree learning, and its state's round trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from specchat.engine.auto_gamma import AutoGammaSeed, AutoGammaSettings
+from specchat.engine.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
+from specchat.engine.costs import CostCurve
+from specchat.engine.events import StepEvent
+from specchat.engine.plan import Plan
+from specchat.engine.planner import Planner, PlannerSettings, tree_draft_cost
+
+# llama-bench on 2 CPU cores, Qwen2.5-Coder 1.5B Q4_K_M target (issue 14): n = 1..6, 8; the
+# 0.5B draft costs 25 ms a token. n = 7 is between its neighbours.
+QWEN_CPU = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 150, 188)))
+# A GPU-like curve: nearly flat to dozens of tokens, a cheap draft.
+FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
+
+CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
+
+
+def planner(curve: CostCurve, alpha: float, settings: PlannerSettings = CALM,
+            ngram_alpha: float | None = None) -> Planner:
+    p = Planner(settings, AutoGammaSeed(curve, alpha, ngram_alpha=ngram_alpha),
+                clock=lambda: 0.0)
+    p.begin("hello")
+    return p
+
+
+@dataclass(frozen=True)
+class TreeStep(StepEvent):
+    """A step as the tree decoder reports it (the field trees adds to StepEvent)."""
+
+    accepted_ranks: tuple[int, ...] = ()
+
+
+def test_plain_on_the_qwen_cpu_curve_with_its_costly_draft() -> None:
+    p = planner(QWEN_CPU, 0.85)
+    plan = p.next_plan(("model", "tree"))
+    assert plan.drafter == "none" and plan.size == 0
+    assert plan.reason == "plain: a draft token costs 58% of a target step"
+    assert p.label.startswith("plan · plain:")
+    assert p.next_gamma() == 0  # today's decoder: a plain step
+
+
+def test_a_nearly_free_ngram_chain_can_pay_where_the_draft_model_cannot() -> None:
+    p = planner(QWEN_CPU, 0.85, ngram_alpha=0.6)
+    plan = p.next_plan(("model", "ngram", "tree"))
+    assert plan.drafter == "ngram" and plan.is_chain and plan.size >= 1
+    assert plan.reason == f"ngram {plan.size}"
+
+
+def test_a_tree_on_a_flat_curve() -> None:
+    p = planner(FLAT, 0.7)
+    plan = p.next_plan(("model", "ngram", "tree"))
+    assert plan.drafter == "tree" and not plan.is_chain
+    assert plan.size > 8
+    assert plan.reason == f"tree {plan.size} · depth {plan.depth}"
+    # only chains available: a long chain, and next_gamma says its length
+    chain = p.next_plan(("model",))
+    assert chain.drafter == "model" and chain.is_chain and chain.size >= 3
+    assert p.next_gamma() == chain.size
+
+
+def test_the_plan_maximises_rate_over_every_chain_length() -> None:
+    p = planner(FLAT, 0.8)
+    plan = p.next_plan(("model",))
+    base, cands = p.candidates(("model",), p._alphas, p.ngram.position_alphas())
+    best = cands[0]
+    assert plan.size == best.plan.size
+    t = p.costs.verify_table()
+    o = p.costs.overhead
+    for g in range(1, p.settings.gamma_max + 1):
+        e = sum(0.8 ** i for i in range(g + 1))
+        assert e / (g * p.costs.t_draft + t[g] + o) <= best.rate * 1.001 + 1e-9
+    assert best.rate > base.rate
+
+
+def test_no_drafter_means_a_plain_step() -> None:
+    assert planner(FLAT, 0.9).next_plan(()).drafter == "none"
+
+
+def test_a_probe_after_a_run_of_plain_steps() -> None:
+    p = planner(QWEN_CPU, 0.85)
+    plans = [p.next_plan(("model",)) for _ in range(p.settings.probe_every)]
+    assert all(x.drafter == "none" for x in plans[:-1])
+    assert plans[-1].drafter == "model" and plans[-1].size == p.settings.probe_gamma
+
+
+def test_tree_draft_cost_of_a_chain_is_gamma_draft_steps() -> None:
+    table = FLAT.verify_s
+    assert tree_draft_cost(Plan("tree", (-1, 0, 1)), 0.002, table) == pytest.approx(0.006)
+    # two root children and one grandchild: root decode + one batched level of 2
+    wide = tree_draft_cost(Plan("tree", (-1, -1, 0)), 0.002, table)
+    assert wide == pytest.approx(0.002 * (1 + table[1] / table[0]))
+
+
+# ------------------------------------------------------------------------- the cost table
+
+def test_the_table_follows_measurements_and_scales_the_shape_elsewhere() -> None:
+    t = VerifyTable(8, half_life=1e9)
+    shape = [0.01 * n for n in range(1, 5)]  # seeded to n = 4, extended along its last step
+    t.seed(shape, weight=1.0)
+    assert t.shape == pytest.approx(extend_curve(shape, 8))
+    for _ in range(50):  # the machine is twice as slow as calibrated, seen at n = 2
+        t.add(2, 0.04)
+    est = t.estimates()
+    assert est[1] == pytest.approx(0.04, rel=0.05)  # measured: the measurement
+    assert est[7] == pytest.approx(2 * 0.08, rel=0.1)  # never measured: the shape × level
+    assert list(est) == sorted(est)
+
+
+def test_the_table_is_non_decreasing_and_keeps_a_kink() -> None:
+    t = VerifyTable(8, half_life=1e9)
+    for _ in range(30):
+        for n, y in enumerate(QWEN_CPU.verify_s, 1):
+            t.add(n, y)
+        t.add(5, 0.090)  # noise below n = 4's cost: pooled, not a bargain
+    est = t.estimates()
+    assert list(est) == sorted(est)
+    assert est[3] - est[2] > 2 * (est[2] - est[1]) * 0.9  # the jump at 4 stays a jump
+
+
+def test_online_model_uses_the_table_not_a_line() -> None:
+    m = OnlineCostModel()
+    m.seed(QWEN_CPU)
+    assert m.t_verify(4) == pytest.approx(0.095, rel=0.02)
+    a, b = m.line()
+    assert abs(a + 4 * b - 0.095) > 0.002  # the line would have smoothed the kink away
+    assert len(m.verify_table()) == TABLE_SIZE
+
+
+def test_steps_update_the_table_by_batch_size() -> None:
+    p = planner(QWEN_CPU, 0.85)
+    before = p.costs.verify_table()[2]
+    for _ in range(40):
+        p.next_plan(("model",))
+        p.observe(StepEvent(2, 2, 0.05, 0.134, "model", committed=3))  # n = 3 twice as slow
+    after = p.costs.verify_table()
+    assert after[2] == pytest.approx(2 * before, rel=0.1)
+    assert after[0] > QWEN_CPU.verify_s[0] * 1.3  # the level moved the unobserved sizes too
+
+
+# --------------------------------------------------------------------------- learning
+
+def test_tree_steps_teach_the_rank_statistics() -> None:
+    p = planner(FLAT, 0.7)
+    prior = p.rank_table(p.current.model.position_alphas())[0][1]
+    shape = Plan("tree", (-1, -1, 0, 1))
+    for _ in range(60):
+        p.next_plan(("tree",))
+        p.last_plan = shape  # the decoder ran this shape
+        # the root's second child was accepted, then its only child
+        p.observe(TreeStep(4, 2, 0.003, 0.011, "tree", committed=3, accepted_ranks=(1, 0)))
+    table = p.rank_table(p.current.model.position_alphas())
+    assert table[0][1] > prior + 0.2  # rank 2 at depth 1: often the one
+    assert p.current.model.position_alphas()[0] < 0.4  # rank 1 at depth 1: never
+
+
+def test_ngram_steps_teach_the_ngram_model_and_its_cost() -> None:
+    p = planner(QWEN_CPU, 0.85)
+    for _ in range(30):
+        p.next_plan(("ngram",))
+        p.observe(StepEvent(3, 3, 0.0003, 0.067, "ngram", committed=4))
+    assert p.ngram.alpha() > 0.8
+    assert p.t_ngram == pytest.approx(0.0001, rel=0.3)
+    assert p.next_plan(("model", "ngram")).drafter == "ngram"
+
+
+def test_state_round_trip_through_json() -> None:
+    p = planner(FLAT, 0.6, settings=PlannerSettings())
+    p.begin("def f(x): return x")
+    for i in range(30):
+        plan = p.next_plan(("model", "ngram"))
+        kept = min(plan.size, i % 4)
+        p.observe(StepEvent(plan.size, kept, 0.001 * plan.size, 0.0105, plan.drafter
+                            if plan.drafter != "none" else "none", committed=kept + 1))
+    d = json.loads(json.dumps(p.state()))
+    q = Planner(PlannerSettings(), clock=lambda: 0.0)
+    assert q.label == "plan · warm-up"
+    q.load_state(d)
+    assert q.state() == d
+    q.begin("def f(x): return x")
+    assert q.costs.verify_table() == pytest.approx(p.costs.verify_table())
+    assert q.next_plan(("model",)).reason != "warm-up"  # warm from the saved state
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.update(version=99),
+    lambda d: d.pop("costs"),
+    lambda d: d["costs"].update(sums=[1, 2]),
+    lambda d: d.update(ranks={"offered": [[1.0]], "hits": [[0.0]]}),
+    lambda d: d.update(topics="nonsense"),
+])
+def test_a_damaged_state_is_refused_whole(damage) -> None:  # type: ignore[no-untyped-def]
+    p = planner(FLAT, 0.6)
+    d = json.loads(json.dumps(p.state()))
+    damage(d)
+    q = Planner(PlannerSettings(), clock=lambda: 0.0)
+    before = q.state()
+    with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
+        q.load_state(d)
+    assert q.state() == before
+
+
+def test_exploration_never_tries_what_the_mean_rates_far_below_plain() -> None:
+    explore = PlannerSettings(AutoGammaSettings(explore=True, early_stop=False, seed=3))
+    p = planner(QWEN_CPU, 0.5, settings=explore)  # a draft that clearly cannot pay here
+    plans = [p.next_plan(("model",)) for _ in range(200)]
+    spec = [x for x in plans if x.drafter != "none"]
+    assert all(x.reason == "probe" for x in spec)  # only the rare, cheap probes
+    assert len(spec) <= 200 // p.settings.probe_every
+
+
+def test_probes_that_find_nothing_come_less_often() -> None:
+    p = planner(FLAT, 0.05)  # a cheap draft that the target almost never agrees with
+    gaps, run = [], 0
+    for _ in range(1500):
+        plan = p.next_plan(("model",))
+        run += 1
+        if plan.reason == "probe":
+            gaps.append(run)
+            run = 0
+            p.observe(StepEvent(1, 0, 0.0015, 0.0101, "model", committed=1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
+    assert gaps[0] == p.settings.probe_every
+    assert gaps[-1] == p.settings.probe_every * p.plan_settings.probe_backoff
+    assert gaps == sorted(gaps)
+
+
+def test_no_draft_model_probe_where_re_reading_the_skipped_tokens_costs_too_much() -> None:
+    p = planner(QWEN_CPU, 0.85)  # re-reading 24 tokens: ~25 ms × (T(24)/T(1) − 1), > 5 %
+    reasons = set()
+    for _ in range(200):
+        plan = p.next_plan(("model",))
+        reasons.add(plan.reason)
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert "probe" not in reasons
+    assert p.next_plan(("model", "ngram")).drafter == "ngram"  # the free drafter may still try
+
+
+def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
+    p = planner(FLAT, 0.7)
+    p._behind = 2  # the usual: the draft missed the last step's tokens
+    assert p.next_plan(("model",)).drafter == "model"
+    p._behind = 20000  # a long plain stretch: re-reading it costs more than 64 tokens gain
+    plan = p.next_plan(("model",))
+    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read " \
+        "20000 tokens"
+    assert p.catch_up_cost(1) == 0.0 < p.catch_up_cost(10) < p.catch_up_cost(100)
+
+
+def test_without_calibration_a_short_warm_up_then_plain_steps_then_the_measured_line() -> None:
+    p = Planner(CALM, clock=lambda: 0.0)
+    p.begin("hi")
+    for draft_s, verify_s in ((0.003, 0.0157), (0.001, 0.0101)):  # the first: new shapes, slow
+        plan = p.next_plan(("model",))
+        assert (plan.drafter, plan.size, plan.reason) == ("model", 1, "warm-up")
+        p.observe(StepEvent(1, 1, draft_s, verify_s, "model", committed=2))
+    # one batch size timed: plain steps time T(1) (the first is a new shape too) before a slope
+    for _ in range(2):
+        plan = p.next_plan(("model",))
+        assert plan.drafter == "none"
+        p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
+    assert p.costs.t_draft == pytest.approx(0.001)  # the first, slow observations left out
+    assert p.costs.t_verify(2) == pytest.approx(0.0101, rel=0.02)  # not 15.7 ms
+    plan = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
+    assert plan.drafter == "model" and plan.size >= 2
+
+
+def test_plain_says_when_the_check_is_what_costs() -> None:
+    cheap_draft = CostCurve(0.005, QWEN_CPU.verify_s)
+    p = planner(cheap_draft, 0.3)
+    plan = p.next_plan(("model",))
+    assert plan.drafter == "none"
+    assert plan.reason == "plain: a 5-token check costs 2.4× one token here"
+
+
+def test_a_draft_step_after_plain_ones_does_not_count_its_catch_up_as_draft_cost() -> None:
+    p = planner(FLAT, 0.7)
+    t0 = p.costs.t_draft
+    p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
+    p.observe(StepEvent(2, 2, 0.050, 0.011, "model", committed=3))  # caught up, then drafted
+    assert p.costs.t_draft == pytest.approx(t0)
+    for _ in range(3):
+        p.observe(StepEvent(2, 2, 0.004, 0.011, "model", committed=3))  # drafting in a row
+    assert p.costs.t_draft > t0
