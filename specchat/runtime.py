@@ -7,7 +7,7 @@ and the benchmarks alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import LoadRequest, MemoryReadings, PairPlan, check, plan_load
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
-from specchat.engine.ngram import NgramDrafter
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speculative import SpeculativeDecoder
@@ -226,13 +225,16 @@ class Runtime:
         return self._auto
 
     def decoder(self, plain: bool = False, gamma: int | str | GammaPolicy | None = None,
-                ngram: bool = False) -> Decoder:
-        """Speculative when a draft is loaded or ``ngram`` is asked for, else plain.
+                ngram: bool = False, drafters: Sequence[str] | None = None) -> Decoder:
+        """Speculative when a draft is loaded or a drafter that needs none is asked for, else
+        plain.
 
         ``gamma``: a draft length, "auto" (the runtime's auto-γ controller), a policy, or None
-        for the pair's recommended γ.
+        for the pair's recommended γ. ``drafters``: names, tried in turn (see
+        :func:`drafter_names`); ``ngram`` is the old spelling of ``ngram,model``.
         """
-        if plain or (self.draft_ctx is None and not ngram):
+        names = drafter_names(drafters, ngram, self.draft_ctx is not None)
+        if plain or not names:
             return PlainDecoder(self.target_ctx)
         label = "fixed" if gamma is not None else (
             "pair" if self.selection.pair is not None else "default")
@@ -247,9 +249,7 @@ class Runtime:
             raise SpecchatError(f"γ must be a whole number or 'auto', not {gamma!r}")
         else:
             policy = gamma
-        # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
-        drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
-        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)
+        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, names)
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
@@ -261,3 +261,14 @@ class Runtime:
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
+
+
+def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool
+                  ) -> tuple[str, ...]:
+    """The drafters to use: those named, else ``ngram,model`` (``ngram`` alone without a draft
+    model) when ``ngram`` is set, else the draft model when one is loaded, else none."""
+    if drafters:
+        return tuple(drafters)
+    if ngram:
+        return ("ngram", "model") if has_draft else ("ngram",)
+    return ("model",) if has_draft else ()

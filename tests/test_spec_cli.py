@@ -11,6 +11,7 @@ from specchat.bench.prompts import load_prompts
 from specchat.bench.report import summarize
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
@@ -58,11 +59,16 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(rt.decoder(plain=True), PlainDecoder)
         spec = rt.decoder()
         assert isinstance(spec, SpeculativeDecoder) and spec.policy.next_gamma() == 4
-        assert spec.ngram is None
+        assert [d.name for d in spec.drafters] == ["model"]
         assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
-        both = rt.decoder(ngram=True)
-        assert isinstance(both, SpeculativeDecoder) and both.ngram is not None
-        assert both.ngram.n_min == 2  # with a draft model, only specific matches go first
+        both = rt.decoder(ngram=True)  # the old spelling of --drafter ngram,model
+        assert isinstance(both, SpeculativeDecoder)
+        assert [d.name for d in both.drafters] == ["ngram", "model"]
+        ngram = both.drafters[0]
+        assert isinstance(ngram, NgramDrafter)
+        assert ngram.n_min == 2  # with a draft model, only specific matches go first
+        tree = rt.decoder(drafters=("tree",))
+        assert isinstance(tree, SpeculativeDecoder) and tree.drafters[0].name == "tree"
     finally:
         rt.close()
     rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
@@ -71,6 +77,8 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         alone = rt.decoder(ngram=True)
         assert isinstance(alone, SpeculativeDecoder) and alone.draft is None
         assert alone.name == "ngram"
+        with pytest.raises(SpecchatError, match="the 'tree' drafter needs a draft model"):
+            rt.decoder(drafters=("tree",))
     finally:
         rt.close()
     with pytest.raises(SpecchatError, match="--draft needs --model"):

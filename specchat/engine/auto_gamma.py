@@ -242,10 +242,10 @@ class AutoGamma(PolicyBase):
 
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
-        if step.drafter == "draft" and step.gamma > 0:
+        if step.drafter == "model" and step.gamma > 0:
             self.costs.add_draft(step.gamma, step.draft_s)
         self.costs.add_verify(step.gamma + 1, step.verify_s)
-        if step.drafter == "draft" and step.gamma > 0:
+        if step.drafter == "model" and step.gamma > 0:
             self._learn(step)
         if self._pending is not None:
             if self._pending != self.current.name:
