@@ -184,18 +184,26 @@ def parse_names(text: str) -> tuple[str, ...]:
 
 def fit_shape(parents: Sequence[int], max_nodes: int, max_depth: int,
               max_leaves: int) -> tuple[int, ...]:
-    """The longest prefix of a tree shape within the limits (a prefix is a tree: parents come
-    first), so a tree that does not fit the batch, the context or the sequences is shrunk."""
-    has_child: set[int] = set()
+    """The shape within the limits: nodes too deep, past the node budget or adding a leaf past
+    ``max_leaves`` are left out with their subtrees (so a tree that does not fit the batch, the
+    context or the sequences is shrunk, never refused). Node order is kept."""
+    new_index: dict[int, int] = {}
+    out: list[int] = []
     depth: list[int] = []
+    has_child: set[int] = set()
     leaves = 0
     for i, p in enumerate(parents):
-        d = 1 if p < 0 else depth[p] + 1
-        grows = p < 0 or p in has_child  # a new leaf, unless it extends one
-        if i >= max_nodes or d > max_depth or leaves + grows > max_leaves:
-            return tuple(parents[:i])
+        if p >= 0 and p not in new_index:
+            continue
+        d = 1 if p < 0 else depth[new_index[p]] + 1
+        np_ = new_index[p] if p >= 0 else -1
+        grows = np_ < 0 or np_ in has_child  # a new leaf, unless it extends one
+        if len(out) >= max_nodes or d > max_depth or leaves + grows > max_leaves:
+            continue
+        new_index[i] = len(out)
+        out.append(np_)
         depth.append(d)
         leaves += grows
-        if p >= 0:
-            has_child.add(p)
-    return tuple(parents)
+        if np_ >= 0:
+            has_child.add(np_)
+    return tuple(out)

@@ -29,7 +29,7 @@ from specchat.engine.drafters import (
     path_to,
 )
 from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution
+from specchat.engine.sampling import Distribution, distribution
 from specchat.engine.verify import Verdict, children_of, one_hot
 
 
@@ -51,6 +51,29 @@ def without(q: Distribution, token: int) -> Distribution | None:
     if total <= 0:
         return None
     return Distribution(q.ids[keep], rest / total)
+
+
+def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distribution]]:
+    """Greedy decoding: a node's k children are the draft's k best tokens (ties by id)."""
+    if k == 1:
+        best = [int(np.argmax(row))]
+    else:
+        top = np.argpartition(-row, k - 1)[:k]
+        best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))]
+    return [(t, one_hot(t)) for t in best]
+
+
+def draw_children(q: Distribution, k: int, rng: np.random.Generator
+                  ) -> list[tuple[int, Distribution]]:
+    """Sampled decoding: k draws from q without replacement, each with the distribution it was
+    drawn from (q with the earlier draws removed); fewer when q runs out."""
+    out: list[tuple[int, Distribution]] = []
+    rest: Distribution | None = q
+    while rest is not None and len(out) < k:
+        t = rest.sample(rng)
+        out.append((t, rest))
+        rest = without(rest, t)
+    return out
 
 
 class DraftModel:
@@ -112,24 +135,6 @@ class DraftModel:
 
     # ------------------------------------------------------------------------ drafting
 
-    def _candidates(self, row: npt.NDArray[np.float32], k: int, s: SamplerSettings,
-                    rng: np.random.Generator) -> list[tuple[int, Distribution]]:
-        """A node's k children: the top k (greedy), or k draws without replacement."""
-        if s.greedy:
-            if k == 1:
-                best = [int(np.argmax(row))]
-            else:
-                top = np.argpartition(-row, k - 1)[:k]
-                best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))]
-            return [(t, one_hot(t)) for t in best]
-        out: list[tuple[int, Distribution]] = []
-        q: Distribution | None = distribution(row, s)
-        while q is not None and len(out) < k:
-            t = q.sample(rng)
-            out.append((t, q))
-            q = without(q, t)
-        return out
-
     def chain(self, req: DraftRequest, gamma: int, name: str) -> Proposal:
         dft = self.ctx
         gamma = min(gamma, dft.n_ctx - len(req.seq) + 1)  # the cache holds all but the last
@@ -174,8 +179,9 @@ class DraftModel:
 
         def grow(plan_parent: int, row: npt.NDArray[np.float32]) -> None:
             want = kids.get(plan_parent, [])
-            for plan_node, (t, q) in zip(want, self._candidates(row, len(want), s, rng),
-                                         strict=False):
+            got = (top_children(row, len(want)) if s.greedy
+                   else draw_children(distribution(row, s), len(want), rng))
+            for plan_node, (t, q) in zip(want, got, strict=False):
                 node_of[plan_node] = len(tokens)
                 plan_of.append(plan_node)
                 parents.append(node_of[plan_parent] if plan_parent >= 0 else -1)
@@ -230,4 +236,4 @@ def _const(x: float) -> Callable[[], float]:
     return lambda: x
 
 
-__all__ = ["DraftModel", "depths", "shared_draft", "without"]
+__all__ = ["DraftModel", "depths", "draw_children", "shared_draft", "top_children", "without"]
