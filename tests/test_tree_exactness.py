@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import cast
 
 import numpy as np
@@ -243,8 +244,7 @@ def transitions(make: Callable[[], SpeculativeDecoder], s: SamplerSettings, repl
     for seed in range(replies):
         run = run_to_end(dec, [0], s.with_(seed=seed, max_tokens=length))
         seq = [0, *run.tokens]
-        yield from (((a + j) % V, b) for j, (a, b) in enumerate(zip(seq, seq[1:],
-                                                                     strict=False)))
+        yield from (((a + j) % V, b) for j, (a, b) in enumerate(pairwise(seq)))
 
 
 def transition_test(pairs: Iterator[tuple[int, int]], s: SamplerSettings, seed: int
@@ -289,5 +289,5 @@ def test_greedy_tree_is_the_target_argmax_chain() -> None:
                      SamplerSettings(temperature=0, max_tokens=300), threading.Event())
     seq = [0, *run.tokens]
     assert all(b == int(np.argmax(t[(a + j) % V]))
-               for j, (a, b) in enumerate(zip(seq, seq[1:], strict=False)))
+               for j, (a, b) in enumerate(pairwise(seq)))
     assert any(s.kind == "tree" for s in run.steps)
