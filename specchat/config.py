@@ -26,7 +26,8 @@ class UserConfig:
     n_ctx: int = 4096
     n_threads: int = 0
     gamma: int | str = "pair"  # an int, "auto", or "pair" (the pair's recommended γ)
-    ngram: bool = False  # prompt-lookup drafting before the draft model
+    ngram: bool = False  # the old spelling of drafter "ngram,model"
+    drafter: str | None = None  # drafters tried in turn, e.g. "ngram,model" (None: the draft model)
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     # Per model: gpu_layers (auto | all | N), main_gpu (auto | N), flash_attn, kv_type.
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
@@ -122,6 +123,16 @@ def _check(path: Path, cfg: UserConfig) -> None:
         raise bad("gamma", "must be 0-32, 'auto' or 'pair'")
     if not isinstance(cfg.ngram, bool):
         raise bad("ngram", "must be true or false")
+    if cfg.drafter is not None:
+        from specchat.engine.drafters import parse_names
+        from specchat.errors import SpecchatError
+
+        if not isinstance(cfg.drafter, str):
+            raise bad("drafter", "must be drafter names, e.g. 'ngram,model'")
+        try:
+            parse_names(cfg.drafter)
+        except SpecchatError as e:
+            raise bad("drafter", f"is wrong: {e}") from None
     if not isinstance(cfg.memory_check, bool):
         raise bad("memory_check", "must be true or false")
 

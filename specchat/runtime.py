@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
+from specchat.engine.drafters import DrafterEnv, usable
 from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
@@ -250,6 +251,11 @@ class Runtime:
         else:
             policy = gamma
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, names)
+
+    def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
+        """Of ``names``, those that can run with what is loaded (the app keeps one drafter
+        setting for pairs and single models alike)."""
+        return usable(names, DrafterEnv(self.target_ctx, self.draft_ctx))
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""

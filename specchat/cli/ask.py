@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from specchat.cli.common import Env, add_model_args
+from specchat.cli.common import Env, add_drafter_args, add_model_args
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import (
@@ -41,8 +41,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gamma", type=gamma_arg, metavar="N|auto",
                    help="draft tokens per step, or auto (chosen each step from measured costs "
                    "and acceptance; default: the configured γ, else the pair's)")
-    p.add_argument("--ngram", action="store_true",
-                   help="prompt-lookup drafting (before the draft model; alone with --model)")
+    add_drafter_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
 
@@ -85,7 +84,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     try:
         for w in runtime.pair_warnings:
             sys.stderr.write(f"specchat: note: {w.message}\n")
-        decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args))
+        decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
+                                  drafters=env.drafters(args))
         engine = ChatEngine(decoder)
         system = args.system if args.system is not None else env.config.system_prompt
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]

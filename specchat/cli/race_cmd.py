@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.ask import gamma_arg
-from specchat.cli.common import Env, add_model_args
+from specchat.cli.common import Env, add_drafter_args, add_model_args
 from specchat.engine.events import TokenEvent
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -23,7 +23,7 @@ from specchat.race.result import RaceResult
 from specchat.race.runner import RaceSetup, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime, drafter_names, select
 
 DEFAULT_MAX_TOKENS = 128
 
@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
                    help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--gamma", type=gamma_arg, metavar="N",
                    help="draft tokens per step (default: the pair's recommended γ)")
-    p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
+    add_drafter_args(p)
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.png (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
@@ -82,10 +82,11 @@ def run(env: Env, args: argparse.Namespace) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     try:
-        if runtime.draft_ctx is None and not env.ngram(args):
+        if not drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
-                                "--draft, or --ngram")
-        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args))
+                                "--draft, or --drafter ngram")
+        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args),
+                               drafters=env.drafters(args))
         result = run_race(runtime, setup, spec,
                           progress=lambda m: print(f"[{m}]", file=sys.stderr))
     finally:

@@ -128,3 +128,37 @@ def chi_square(counts: Mapping[object, int], probs: Mapping[object, float],
     stat = sum((o - e) ** 2 / e for e, o in cells)
     df = max(1, len(cells) - 1)
     return ChiSquare(stat, df, critical_value(df, alpha))
+
+
+def homogeneity(a: Mapping[object, int], b: Mapping[object, int]) -> ChiSquare:
+    """Pearson's χ² test that two samples come from one distribution (a 2 × k table).
+
+    Outcomes whose expected count is under 5 in either sample are pooled into one cell. With a
+    single cell left there is nothing to tell apart: the statistic is 0.
+    """
+    na, nb = sum(a.values()), sum(b.values())
+    if na == 0 or nb == 0:
+        raise ValueError("both samples need outcomes")
+    share = na / (na + nb)
+    cells: list[tuple[int, int]] = []
+    pooled = [0, 0]
+    for k in set(a) | set(b):
+        oa, ob = a.get(k, 0), b.get(k, 0)
+        if min(share, 1 - share) * (oa + ob) < 5:
+            pooled[0] += oa
+            pooled[1] += ob
+        else:
+            cells.append((oa, ob))
+    if sum(pooled):
+        if min(share, 1 - share) * sum(pooled) >= 5 or not cells:
+            cells.append((pooled[0], pooled[1]))
+        else:  # too small to stand alone: join the smallest cell
+            i = min(range(len(cells)), key=lambda j: sum(cells[j]))
+            cells[i] = (cells[i][0] + pooled[0], cells[i][1] + pooled[1])
+    stat = 0.0
+    for oa, ob in cells:
+        t = oa + ob
+        ea, eb = t * share, t * (1 - share)
+        stat += (oa - ea) ** 2 / ea + (ob - eb) ** 2 / eb
+    df = max(1, len(cells) - 1)
+    return ChiSquare(stat if len(cells) > 1 else 0.0, df, critical_value(df))

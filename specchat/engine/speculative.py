@@ -149,7 +149,8 @@ class SpeculativeDecoder:
             position, text_at, now = reply.n_generated, len(reply.text), clock.now()
             out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
             step = StepEvent(
-                len(proposal.tokens), verdict.accepted, t1 - t0, t3 - t1, proposal.drafter,
+                len(proposal.tokens), verdict.accepted, t1 - t0, t3 - t1,
+                proposal.drafter if proposal.tokens else "none",
                 position, reply.n_generated - position, verdict.overlap, self.policy.label,
                 plan_size=plan.size, accepted_ranks=verdict.ranks, kind=proposal.kind,
                 reason=plan.reason, depth=proposal.depth)

@@ -14,6 +14,13 @@ from specchat.config import UserConfig
 from specchat.engine.sampling import SamplerSettings
 
 GammaMode = Literal["pair", "fixed", "auto"]
+# What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.
+DRAFTER_CHOICES = {
+    "model": "the draft model",
+    "ngram,model": "n-gram lookup, then the draft model",
+    "tree": "a token tree from the draft model",
+    "ngram": "n-gram lookup only",
+}
 DEFAULT_GAMMA = 4  # when neither the user nor the pair names one
 MAX_GAMMA = 32
 
@@ -24,7 +31,7 @@ class ChatSettings:
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     gamma_mode: GammaMode = "pair"
     gamma: int = DEFAULT_GAMMA  # the fixed value (also shown for "pair")
-    ngram: bool = False
+    drafter: str = "model"  # one of DRAFTER_CHOICES (or any drafter names, comma-separated)
 
     @classmethod
     def from_config(cls, cfg: UserConfig, pair_gamma: int | None = None) -> ChatSettings:
@@ -35,12 +42,13 @@ class ChatSettings:
             mode, gamma = "fixed", cfg.gamma
         else:
             mode, gamma = "pair", pair_gamma or DEFAULT_GAMMA
-        return cls(cfg.system_prompt, cfg.sampling, mode, gamma, cfg.ngram)
+        drafter = cfg.drafter or ("ngram,model" if cfg.ngram else "model")  # the old key too
+        return cls(cfg.system_prompt, cfg.sampling, mode, gamma, drafter)
 
     def to_config(self, cfg: UserConfig) -> UserConfig:
         gamma: int | str = {"pair": "pair", "auto": "auto"}.get(self.gamma_mode, self.gamma)
         return cfg.with_(system_prompt=self.system_prompt, sampling=self.sampling, gamma=gamma,
-                         ngram=self.ngram)
+                         drafter=self.drafter, ngram=False)
 
     def with_(self, **changes: Any) -> ChatSettings:
         return replace(self, **changes)
@@ -52,7 +60,7 @@ class ChatSettings:
 
 
 def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str, min_p: str,
-                   max_tokens: str, seed: str, gamma_mode: str, gamma: str, ngram: bool,
+                   max_tokens: str, seed: str, gamma_mode: str, gamma: str, drafter: str,
                    base: SamplerSettings) -> ChatSettings:
     """Build settings from the form's text fields; raise ValueError with a one-line reason."""
 
@@ -75,4 +83,6 @@ def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str,
     g = number("γ", gamma, int)
     if not 0 <= g <= MAX_GAMMA:  # the config file's range; 0 = no drafting
         raise ValueError(f"γ must be between 0 and {MAX_GAMMA}")
-    return ChatSettings(system_prompt, sampling, gamma_mode, g, ngram)  # type: ignore[arg-type]
+    if drafter not in DRAFTER_CHOICES:
+        raise ValueError(f"drafter must be one of {', '.join(DRAFTER_CHOICES)}, not {drafter!r}")
+    return ChatSettings(system_prompt, sampling, gamma_mode, g, drafter)  # type: ignore[arg-type]

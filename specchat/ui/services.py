@@ -26,10 +26,12 @@ DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
 
 def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     """The one place the app turns its settings into a decoder: speculative for a pair (γ
-    fixed, "auto" for the runtime's one auto-γ controller, or the pair's own), plain for a
-    single model unless n-gram drafting is on. Sampling settings go with each request."""
+    fixed, "auto" for the runtime's one auto-γ controller, or the pair's own) with the chosen
+    drafter, plain for a single model unless a drafter that needs no draft model is chosen.
+    Sampling settings go with each request."""
     gamma: int | str | None = {"fixed": settings.gamma, "auto": "auto"}.get(settings.gamma_mode)
-    return runtime.decoder(gamma=gamma, ngram=settings.ngram)
+    names = tuple(n for n in settings.drafter.split(",") if n)
+    return runtime.decoder(gamma=gamma, drafters=runtime.usable_drafters(names))
 
 
 @dataclass(frozen=True)

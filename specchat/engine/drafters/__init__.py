@@ -168,6 +168,13 @@ def build(name: str, env: DrafterEnv) -> Drafter:
     return drafter
 
 
+def usable(names: Sequence[str], env: DrafterEnv) -> tuple[str, ...]:
+    """Of ``names``, those that can run in ``env`` (e.g. not "tree" without a draft model)."""
+    mods = _modules()
+    return tuple(n for n in names if n in mods and
+                 importlib.import_module(mods[n]).build(env) is not None)
+
+
 def parse_names(text: str) -> tuple[str, ...]:
     """``"ngram,model"`` → ("ngram", "model"), checked against the known drafters."""
     out = tuple(n.strip().lower() for n in text.split(",") if n.strip())
