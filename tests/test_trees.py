@@ -281,3 +281,23 @@ def test_cancel_mid_tree_leaves_both_caches_consistent(target: LlamaModel,
     again = run_to_end(dec, prompt, GREEDY)
     fresh = run_to_end(PlainDecoder(ctx(target)), prompt, GREEDY)
     assert again.tokens == fresh.tokens
+
+
+def test_the_fate_trace_shows_losing_branches_marked(target: LlamaModel, draft: LlamaModel
+                                                     ) -> None:
+    from specchat.store.fates import BRANCH, BRANCH_MARK, FateTrace
+
+    dec = SpeculativeDecoder(ctx(target), ctx(draft), Planner((-1, -1, -1, 0, 1)), ["tree"])
+    trace = FateTrace()
+    events = list(dec.run(prompt_of(target), T1.with_(seed=5, max_tokens=40), threading.Event()))
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            trace.add_token(ev)
+        elif isinstance(ev, RejectedEvent):
+            trace.add_rejected(ev)
+    trace.finish()
+    branches = [s for s in trace.segments if s.kind == BRANCH]
+    assert branches and all(s.text.startswith(BRANCH_MARK) for s in branches)
+    assert trace.text == target.detokenize(token_ids(events))  # the reply itself is untouched
+    again = FateTrace.decode(trace.text, trace.encode())
+    assert again.segments == trace.segments

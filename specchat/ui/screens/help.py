@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specchat.store.fates import REJECTED
+from specchat.store.fates import BRANCH, REJECTED
 from specchat.ui.fate_style import NAMES, STYLES
 from specchat.ui.keys import APP_KEYS, CHAT_KEYS, INPUT_KEYS, LIST_KEYS, RACE_KEYS, display
 
@@ -22,6 +22,8 @@ COLOUR_HELP = {
     "b": "the target's extra token after it accepted every draft (sky blue, bold italic)",
     "p": "plain decoding: the target alone, no draft model (normal text)",
     REJECTED: "a draft token the target threw away (purple, dim, struck out; Ctrl+R)",
+    BRANCH: "another branch of a token tree, after ⎇: drafted, not taken (purple, dim, italic; "
+            "Ctrl+R)",
 }
 
 
@@ -44,7 +46,7 @@ def help_table() -> Table:
             table.add_row(key, what)
         table.add_row("", "")
     table.add_row(Text("Token colours", style="bold underline"), "")
-    for kind in ("a", "c", "b", "p", REJECTED):
+    for kind in ("a", "c", "b", "p", REJECTED, BRANCH):
         table.add_row(Text(NAMES[kind], style=STYLES[kind]), COLOUR_HELP[kind])
     return table
 
