@@ -301,3 +301,17 @@ def test_the_fate_trace_shows_losing_branches_marked(target: LlamaModel, draft: 
     assert trace.text == target.detokenize(token_ids(events))  # the reply itself is untouched
     again = FateTrace.decode(trace.text, trace.encode())
     assert again.segments == trace.segments
+
+
+def test_the_draft_model_is_prefilled_only_when_first_asked(target: LlamaModel,
+                                                            draft: LlamaModel) -> None:
+    """A reply whose steps never ask the draft model leaves its cache (and time) untouched."""
+    tc, dc = ctx(target), ctx(draft)
+    prompt = prompt_of(target, "the cat sat on the mat, the cat sat on the mat, the cat")
+    run = run_to_end(SpeculativeDecoder(tc, dc, Planner((-1, 0, 1), "ngram"), ["ngram", "model"]),
+                     prompt, GREEDY)
+    assert dc.tokens == [] and dc.decode_s == 0.0
+    assert any(s.drafter == "ngram" for s in run.steps)
+    run = run_to_end(SpeculativeDecoder(tc, dc, FixedGamma(3), ["ngram", "model"]), prompt,
+                     GREEDY)
+    assert any(s.drafter == "model" for s in run.steps) and dc.tokens[: len(prompt)] == prompt

@@ -111,33 +111,21 @@ class SpeculativeDecoder:
         if not prompt:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
-        for c in (tgt, self.draft):
-            if c is not None:
-                c.cancel = cancel
         reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
-        try:
-            reused = hold_prefix(tgt, seq)
-        except DecodeCancelled:
-            self._settle(seq)
+        reused = self._start(seq, cancel)
+        if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
             return
         prompt_s = t_first = t_last = clock.now()
-        self.policy.begin(self._new_prompt_text(prompt))
-        self._set_alive(self.drafters, seq)
         rng = make_rng(settings.seed)
         reason = "length"
-        while True:
-            if cancel.is_set():
-                reason = "cancelled"
-                break
-            if len(seq) > tgt.n_ctx:
-                reason = "context"
-                yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): "
-                                  "reply cut short")
+        while reason == "length":
+            if cancel.is_set() or len(seq) > tgt.n_ctx:
+                reason = "cancelled" if cancel.is_set() else "context"
                 break
             t0, llama0 = time.perf_counter(), self._llama_s()
-            try:
+            try:  # propose → verify
                 plan = self._plan(seq, settings, reply.n_generated)
                 proposal, notices = self._propose(seq, plan, settings, rng)
                 t1 = time.perf_counter()
@@ -148,24 +136,21 @@ class SpeculativeDecoder:
             t3 = time.perf_counter()
             position, text_at, now = reply.n_generated, len(reply.text), clock.now()
             out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
-            step = StepEvent(
-                len(proposal.tokens), verdict.accepted, t1 - t0, t3 - t1,
-                proposal.drafter if proposal.tokens else "none",
-                position, reply.n_generated - position, verdict.overlap, self.policy.label,
-                plan_size=plan.size, accepted_ranks=verdict.ranks, kind=proposal.kind,
-                reason=plan.reason, depth=proposal.depth)
+            step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
+                                    reply.n_generated - position)
             tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
             self.policy.observe(step)
-            out.append(step)
             t_first, t_last = (now if position == 0 else t_first), now
-            yield from out
+            yield from out  # emit
+            yield step
             if reply.done:
                 reason = reply.stop_reason or "eos"
+            elif reply.n_generated >= settings.max_tokens:
                 break
-            if reply.n_generated >= settings.max_tokens:
-                break
+        if reason == "context":
+            yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): reply cut short")
         self._settle(seq)
         yield from reply.flush()
         yield GenerationStats(
@@ -175,6 +160,30 @@ class SpeculativeDecoder:
         )
 
     # ------------------------------------------------------------------------ the parts
+
+    def _start(self, seq: list[int], cancel: threading.Event) -> int | None:
+        """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
+        policy and the drafters told. None when cancelled."""
+        for c in (self.target, self.draft):
+            if c is not None:
+                c.cancel = cancel
+        try:
+            reused = hold_prefix(self.target, seq)
+        except DecodeCancelled:
+            self._settle(seq)
+            return None
+        self.policy.begin(self._new_prompt_text(seq))
+        self._set_alive(self.drafters, seq)
+        return reused
+
+    def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
+                    verify_s: float, position: int, committed: int) -> StepEvent:
+        return StepEvent(
+            len(proposal.tokens), verdict.accepted, draft_s, verify_s,
+            proposal.drafter if proposal.tokens else "none", position, committed,
+            verdict.overlap, self.policy.label, plan_size=plan.size,
+            accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
+            depth=proposal.depth)
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
         self._alive = list(drafters)
