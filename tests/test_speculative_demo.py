@@ -12,14 +12,14 @@ import pytest
 from specchat.bench.prompts import load_prompts
 from specchat.cli.prove_cmd import sample
 from specchat.devtools.chi2 import homogeneity
-from specchat.engine.drafters.tree import best_shape
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
+from specchat.engine.drafters.tree import best_shape
 from specchat.engine.events import GenerationStats, TokenEvent
 from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.plan import Plan
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.plan import Plan
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 
