@@ -243,11 +243,12 @@ def test_parse_settings_says_what_is_wrong() -> None:
     ok = parse(seed=" 7 ")
     assert ok.sampling.seed == 7 and ok.sampling.top_p == 0.9 and ok.gamma_mode == "auto"
     assert parse().sampling.seed is None
+    assert parse(drafter="tree,ngram").drafter == "tree,ngram"
     for kw, why in (({"temperature": "hot"}, "temperature: 'hot' is not a number"),
                     ({"top_k": "1.5"}, "top-k: '1.5' is not a whole number"),
                     ({"top_p": "0"}, "top-p must be in"), ({"max_tokens": "0"}, "max tokens"),
                     ({"gamma": "99"}, "γ must be between 0 and 32"),
-                    ({"drafter": "medusa"}, "drafter must be one of")):
+                    ({"drafter": "medusa"}, "drafter: unknown drafter 'medusa'")):
         with pytest.raises(ValueError, match=why):
             parse(**kw)
 

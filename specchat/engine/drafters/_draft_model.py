@@ -110,7 +110,7 @@ class DraftModel:
             raise DraftFailed(f"the draft model cannot read token {bad}: it drafts no more "
                               "in this reply")
         self._readable = len(seq)
-        if len(seq) + 1 > dft.n_ctx:
+        if len(seq) > dft.n_ctx:
             raise DraftFailed(f"the draft model's context window is full ({dft.n_ctx} "
                               "tokens): it drafts no more in this reply")
         dft.drop_tree()
