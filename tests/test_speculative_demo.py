@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from specchat.bench.chi2 import homogeneity
 from specchat.bench.prompts import load_prompts
 from specchat.cli.prove_cmd import sample
-from specchat.devtools.chi2 import homogeneity
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.drafters.tree import best_shape

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_speculative import EXACT_KV, exact_joint, prompt_of, sampled_joint
 
-from specchat.devtools.chi2 import chi_square
+from specchat.bench.chi2 import chi_square
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters import fit_shape, parse_names
 from specchat.engine.drafters.tree import best_shape
@@ -238,7 +238,7 @@ def test_a_drafter_that_fails_drops_out_with_a_notice(tmp_path: Path,
         ids = token_ids(events)
         if any(t >= 52 for t in ids):
             notices = [e.message for e in events if isinstance(e, NoticeEvent)]
-            assert any("cannot read token" in m for m in notices), notices
+            assert any("the draft stopped: it cannot read token" in m for m in notices), notices
             cut = next(i for i, t in enumerate(ids) if t >= 52)
             later = [e for e in events if isinstance(e, StepEvent) and e.position > cut]
             assert all(s.drafter == "none" for s in later)

@@ -50,7 +50,13 @@ from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.plan import Plan
 from specchat.engine.reply import Reply
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution, make_rng
+from specchat.engine.sampling import (
+    Distribution,
+    SamplerSettings,
+    distribution,
+    greedy_tokens,
+    make_rng,
+)
 from specchat.engine.spec_stats import SpecTally
 from specchat.engine.verify import Verdict, children_of, verify_tree, verify_tree_greedy
 from specchat.errors import SpecchatError
@@ -222,13 +228,16 @@ class SpeculativeDecoder:
             return drafter.propose(req), []
         except DecodeCancelled:
             raise
-        except SpecchatError as e:  # the drafter drops out for this reply; the reply goes on
+        except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
+            # token it cannot read) drops it for this reply: a broken draft must not end a
+            # healthy target's reply. This step is the target's alone.
             failed = (e.drafter if isinstance(e, DraftFailed) else None) or drafter.name
             for d in self._alive:
                 d.settle(seq)
             self._set_alive([d for d in self._alive if d.name != failed])
-            msg = str(e) if isinstance(e, DraftFailed) else f"the {failed} drafter failed ({e})"
-            return Proposal("none"), [NoticeEvent(msg)]
+            who = "the draft" if failed in ("model", "tree") else f"the {failed} drafter"
+            return Proposal("none"), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
+                                                  "without it")]
 
     def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
                 rng: np.random.Generator) -> tuple[Verdict, float]:
@@ -242,7 +251,7 @@ class SpeculativeDecoder:
                 else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
         if settings.greedy:
-            v = verify_tree_greedy(np.argmax(rows, axis=1), proposal.tokens, proposal.parents)
+            v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
         else:
             v = verify_tree(_TargetRows(rows, settings), proposal.tokens, proposal.parents,
                             proposal.q, rng)

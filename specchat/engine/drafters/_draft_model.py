@@ -55,8 +55,9 @@ def without(q: Distribution, token: int) -> Distribution | None:
 
 def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distribution]]:
     """Greedy decoding: a node's k children are the draft's k best tokens (ties by id)."""
+    first = greedy_token(row)  # checks the row (NaN logits are the draft's failure)
     if k == 1:
-        best = [int(np.argmax(row))]
+        best = [first]
     else:
         top = np.argpartition(-row, k - 1)[:k]
         best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))]
@@ -107,12 +108,10 @@ class DraftModel:
         dft = self.ctx
         bad = next((t for t in seq[self._readable:] if t >= dft.n_vocab), None)
         if bad is not None:
-            raise DraftFailed(f"the draft model cannot read token {bad}: it drafts no more "
-                              "in this reply")
+            raise DraftFailed(f"it cannot read token {bad}, which only the target knows")
         self._readable = len(seq)
         if len(seq) > dft.n_ctx:
-            raise DraftFailed(f"the draft model's context window is full ({dft.n_ctx} "
-                              "tokens): it drafts no more in this reply")
+            raise DraftFailed(f"its context window is full ({dft.n_ctx} tokens)")
         dft.drop_tree()
         cached = dft.tokens
         n = min(len(cached), len(seq))
@@ -148,7 +147,7 @@ class DraftModel:
         while True:
             top: Callable[[], float]
             if s.greedy:
-                d = int(np.argmax(row))
+                d = greedy_token(row)
                 q = one_hot(d)
                 top = self._softmax_top(row)
             else:
