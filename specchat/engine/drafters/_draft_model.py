@@ -29,7 +29,7 @@ from specchat.engine.drafters import (
     path_to,
 )
 from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, distribution
+from specchat.engine.sampling import Distribution, distribution, greedy_token
 from specchat.engine.verify import Verdict, children_of, one_hot
 
 
