@@ -36,6 +36,7 @@ class UserConfig:
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
+    theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
 
     def to_yaml(self) -> str:
         d = asdict(self)
@@ -127,6 +128,7 @@ SCHEMA: dict[str, Setting] = {
     "n_threads": Setting(int, 0, why="0 = automatic"),
     "ngram": Setting(bool),
     "memory_check": Setting(bool),
+    "theme": Setting(str, optional=True),
     "sampling.temperature": Setting(float, 0, why="0 = greedy"),
     "sampling.top_k": Setting(int, 0, why="0 = off"),
     "sampling.top_p": Setting(float, 0, 1, above=True),
