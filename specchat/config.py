@@ -32,7 +32,8 @@ class UserConfig:
     # plan (the planner: chain, tree or plain per step), auto, pair (its calibrated γ) or N;
     # see engine.gamma.parse_gamma, the one reader of this field.
     gamma: GammaSetting = field(default_factory=GammaSetting)
-    ngram: bool = False  # prompt-lookup drafting before the draft model
+    ngram: bool = False  # the old spelling of drafter "ngram,model"
+    drafter: str | None = None  # drafters tried in turn, e.g. "ngram,model" (None: the draft model)
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     # Per model: gpu_layers (auto | all | N), main_gpu (auto | N), flash_attn, kv_type.
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
@@ -161,6 +162,21 @@ def _gamma(value: Any) -> GammaSetting:
         raise ValueError(f"must be {GAMMA_HELP}, not {_shown(value)}") from None
 
 
+def _drafter(value: Any) -> str | None:
+    """Drafter names, comma-separated ("ngram,model"), as ``--drafter`` takes them."""
+    from specchat.engine.drafters import parse_names
+    from specchat.errors import SpecchatError
+
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be drafter names such as 'ngram,model', not {_shown(value)}")
+    try:
+        return ",".join(parse_names(value))
+    except SpecchatError as e:
+        raise ValueError(f"is wrong: {e}") from None
+
+
 def load_config(path: Path) -> UserConfig:
     if not path.exists():
         return UserConfig()
@@ -195,6 +211,8 @@ def load_config(path: Path) -> UserConfig:
                 values[key] = _offload(key, value, bad)
             elif key == "gamma":
                 values[key] = _gamma(value)
+            elif key == "drafter":
+                values[key] = _drafter(value)
             else:
                 values[key] = check_setting(key, value)
         except ValueError as e:

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
+from specchat.engine.drafters import DrafterEnv, usable
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import LoadRequest, MemoryReadings, PairPlan, check, plan_load
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
-from specchat.engine.ngram import NgramDrafter
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.planner import Planner, PlannerSettings
@@ -293,18 +293,25 @@ class Runtime:
 
     def decoder(self, plain: bool = False,
                 gamma: GammaSetting | int | str | GammaPolicy | None = None,
-                ngram: bool = False) -> Decoder:
-        """Speculative when a draft is loaded or ``ngram`` is asked for, else plain.
+                ngram: bool = False, drafters: Sequence[str] | None = None) -> Decoder:
+        """Speculative when a draft is loaded or a drafter that needs none is asked for, else
+        plain.
 
         ``gamma``: a :class:`GammaSetting` (or its text or number: "plan", "auto", "pair", N),
-        a policy, or None for the default (the planner); see :meth:`policy`.
+        a policy, or None for the default (the planner); see :meth:`policy`. ``drafters``:
+        names, tried in turn (see :func:`drafter_names`); ``ngram`` is the old spelling of
+        ``ngram,model``.
         """
-        if plain or (self.draft_ctx is None and not ngram):
+        names = drafter_names(drafters, ngram, self.draft_ctx is not None)
+        if plain or not names:
             return PlainDecoder(self.target_ctx)
-        policy = self.policy(gamma, ngram)
-        # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
-        drafter = NgramDrafter(n_min=2 if self.draft_ctx is not None else 1) if ngram else None
-        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, drafter)
+        policy = self.policy(gamma, ngram="ngram" in names)
+        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, names)
+
+    def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
+        """Of ``names``, those that can run with what is loaded (the app keeps one drafter
+        setting for pairs and single models alike)."""
+        return usable(names, DrafterEnv(self.target_ctx, self.draft_ctx))
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
@@ -318,3 +325,14 @@ class Runtime:
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
+
+
+def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool
+                  ) -> tuple[str, ...]:
+    """The drafters to use: those named, else ``ngram,model`` (``ngram`` alone without a draft
+    model) when ``ngram`` is set, else the draft model when one is loaded, else none."""
+    if drafters:
+        return tuple(drafters)
+    if ngram:
+        return ("ngram", "model") if has_draft else ("ngram",)
+    return ("model",) if has_draft else ()

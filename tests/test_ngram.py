@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.engine.ngram import NgramDrafter
+from specchat.engine.drafters.ngram import NgramDrafter
 
 
 def test_proposes_what_followed_the_most_recent_match() -> None:
@@ -12,26 +12,26 @@ def test_proposes_what_followed_the_most_recent_match() -> None:
     #              0  1  2  3  4  5  6  7  8  9
     d.reset([1, 2, 3, 4, 5, 1, 2, 3, 9, 8, 1, 2, 3])
     # "1 2 3" last occurred at 5..7, followed by 9 8 1 2 3 (the earlier one by 4 5).
-    assert d.propose(3) == [9, 8, 1]
-    assert d.propose(10) == [9, 8, 1, 2, 3]  # bounded by the sequence
+    assert d.lookup(3) == [9, 8, 1]
+    assert d.lookup(10) == [9, 8, 1, 2, 3]  # bounded by the sequence
 
 
 def test_longest_n_first_then_shorter() -> None:
     d = NgramDrafter(n_max=3, n_min=1)
     d.reset([7, 5, 6, 0, 4, 5, 6, 1, 3, 6])
     # no earlier "1 3 6" nor "3 6"; "6" last occurred at 6, followed by 1 3 6
-    assert d.propose(2) == [1, 3]
+    assert d.lookup(2) == [1, 3]
     d.reset([7, 5, 6, 0, 4, 5, 6, 1, 8, 5, 6])
-    assert d.propose(2) == [1, 8]  # "5 6" matches (most recent earlier: index 5..6)
+    assert d.lookup(2) == [1, 8]  # "5 6" matches (most recent earlier: index 5..6)
 
 
 def test_no_match_proposes_nothing() -> None:
     d = NgramDrafter(n_max=3, n_min=2)
     d.reset([1, 2, 3, 4])
-    assert d.propose(4) == []
-    assert d.propose(0) == []
+    assert d.lookup(4) == []
+    assert d.lookup(0) == []
     d.reset([])
-    assert d.propose(3) == []
+    assert d.lookup(3) == []
 
 
 def test_extend_matches_a_full_rebuild() -> None:
@@ -42,17 +42,17 @@ def test_extend_matches_a_full_rebuild() -> None:
         inc.extend(seq[i : i + 1])
         full = NgramDrafter()
         full.reset(seq[: i + 1])
-        assert inc.propose(4) == full.propose(4), i
+        assert inc.lookup(4) == full.lookup(4), i
 
 
 def test_reset_keeps_the_index_when_the_conversation_grows_and_rebuilds_otherwise() -> None:
     d = NgramDrafter()
     d.reset([1, 2, 3, 1, 2])
-    assert d.propose(1) == [3]
+    assert d.lookup(1) == [3]
     d.reset([1, 2, 3, 1, 2, 7, 1, 2])  # next turn: extends the last one
-    assert d.propose(1) == [7]
+    assert d.lookup(1) == [7]
     d.reset([5, 6, 5])  # a different conversation
-    assert d.propose(2) == [6, 5]
+    assert d.lookup(2) == [6, 5]
     assert d.tokens == [5, 6, 5]
 
 

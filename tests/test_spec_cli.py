@@ -11,6 +11,7 @@ from specchat.bench.prompts import load_prompts
 from specchat.bench.report import summarize
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.events import SpecDetail
 from specchat.engine.gamma import GAMMA_DEFAULT
 from specchat.engine.plain import PlainDecoder
@@ -62,14 +63,19 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         spec = rt.decoder()
         assert isinstance(spec, SpeculativeDecoder) and isinstance(spec.policy, Planner)
         assert spec.policy.drafters == ("model",)  # the default: the planner, on the draft
-        assert spec.ngram is None
+        assert [d.name for d in spec.drafters] == ["model"]
         assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
         pair = rt.decoder(gamma="pair").policy  # type: ignore[attr-defined]
         assert (pair.next_gamma(), pair.label) == (GAMMA_DEFAULT, "default")  # no pair entry
-        both = rt.decoder(ngram=True)
-        assert isinstance(both, SpeculativeDecoder) and both.ngram is not None
-        assert both.ngram.n_min == 2  # with a draft model, only specific matches go first
+        both = rt.decoder(ngram=True)  # the old spelling of --drafter ngram,model
+        assert isinstance(both, SpeculativeDecoder)
+        assert [d.name for d in both.drafters] == ["ngram", "model"]
+        ngram = both.drafters[0]
+        assert isinstance(ngram, NgramDrafter)
+        assert ngram.n_min == 2  # with a draft model, only specific matches go first
         assert both.policy.drafters == ("model", "ngram")  # type: ignore[attr-defined]
+        tree = rt.decoder(drafters=("tree",))
+        assert isinstance(tree, SpeculativeDecoder) and tree.drafters[0].name == "tree"
         with pytest.raises(SpecchatError, match="plan, auto, pair or a whole number"):
             rt.decoder(gamma="sometimes")
     finally:
@@ -81,6 +87,8 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(alone, SpeculativeDecoder) and alone.draft is None
         assert alone.policy.drafters == ("ngram",)  # type: ignore[attr-defined]
         assert alone.name == "ngram"
+        with pytest.raises(SpecchatError, match="the 'tree' drafter needs a draft model"):
+            rt.decoder(drafters=("tree",))
     finally:
         rt.close()
     with pytest.raises(SpecchatError, match="--draft needs --model"):

@@ -274,7 +274,7 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
                                  ("seed", "11"), ("gamma", "3")):
             form.query_one(f"#{widget_id}").value = value
         form.query_one("#gamma-mode").value = "fixed"
-        form.query_one("#ngram").value = True
+        form.query_one("#drafter").value = "ngram,model"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: app.screen is chat)
         reply = await send(pilot, "hello")
@@ -282,10 +282,11 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
         assert reply.turn.stats and reply.turn.stats.generation.generated_tokens == 7
         assert reply.turn.stats.generation.stop_reason == "length"
         assert "max tokens reached" in str(reply._meta.render())
-        assert (seen[-1].gamma_mode, seen[-1].gamma, seen[-1].ngram) == ("fixed", 3, True)
+        assert (seen[-1].gamma_mode, seen[-1].gamma, seen[-1].drafter) == ("fixed", 3,
+                                                                         "ngram,model")
         assert chat.stats_bar.gamma_mode == "fixed"
     saved = yaml.safe_load(services.config_path.read_text())  # type: ignore[union-attr]
-    assert saved["gamma"] == 3 and saved["ngram"] is True
+    assert saved["gamma"] == 3 and saved["drafter"] == "ngram,model" and saved["ngram"] is False
     assert saved["sampling"]["max_tokens"] == 7 and saved["sampling"]["seed"] == 11
     assert saved["sampling"]["top_p"] == 0.9
 

@@ -235,25 +235,31 @@ def test_settings_map_to_the_config_file_and_back() -> None:
     assert (pair.gamma_mode, pair.gamma) == ("pair", 5)
     auto = ChatSettings.from_config(base.with_(gamma="auto"))
     assert auto.gamma_mode == "auto" and auto.to_config(base).gamma.to_config() == "auto"
-    fixed = ChatSettings.from_config(base.with_(gamma=6, ngram=True))
-    assert (fixed.gamma_mode, fixed.gamma, fixed.ngram) == ("fixed", 6, True)
-    assert fixed.to_config(base).gamma.to_config() == 6 and fixed.to_config(base).ngram is True
+    fixed = ChatSettings.from_config(base.with_(gamma=6, ngram=True))  # the old key is read
+    assert (fixed.gamma_mode, fixed.gamma, fixed.drafter) == ("fixed", 6, "ngram,model")
+    assert fixed.to_config(base).gamma.to_config() == 6
+    assert fixed.to_config(base).drafter == "ngram,model"
+    tree = ChatSettings.from_config(base.with_(drafter="tree"))
+    assert tree.drafter == "tree" and tree.to_config(base).drafter == "tree"
+    assert ChatSettings.from_config(base).drafter == "model"
 
 
 def test_parse_settings_says_what_is_wrong() -> None:
     def parse(**kw: object) -> ChatSettings:
         fields = {"system_prompt": "", "temperature": "0.7", "top_p": "0.9", "top_k": "40",
                   "min_p": "0.05", "max_tokens": "256", "seed": "", "gamma_mode": "auto",
-                  "gamma": "4", "ngram": False, **kw}
+                  "gamma": "4", "drafter": "model", **kw}
         return parse_settings(**fields, base=GREEDY)  # type: ignore[arg-type]
 
     ok = parse(seed=" 7 ")
     assert ok.sampling.seed == 7 and ok.sampling.top_p == 0.9 and ok.gamma_mode == "auto"
     assert parse().sampling.seed is None
+    assert parse(drafter="tree,ngram").drafter == "tree,ngram"
     for kw, why in (({"temperature": "hot"}, "temperature: 'hot' is not a number"),
                     ({"top_k": "1.5"}, "top-k: '1.5' is not a whole number"),
                     ({"top_p": "0"}, "top-p must be in"), ({"max_tokens": "0"}, "max tokens"),
-                    ({"gamma": "99"}, "γ must be between 0 and 32")):
+                    ({"gamma": "99"}, "γ must be between 0 and 32"),
+                    ({"drafter": "medusa"}, "drafter: unknown drafter 'medusa'")):
         with pytest.raises(ValueError, match=why):
             parse(**kw)
 

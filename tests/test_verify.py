@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specchat.devtools.chi2 import chi_square, critical_value
+from specchat.bench.chi2 import chi_square, critical_value
 from specchat.engine.sampling import Distribution
 from specchat.engine.verify import one_hot, probs_at, verify_greedy, verify_sampled
 
@@ -158,9 +158,9 @@ def test_greedy_rule() -> None:
 
 
 def test_critical_values_are_close_to_tables() -> None:
-    assert critical_value(3, 1e-3) == pytest.approx(16.27, rel=0.03)
-    assert critical_value(10, 1e-3) == pytest.approx(29.59, rel=0.03)
-    assert critical_value(1, 1e-3) == pytest.approx(10.83, rel=0.06)
+    assert critical_value(3, 1e-3) == pytest.approx(16.266, rel=1e-4)
+    assert critical_value(10, 1e-3) == pytest.approx(29.588, rel=1e-4)
+    assert critical_value(1, 1e-3) == pytest.approx(10.828, rel=1e-4)
 
 
 @st.composite

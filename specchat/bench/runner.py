@@ -28,6 +28,7 @@ class BenchConfig:
     max_tokens: int = 128
     seed: int = 1
     ngram: bool = False
+    drafters: tuple[str, ...] | None = None  # --drafter (None: the draft model, or --ngram's)
     system: str | None = "You are a helpful assistant."
 
 
@@ -44,7 +45,9 @@ class Mode:
 def modes(runtime: Runtime, cfg: BenchConfig) -> list[Mode]:
     out = [Mode("plain", None)]
     spec = "draft" if runtime.draft_ctx is not None else None
-    if cfg.ngram:
+    if cfg.drafters:
+        spec = ",".join(cfg.drafters)
+    elif cfg.ngram:
         spec = "draft+ngram" if spec else "ngram"
     if spec is not None:
         out += [Mode(spec, g) for g in cfg.gammas]
@@ -63,6 +66,8 @@ def render_prompt(runtime: Runtime, prompt: BenchPrompt, cfg: BenchConfig) -> tu
 def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
     if mode.gamma is None:
         return runtime.decoder(plain=True)
+    if mode.name not in ("draft", "draft+ngram", "ngram"):  # --drafter names
+        return runtime.decoder(gamma=mode.gamma, drafters=tuple(mode.name.split(",")))
     return runtime.decoder(gamma=mode.gamma, ngram=mode.name.endswith("ngram"))
 
 

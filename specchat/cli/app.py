@@ -7,6 +7,7 @@ import sys
 
 from specchat.cli.common import Env
 from specchat.config import UserConfig
+from specchat.engine.drafters import parse_names
 from specchat.errors import ConfigError, SpecchatError
 from specchat.models.catalog import load_catalog
 from specchat.models.progress import Progress, ProgressFn
@@ -27,6 +28,10 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         config = env.config
     except ConfigError as e:
         config, problem = UserConfig(), str(e)  # start with defaults; say so in the app
+    drafter = getattr(args, "drafter", None) or (
+        "ngram,model" if getattr(args, "ngram", False) else None)
+    if drafter:  # --drafter on the command line: this session's choice, until changed
+        config = config.with_(drafter=",".join(parse_names(drafter)))
     model = args.model
     if model is None and args.pair is None and not config.default_pair:
         model = config.default_model  # a single model configured instead of a pair

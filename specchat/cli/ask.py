@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_model_args, gamma_arg
+from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_drafter_args, add_model_args, gamma_arg
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import (
@@ -42,8 +42,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
                    help=GAMMA_OPTION_HELP)
-    p.add_argument("--ngram", action="store_true",
-                   help="prompt-lookup drafting (before the draft model; alone with --model)")
+    add_drafter_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
 
@@ -73,7 +72,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     try:
         for w in runtime.pair_warnings:
             sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")
-        decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args))
+        decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
+                                  drafters=env.drafters(args))
         engine = ChatEngine(decoder)
         system = args.system if args.system is not None else env.config.system_prompt
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
@@ -128,12 +128,14 @@ def event_json(ev: Event) -> dict[str, Any]:
                 "position": ev.position, "t": round(ev.t, 6)}
     if isinstance(ev, RejectedEvent):
         return {"type": "rejected", "id": ev.token_id, "text": ev.text, "position": ev.position,
-                "p": ev.p, "q": ev.q}
+                "p": ev.p, "q": ev.q, "branch": ev.branch}
     if isinstance(ev, StepEvent):
         return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
                 "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
                 "position": ev.position, "committed": ev.committed,
-                "overlap": list(ev.overlap), "mode": ev.mode}
+                "overlap": list(ev.overlap), "mode": ev.mode, "kind": ev.kind,
+                "depth": ev.depth, "plan_size": ev.plan_size,
+                "accepted_ranks": list(ev.accepted_ranks), "reason": ev.reason}
     if isinstance(ev, NoticeEvent):
         return {"type": "notice", "message": ev.message}
     return {"type": "stats", **ev.as_dict()}

@@ -18,13 +18,13 @@ from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from specchat.bench.report import ALL, markdown, summarize
 from specchat.bench.runner import BenchConfig, render_prompt, run_bench
 from specchat.cli import bench_chained
-from specchat.cli.common import Env, add_model_args
+from specchat.cli.common import Env, add_drafter_args, add_model_args
 from specchat.engine.gamma import GAMMA_HELP, parse_gamma
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime, drafter_names, select
 from specchat.textsafe import safe_text
 
 
@@ -74,8 +74,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--temperature", type=lambda t: _numbers(float, t), default=(0.0, 0.7),
                    metavar="T[,T...]", help="temperatures (default 0,0.7; 0 = greedy)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--ngram", action="store_true",
-                   help="n-gram drafting before the draft model (alone with --model)")
+    add_drafter_args(p)
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default: bench-results/<date-time>)")
     p.add_argument("--report", type=Path, metavar="DIR",
@@ -98,12 +97,14 @@ def run(env: Env, args: argparse.Namespace) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     try:
-        if runtime.draft_ctx is None and not args.ngram:
+        drafters = env.drafters(args)
+        if not drafter_names(drafters, args.ngram, runtime.draft_ctx is not None):
             raise SpecchatError("nothing to compare: give a pair, --model with --draft, "
-                                "or --ngram")
+                                "or --drafter ngram")
         gammas = args.gamma or (PLAN,)
         cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
                           max_tokens=args.max_tokens, seed=args.seed, ngram=args.ngram,
+                          drafters=drafters,
                           system=env.config.system_prompt or None)
         out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +131,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
             "system_info": system_info(),
             "config": {"gammas": cfg.gammas, "temperatures": cfg.temperatures,
                        "max_tokens": cfg.max_tokens, "seed": cfg.seed, "ngram": cfg.ngram,
+                       "drafters": cfg.drafters,
                        "prompts": str(args.prompts or DEFAULT_PROMPTS),
                        "per_category": args.per_category, "categories": cats},
             "rows": rows, "llama_cpp": llama, "records": records,

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specchat.config import UserConfig, cap_threads, check_setting, load_config
+from specchat.engine.drafters import names as drafter_names
+from specchat.engine.drafters import parse_names
 from specchat.engine.gamma import GammaSetting, parse_gamma
 from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
@@ -74,6 +76,16 @@ class Env:
     def ngram(self, args: argparse.Namespace) -> bool:
         return bool(getattr(args, "ngram", False) or self.config.ngram)
 
+    def drafters(self, args: argparse.Namespace) -> tuple[str, ...] | None:
+        """The drafters from --drafter, else the config's ``drafter`` (None: --ngram's or the
+        default choice, see ``runtime.drafter_names``)."""
+        text = getattr(args, "drafter", None)
+        if text:
+            return parse_names(text)
+        if getattr(args, "ngram", False):
+            return None
+        return parse_names(self.config.drafter) if self.config.drafter else None
+
 
 def gamma_arg(text: str) -> GammaSetting:
     """argparse type of every --gamma option (ask, race, the app): the one γ reader's rules."""
@@ -127,6 +139,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=int, metavar="N",
                    help="context window in tokens (0 = the model's training context)")
     add_hardware_args(p)
+
+
+def add_drafter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", metavar="NAME[,NAME…]",
+                   help="what drafts: " + ", ".join(drafter_names()) + "; several are tried in "
+                   "turn (e.g. ngram,model). Default: the configured drafter, else the draft "
+                   "model")
+    p.add_argument("--ngram", action="store_true",
+                   help="the same as --drafter ngram,model (ngram alone with --model)")
 
 
 def _layers(text: str) -> int | str:

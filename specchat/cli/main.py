@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from specchat import __version__
-from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd, race_cmd
-from specchat.cli.common import Env, add_model_args, make_env, validate_args
+from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd, prove_cmd, race_cmd
+from specchat.cli.common import Env, add_drafter_args, add_model_args, make_env, validate_args
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text
 
@@ -30,11 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     add_model_args(parser)
+    add_drafter_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ask.add_parser(sub)
     models_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
     race_cmd.add_parser(sub)
+    prove_cmd.add_parser(sub)
     doctor.add_parser(sub)
     chats_cmd.add_parsers(sub)
     share_options(parser)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_model_args, gamma_arg
+from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_drafter_args, add_model_args, gamma_arg
 from specchat.engine.events import TokenEvent
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -22,7 +22,7 @@ from specchat.race.result import RaceResult
 from specchat.race.runner import RaceSetup, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime, drafter_names, select
 from specchat.textsafe import safe_text
 
 DEFAULT_MAX_TOKENS = 128
@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
                    help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
                    help=GAMMA_OPTION_HELP)
-    p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
+    add_drafter_args(p)
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.svg (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
@@ -82,10 +82,11 @@ def run(env: Env, args: argparse.Namespace) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     try:
-        if runtime.draft_ctx is None and not env.ngram(args):
+        if not drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
-                                "--draft, or --ngram")
-        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args))
+                                "--draft, or --drafter ngram")
+        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args),
+                               drafters=env.drafters(args))
         result = run_race(runtime, setup, spec,
                           progress=lambda m: print(f"[{safe_text(m)}]", file=sys.stderr))
     finally:

@@ -26,17 +26,30 @@ class Decoder(Protocol):
             cancel: threading.Event) -> Iterator[Event]: ...
 
 
+def hold_prefix(ctx: LlamaContext, seq: Sequence[int], known: int = 0) -> int:
+    """Bring the cache to exactly ``seq[:-1]``: every decoder's invariant between steps (the
+    last token is evaluated by the next batch, whose first row is the next token's distribution).
+
+    Evaluates only what differs from what the cache holds; ``known`` leading tokens are trusted
+    to match already. Returns how many tokens were reused.
+    """
+    want = len(seq) - 1
+    reuse = min(want, known or ctx.common_prefix(seq[:want]))
+    ctx.truncate(reuse)
+    if reuse < want:
+        ctx.decode(seq[reuse:want], logits="none")
+    return reuse
+
+
 def prefill(ctx: LlamaContext, prompt: Sequence[int]) -> tuple[npt.NDArray[np.float32], int]:
     """Bring the cache to exactly ``prompt``, evaluating only what differs from what it holds.
 
-    Returns the logits row for the prompt's last token and how many tokens were reused.
+    Returns the logits row for the prompt's last token and how many tokens were reused. The
+    last token is evaluated on its own, as a speculative decoder's first step does, so both
+    see the same first row.
     """
-    reuse = ctx.common_prefix(prompt)
-    if reuse == len(prompt):
-        reuse -= 1  # the last token must be evaluated again for its logits
-    ctx.truncate(reuse)
-    rows = ctx.decode(prompt[reuse:], logits="last")
-    return rows[0], reuse
+    reuse = hold_prefix(ctx, prompt)
+    return ctx.decode(prompt[-1:], logits="last")[0], reuse
 
 
 class Clock:

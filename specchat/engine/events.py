@@ -38,6 +38,9 @@ class RejectedEvent:
     position: int  # the reply position the draft proposed it for
     p: float  # the target's probability of this token (0 when unknown)
     q: float  # the drafter's probability of this token
+    # 0: the step's main rejected run (the token the target replaced and the drafts after it);
+    # k ≥ 1: the k-th losing branch of a token tree (tokens of one branch share k).
+    branch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +49,25 @@ class StepEvent:
     accepted: int  # of which the target kept
     draft_s: float
     verify_s: float  # the target's batched forward pass plus the verification rule
-    drafter: str = "draft"  # "draft" (model), "ngram", or "none" (a plain step)
+    drafter: str = "model"  # the drafter's name ("model", "ngram", "tree", …) or "none" (plain)
     position: int = 0  # reply position of the step's first token
     committed: int = 0  # tokens the step added to the reply (accepted + the target's own)
     # Σ min(p, q) at each verified position (sampled decoding only): the probability that the
     # rule keeps a token there — a lower-variance view of acceptance than the 0/1 outcomes.
     overlap: tuple[float, ...] = ()
     mode: str = ""  # what chose γ: the policy's label ("fixed", "auto · code", ...)
+    # What a planner needs from a step (see engine/plan.py):
+    plan_size: int = -1  # draft tokens the plan asked for (−1: not told; then gamma)
+    accepted_ranks: tuple[int, ...] = ()  # the kept path's rank per depth (0 = best child)
+    kind: str = "chain"  # "chain", "tree", or "none" (nothing proposed)
+    reason: str = ""  # the plan's few words for the stats bar ("tree 12 · depth 4")
+    depth: int = -1  # draft tokens on the proposal's longest path (−1: not told; then gamma)
+
+    def __post_init__(self) -> None:
+        if self.plan_size < 0:
+            object.__setattr__(self, "plan_size", self.gamma)
+        if self.depth < 0:
+            object.__setattr__(self, "depth", self.gamma)
 
 
 @dataclass(frozen=True, slots=True)

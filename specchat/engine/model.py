@@ -62,6 +62,10 @@ class ContextSettings:
     flash_attn: str = "auto"  # auto (off without GPU offload, see flash_attention) | on | off
     type_k: str = "f16"
     type_v: str = "f16"
+    # Sequences the KV cache can tell apart: a token tree verified in one batch gives each
+    # root-to-leaf path its own sequence id, so this bounds a tree's leaves. The cache is
+    # unified (one buffer shared by all sequences), so it costs no memory.
+    n_seq_max: int = 16
 
 
 _FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -206,7 +210,8 @@ class LlamaContext:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = min(settings.n_batch, n_ctx)
-        params.n_seq_max = 1
+        params.n_seq_max = max(1, settings.n_seq_max)
+        params.kv_unified = True  # else each sequence gets only n_ctx / n_seq_max cells
         # Never more threads than CPUs: it only slows decoding, and llama.cpp asked for
         # 100,000 crashes the process (the CLI says so when it caps a setting).
         cpus = os.cpu_count() or 1
@@ -237,15 +242,19 @@ class LlamaContext:
         self.n_threads: int = llama_cpp.llama_n_threads(ctx)
         self.n_threads_batch: int = llama_cpp.llama_n_threads_batch(ctx)
         self.mem = llama_cpp.llama_get_memory(ctx)
-        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.n_seq_max: int = max(1, settings.n_seq_max)
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         b = self.batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
         self._out = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
-        for i in range(self.n_batch):
-            b.seq_id[i][0] = 0
-        self.tokens: list[int] = []  # what the KV cache holds, in order
+        self._n_seq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._linear_batch()
+        self.tokens: list[int] = []  # what the KV cache holds, in order (sequence 0)
+        # A token tree beyond ``tokens`` (see decode_tree): its shape, and the sequences
+        # 1..n that its paths other than the first occupy.
+        self._tree_shape: tuple[int, ...] | None = None
+        self._tree_seqs = 0
         self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         me = weakref.ref(self)  # no reference cycle: the context is freed as soon as it is dropped
@@ -266,6 +275,7 @@ class LlamaContext:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
+        self.drop_tree()
         start = len(self.tokens)
         if start + n > self.n_ctx:
             raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
@@ -281,21 +291,7 @@ class LlamaContext:
                 self._out[m - 1] = 1
             rows = m if logits == "all" else 1 if logits == "last" else 0
             self.batch.n_tokens = m
-            abortable = m > ABORTABLE_BATCH
-            if abortable != self._abortable:
-                cb = self._abort_cb if abortable else _NO_ABORT
-                llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
-                self._abortable = abortable
-            t0 = time.perf_counter()
-            rc = llama_cpp.llama_decode(self.ptr, self.batch)
-            self.decode_s += time.perf_counter() - t0
-            if rc != 0:
-                self._after_failed_decode(start + off)
-                if rc == 2:
-                    raise DecodeCancelled("cancelled")
-                if rc == 1:
-                    raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
-                raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
+            self._run_batch(m, start + off)
             self.tokens.extend(chunk)
         if logits == "all" and n > self.n_batch:
             raise ValueError("logits for every row need the tokens to fit in one batch")
@@ -304,13 +300,116 @@ class LlamaContext:
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 
+    def _linear_batch(self) -> None:
+        self._n_seq[:] = 1
+        for i in range(self.n_batch):
+            self.batch.seq_id[i][0] = 0
+
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int]
+                    ) -> npt.NDArray[np.float32]:
+        """Evaluate nodes of a token tree after the cache's tokens in one batch; logits for each.
+
+        ``shape`` is the whole tree as parent indices (−1: the node follows the cached tokens;
+        parents come first); ``nodes`` are the ones to evaluate now, with their ``tokens``.
+        Their ancestors must have been evaluated by earlier calls on the same shape, so a tree
+        can be grown level by level (a drafter) or evaluated at once (the target). Each
+        root-to-leaf path of ``shape`` is a sequence of its own: a node carries the ids of
+        every path through it and the cached tokens are shared by all, so llama.cpp's
+        attention mask (keyed on a token's first sequence, and causal in position) gives each
+        node exactly its ancestors. ``tokens`` stays the linear part; :meth:`keep_branch` or
+        :meth:`drop_tree` end the tree.
+        """
+        n = len(nodes)
+        if n == 0 or n != len(tokens):
+            raise ValueError("a tree decode needs one token per node")
+        if n > self.n_batch:
+            raise ValueError(f"{n} tree nodes do not fit a batch of {self.n_batch}")
+        shape = tuple(shape)
+        start = len(self.tokens)
+        depth: list[int] = []
+        for p in shape:
+            depth.append(0 if p < 0 else depth[p] + 1)
+        if start + max(depth[i] for i in nodes) + 1 > self.n_ctx:
+            raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
+        seqs = tree_paths(shape)
+        n_paths = 1 + max(max(s) for s in seqs)
+        if n_paths > self.n_seq_max:
+            raise ValueError(f"a tree of {n_paths} leaves needs more than {self.n_seq_max} "
+                             "sequences")
+        if shape != self._tree_shape:
+            self.drop_tree()
+            for s in range(1, n_paths):
+                llama_cpp.llama_memory_seq_cp(self.mem, 0, s, -1, -1)
+            self._tree_seqs, self._tree_shape = n_paths - 1, shape
+        b = self.batch
+        for i, (node, tok) in enumerate(zip(nodes, tokens, strict=True)):
+            self._tok[i] = tok
+            self._pos[i] = start + depth[node]
+            ids = seqs[node]
+            self._n_seq[i] = len(ids)
+            for j, sid in enumerate(ids):
+                b.seq_id[i][j] = sid
+        self._out[:n] = 1
+        b.n_tokens = n
+        try:
+            self._run_batch(n, start)
+        finally:
+            self._linear_batch()
+        ptr = llama_cpp.llama_get_logits(self.ptr)
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
+
+    def keep_branch(self, shape: Sequence[int], node: int, path_tokens: Sequence[int]) -> None:
+        """End a tree (see :meth:`decode_tree`) keeping the path from its root to ``node``
+        (−1: none of it), whose tokens are ``path_tokens``: the cache then holds ``tokens``
+        plus that path, as sequence 0."""
+        if node < 0 or self._tree_shape is None:
+            self.drop_tree()
+            return
+        start = len(self.tokens)
+        sid = tree_paths(shape)[node][0]  # the first path through ``node`` holds its ancestors
+        if self._tree_seqs:
+            llama_cpp.llama_memory_seq_keep(self.mem, sid)
+            if sid != 0:
+                llama_cpp.llama_memory_seq_cp(self.mem, sid, 0, -1, -1)
+                llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        self._tree_seqs, self._tree_shape = 0, None
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, start + len(path_tokens), -1)
+        self.tokens.extend(int(t) for t in path_tokens)
+
+    def drop_tree(self) -> None:
+        """Forget any token tree: the cache holds exactly ``tokens`` again."""
+        if self._tree_shape is not None:
+            for s in range(1, self._tree_seqs + 1):
+                llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, 0, len(self.tokens), -1)
+            self._tree_seqs, self._tree_shape = 0, None
+
+    def _run_batch(self, m: int, start: int) -> None:
+        abortable = m > ABORTABLE_BATCH
+        if abortable != self._abortable:
+            cb = self._abort_cb if abortable else _NO_ABORT
+            llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+            self._abortable = abortable
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.ptr, self.batch)
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            self._after_failed_decode(start)
+            if rc == 2:
+                raise DecodeCancelled("cancelled")
+            if rc == 1:
+                raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
+            raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
+
     def _after_failed_decode(self, committed: int) -> None:
         # A fatal error or abort can leave part of the batch in the cache: drop it.
         del self.tokens[committed:]
+        self.drop_tree()
         llama_cpp.llama_memory_seq_rm(self.mem, 0, committed, -1)
 
     def truncate(self, n: int) -> None:
         """Roll the cache back so it holds exactly its first ``n`` tokens."""
+        self.drop_tree()
         if n < len(self.tokens):
             llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
             del self.tokens[n:]
@@ -325,6 +424,7 @@ class LlamaContext:
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)
         self.tokens.clear()
+        self._tree_seqs, self._tree_shape = 0, None
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
@@ -334,3 +434,23 @@ class LlamaContext:
 
     def __del__(self) -> None:
         self.close()
+
+
+def tree_paths(parents: Sequence[int]) -> list[tuple[int, ...]]:
+    """For each node of a tree (parent indices, parents first), the ids of the root-to-leaf
+    paths through it, numbered by leaf in node order (the first leaf's path is 0)."""
+    n = len(parents)
+    has_child = [False] * n
+    for p in parents:
+        if p >= 0:
+            has_child[p] = True
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    leaf = 0
+    for i in range(n):
+        if not has_child[i]:
+            j = i
+            while j >= 0:
+                seqs[j].append(leaf)
+                j = parents[j]
+            leaf += 1
+    return [tuple(sorted(s)) for s in seqs]

@@ -135,7 +135,7 @@ def replay_turn(policy: GammaPolicy, turn: TurnTrace, costs: ReplayCosts,
         committed = min(accepted + 1, n - pos)
         draft_s = drafted * costs.draft_s + calls[0] * costs.confidence_s
         verify_s = costs.t_verify(drafted + 1)
-        step = StepEvent(drafted, accepted, draft_s, verify_s, "draft" if drafted else "none",
+        step = StepEvent(drafted, accepted, draft_s, verify_s, "model" if drafted else "none",
                          pos, committed, (), label)
         clock.t += draft_s + verify_s + costs.overhead_s
         policy.committed("".join(turn.pieces[pos:pos + committed]))

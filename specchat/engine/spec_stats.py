@@ -40,19 +40,20 @@ class SpecTally:
         self.steps += 1
         self.drafted += step.gamma
         self.accepted += step.accepted
-        self.rejections += step.accepted < step.gamma
+        self.rejections += step.accepted < step.depth
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s
         self.target_forwards += 1
         self.by_drafter[step.drafter] += 1
-        if step.drafter == "draft":
+        if step.drafter in ("model", "tree"):
             self.model_drafted += step.gamma
             self.model_draft_s += step.draft_s
-        grow = step.gamma - len(self.position_drafted)
+        # Per depth: a tree drafts at each depth once per step, like a chain at each position.
+        grow = step.depth - len(self.position_drafted)
         if grow > 0:
             self.position_drafted += [0] * grow
             self.position_accepted += [0] * grow
-        for i in range(step.gamma):
+        for i in range(step.depth):
             self.position_drafted[i] += 1
         for i in range(step.accepted):
             self.position_accepted[i] += 1

@@ -1,16 +1,20 @@
-"""Speculative decoding: a drafter proposes γ tokens, the target checks them in one forward pass.
+"""Speculative decoding: drafters propose, the target checks everything in one forward pass.
 
-Per step: the drafter (an n-gram lookup when it has a match, else the draft model) proposes up
-to γ tokens, sampling from its own distribution q after the same sampler transform as the
-target; the target evaluates ``[last, d1..dγ]`` in one batched decode with logits on every row;
-``verify`` decides what to keep; the reply commits the kept tokens plus the target's own; and
-the target's KV cache is rolled back to exactly the committed tokens. The draft's cache is
-brought up to the committed sequence at the start of its next proposal (common prefix + decode
-of what is missing), which also covers the step where every draft token was accepted.
+Per step: a plan (the γ policy's ``next_plan`` when it has one, else the default drafter's
+step for ``next_gamma()``) names the drafter and the shape — a chain or a token tree; the
+drafter proposes tokens with the distribution q each was drawn from (:mod:`.drafters`); the
+target evaluates ``[last, proposal…]`` in one batched decode with logits on every row (a tree
+with one sequence id per root-to-leaf path, see ``LlamaContext.decode_tree``); ``verify``
+decides what to keep; the reply commits the kept tokens plus the target's own; both caches
+keep only the committed path; and the events are emitted.
 
-Invariant between steps: the committed sequence is ``seq`` (prompt + reply); the target's cache
-holds ``seq[:-1]``; the last token is evaluated by the next step's batch, whose first row is the
-distribution of the next token.
+Invariant between steps (``decoding.hold_prefix``): the committed sequence is ``seq`` (prompt +
+reply); the target's cache holds ``seq[:-1]``; the last token is evaluated by the next step's
+batch, whose first row is the distribution of the next token. A draft model's cache is brought
+up to ``seq`` only when a step first asks it.
+
+A drafter that fails (say, the draft model cannot read a token the target produced) drops out
+for the rest of the reply with a notice; the reply goes on with the others, or plainly.
 """
 
 from __future__ import annotations
@@ -22,7 +26,18 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decoding import Clock
+from specchat.engine.decoding import Clock, hold_prefix
+from specchat.engine.drafters import (
+    Drafter,
+    DrafterEnv,
+    DraftFailed,
+    DraftRequest,
+    Proposal,
+    build,
+    depths,
+    fit_shape,
+)
+from specchat.engine.drafters.fallback import Fallback
 from specchat.engine.events import (
     Event,
     GenerationStats,
@@ -33,32 +48,18 @@ from specchat.engine.events import (
 )
 from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.model import DecodeCancelled, LlamaContext
-from specchat.engine.ngram import NgramDrafter
+from specchat.engine.plan import Plan
 from specchat.engine.reply import Reply
 from specchat.engine.sampling import (
     Distribution,
     SamplerSettings,
     distribution,
-    greedy_token,
     greedy_tokens,
     make_rng,
 )
 from specchat.engine.spec_stats import SpecTally
-from specchat.engine.verify import Verdict, one_hot, verify_greedy, verify_sampled
+from specchat.engine.verify import Verdict, children_of, verify_tree, verify_tree_greedy
 from specchat.errors import SpecchatError
-
-
-class DraftFailed(Exception):
-    """The draft model cannot go on (e.g. NaN logits); the reply continues without it."""
-
-
-def sync(ctx: LlamaContext, tokens: Sequence[int]) -> int:
-    """Bring the cache to exactly ``tokens`` (no logits); return how many were reused."""
-    reuse = ctx.common_prefix(tokens)
-    ctx.truncate(reuse)
-    if reuse < len(tokens):
-        ctx.decode(tokens[reuse:], logits="none")
-    return reuse
 
 
 class _TargetRows:
@@ -77,111 +78,257 @@ class _TargetRows:
 
 
 class SpeculativeDecoder:
-    """Draft-model and/or n-gram speculation, exact under the target's sampler settings."""
+    """Speculation with any drafters, exact under the target's sampler settings.
+
+    ``drafters``: names ("model", "ngram", "tree", …) or drafter objects; several are tried in
+    turn when the policy does not choose (``ngram,model``: the n-gram lookup when it has a
+    match, else the draft model). Default: the draft model.
+    """
 
     def __init__(self, target: LlamaContext, draft: LlamaContext | None = None,
-                 policy: GammaPolicy | None = None, ngram: NgramDrafter | None = None,
+                 policy: GammaPolicy | None = None,
+                 drafters: Sequence[str | Drafter] | None = None, *,
                  stepwise_draft: bool = False) -> None:
-        if draft is None and ngram is None:
+        if drafters is None:
+            drafters = ("model",) if draft is not None else ()
+        if not drafters:
             raise ValueError("speculation needs a draft model or an n-gram drafter")
         self.target = target
         self.draft = draft
         self.policy: GammaPolicy = policy if policy is not None else FixedGamma(4)
-        self.ngram = ngram
-        # Catch the draft up one token at a time instead of in one batch: slower, but its cache
-        # then does not depend on how steps fell (on a CPU a quantized model's logits differ
-        # slightly between batch shapes), so a replay of the run can be exact.
-        self.stepwise_draft = stepwise_draft
+        env = DrafterEnv(target, draft, stepwise_draft)
+        self.drafters: list[Drafter] = [build(d, env) if isinstance(d, str) else d
+                                        for d in drafters]
         self.name = "speculative" if draft is not None else "ngram"
-        # The draft may only propose ids the target knows (vocabularies may differ by padding).
-        self.n_shared = min(target.n_vocab, draft.n_vocab) if draft is not None else target.n_vocab
-        self._draft_known = 0  # leading tokens of the draft's cache known to match ``seq``
+        self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
+        self._default: Drafter | None = None
         self._last_seq: list[int] = []  # the previous reply's committed sequence
-        self._top_buf: npt.NDArray[np.float32] | None = None  # scratch for the draft's softmax
 
-    # ----------------------------------------------------------------------------- drafting
+    @property
+    def n_shared(self) -> int:
+        """Token ids both models know: the only ones a draft model may propose."""
+        d = self.draft
+        return min(self.target.n_vocab, d.n_vocab) if d is not None else self.target.n_vocab
 
-    def _draft_row(self, seq: list[int]) -> npt.NDArray[np.float32]:
-        """Bring the draft's cache to ``seq`` and return its logits for the next token."""
-        dft = self.draft
-        assert dft is not None
-        cached = dft.tokens
-        n = min(len(cached), len(seq))
-        i = min(self._draft_known, n)
-        while i < n and cached[i] == seq[i]:
-            i += 1
-        if i == len(seq):
-            i -= 1  # the last token must be evaluated again for its logits
-        dft.truncate(i)
-        if self.stepwise_draft:
-            for t in seq[i:-1]:
-                dft.decode((t,), logits="none")
-            i = len(seq) - 1
-        row = dft.decode(seq[i:], logits="last")[0]
-        self._draft_known = len(seq)
-        return row
+    # ---------------------------------------------------------------------------- the loop
 
-    def _draft_model(self, seq: list[int], gamma: int, settings: SamplerSettings,
-                     rng: np.random.Generator) -> tuple[list[int], list[Distribution]]:
-        dft = self.draft
-        assert dft is not None
-        model = dft.model
-        greedy = settings.greedy
-        row = self._draft_row(seq)[: self.n_shared]
-        drafts: list[int] = []
-        qs: list[Distribution] = []
-        while True:
-            if greedy:
-                d = greedy_token(row)
-                top: Callable[[], float] = self._softmax_top(row)
-            else:
-                q = distribution(row, settings)
-                d = q.sample(rng)
-                qs.append(q)
-                top = _const(float(q.probs[0]))
-            drafts.append(d)
-            # The policy is asked even at γ (its answer then moot), to see every confidence.
-            if (model.is_eog(d) or not self.policy.keep_drafting(len(drafts), top)
-                    or len(drafts) >= gamma):
-                return drafts, qs
-            row = dft.decode((d,), logits="last")[0][: self.n_shared]
+    def run(self, prompt: Sequence[int], settings: SamplerSettings,
+            cancel: threading.Event) -> Iterator[Event]:
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        tgt, clock = self.target, Clock()
+        reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
+        reused = self._start(seq, cancel)
+        if reused is None:
+            yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
+                                  stop_reason="cancelled")
+            return
+        prompt_s = t_first = t_last = clock.now()
+        rng = make_rng(settings.seed)
+        reason = "length"
+        while reason == "length":
+            if cancel.is_set() or len(seq) > tgt.n_ctx:
+                reason = "cancelled" if cancel.is_set() else "context"
+                break
+            t0, llama0 = time.perf_counter(), self._llama_s()
+            try:  # propose → verify
+                plan = self._plan(seq, settings, reply.n_generated)
+                proposal, notices = self._propose(seq, plan, settings, rng)
+                t1 = time.perf_counter()
+                verdict, forward_s = self._verify(seq, proposal, settings, rng)
+            except DecodeCancelled:
+                reason = "cancelled"
+                break
+            t3 = time.perf_counter()
+            position, text_at, now = reply.n_generated, len(reply.text), clock.now()
+            out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
+            step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
+                                    reply.n_generated - position)
+            tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
+                      self._llama_s() - llama0)
+            self.policy.committed(reply.text[text_at:])
+            self.policy.observe(step)
+            t_first, t_last = (now if position == 0 else t_first), now
+            yield from out  # emit
+            yield step
+            if reply.done:
+                reason = reply.stop_reason or "eos"
+            elif reply.n_generated >= settings.max_tokens:
+                break
+        if reason == "context":
+            yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): reply cut short")
+        self._settle(seq)
+        yield from reply.flush()
+        yield GenerationStats(
+            prompt_tokens=len(prompt), cached_tokens=reused, generated_tokens=reply.n_generated,
+            prompt_s=prompt_s, ttft_s=t_first, decode_s=t_last - t_first, total_s=clock.now(),
+            stop_reason=reason, **tally.fields(),
+        )
 
-    def _propose(self, seq: list[int], gamma: int, settings: SamplerSettings,
-                 rng: np.random.Generator, use_draft: bool
-                 ) -> tuple[list[int], list[Distribution], str]:
-        if gamma <= 0:
-            return [], [], "none"
-        if self.ngram is not None:
-            drafts = self.ngram.propose(gamma)
-            eog = self.target.model.is_eog
-            cut = next((i + 1 for i, t in enumerate(drafts) if eog(t)), len(drafts))
-            drafts = drafts[:cut]  # nothing after an end-of-generation token can be kept
-            if drafts:
-                return drafts, [one_hot(t) for t in drafts], "ngram"
-        if use_draft and self.draft is not None:
-            # The draft's cache must hold seq plus all but the last draft token.
-            gamma = min(gamma, self.draft.n_ctx - len(seq) + 1)
-            if gamma > 0:
-                try:
-                    drafts, qs = self._draft_model(seq, gamma, settings, rng)
-                except DecodeCancelled:
-                    raise
-                except SpecchatError as e:  # NaN logits, a failed decode: the draft's own
-                    raise DraftFailed(str(e)) from None
-                return drafts, qs, "draft"
-        return [], [], "none"
+    # ------------------------------------------------------------------------ the parts
 
-    def _softmax_top(self, row: npt.NDArray[np.float32]) -> Callable[[], float]:
-        """The draft's top-1 probability at ``row``, computed on call while the view is valid
-        (float32 into a scratch buffer: 7-14× cheaper than float64 on a 49k-262k vocabulary)."""
-        def top() -> float:
-            buf = self._top_buf
-            if buf is None or buf.shape != row.shape:
-                buf = self._top_buf = np.empty(row.shape, dtype=np.float32)
-            np.subtract(row, row.max(), out=buf)
-            np.exp(buf, out=buf)
-            return float(1.0 / buf.sum(dtype=np.float64))
-        return top
+    def _start(self, seq: list[int], cancel: threading.Event) -> int | None:
+        """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
+        policy and the drafters told. None when cancelled."""
+        for c in (self.target, self.draft):
+            if c is not None:
+                c.cancel = cancel
+        try:
+            reused = hold_prefix(self.target, seq)
+        except DecodeCancelled:
+            self._settle(seq)
+            return None
+        self.policy.begin(self._new_prompt_text(seq))
+        self._set_alive(self.drafters, seq)
+        return reused
+
+    def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
+                    verify_s: float, position: int, committed: int) -> StepEvent:
+        return StepEvent(
+            len(proposal.tokens), verdict.accepted, draft_s, verify_s,
+            proposal.drafter if proposal.tokens else "none", position, committed,
+            verdict.overlap, self.policy.label, plan_size=plan.size,
+            accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
+            depth=proposal.depth)
+
+    def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
+        self._alive = list(drafters)
+        if seq is not None:
+            for d in self._alive:
+                d.reset(seq)
+        n = len(self._alive)
+        self._default = None if n == 0 else self._alive[0] if n == 1 else Fallback(self._alive)
+
+    def _plan(self, seq: Sequence[int], settings: SamplerSettings, generated: int) -> Plan:
+        """The step to take, shrunk to what fits the context, the batch and the sequences."""
+        default = self._default
+        if default is None:
+            return Plan("none")
+        next_plan: Callable[[tuple[str, ...]], Plan] | None = getattr(
+            self.policy, "next_plan", None)
+        if next_plan is not None:
+            plan = next_plan(tuple(d.name for d in self._alive))
+        else:
+            plan = default.default_plan(self.policy.next_gamma())
+        tgt = self.target
+        shape = fit_shape(plan.parents, min(tgt.n_ctx - len(seq), tgt.n_batch - 1),
+                          settings.max_tokens - generated - 1, tgt.n_seq_max)
+        if plan.drafter == "none" or not shape:
+            return Plan("none", (), plan.reason)
+        return Plan(plan.drafter, shape, plan.reason)
+
+    def _propose(self, seq: Sequence[int], plan: Plan, settings: SamplerSettings,
+                 rng: np.random.Generator) -> tuple[Proposal, list[Event]]:
+        if plan.drafter == "none" or self._default is None:
+            return Proposal("none"), []
+        named = {d.name: d for d in self._alive}
+        drafter = named.get(plan.drafter, self._default)
+        req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting)
+        try:
+            return drafter.propose(req), []
+        except DecodeCancelled:
+            raise
+        except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
+            # token it cannot read) drops it for this reply: a broken draft must not end a
+            # healthy target's reply. This step is the target's alone.
+            failed = (e.drafter if isinstance(e, DraftFailed) else None) or drafter.name
+            for d in self._alive:
+                d.settle(seq)
+            self._set_alive([d for d in self._alive if d.name != failed])
+            who = "the draft" if failed in ("model", "tree") else f"the {failed} drafter"
+            return Proposal("none"), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
+                                                  "without it")]
+
+    def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
+                rng: np.random.Generator) -> tuple[Verdict, float]:
+        """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
+        tgt = self.target
+        tokens = [seq[-1], *proposal.tokens]
+        tree = proposal.kind == "tree"
+        shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
+        t0 = time.perf_counter()
+        rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
+                else tgt.decode(tokens, logits="all"))
+        forward_s = time.perf_counter() - t0
+        if settings.greedy:
+            v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
+        else:
+            v = verify_tree(_TargetRows(rows, settings), proposal.tokens, proposal.parents,
+                            proposal.q, rng)
+        if tree:
+            tgt.keep_branch(shape, v.path[-1] + 1 if v.path else 0,
+                            [seq[-1], *(proposal.tokens[i] for i in v.path)])
+        return v, forward_s
+
+    def _commit(self, seq: list[int], reply: Reply, proposal: Proposal, verdict: Verdict,
+                settings: SamplerSettings, now: float) -> list[Event]:
+        """The kept drafts, then the target's own token; the caches follow."""
+        out: list[Event] = []
+        position = reply.n_generated
+        kept = [proposal.tokens[i] for i in verdict.path]
+        main, branches = self._rejected_events(proposal, verdict, position)
+        for j, token in enumerate([*kept, verdict.token]):
+            origin = TokenOrigin.ACCEPTED
+            if j == len(kept):
+                out.extend(main)
+                origin = (TokenOrigin.CORRECTED if verdict.rejected is not None else
+                          TokenOrigin.BONUS if proposal.tokens else TokenOrigin.PLAIN)
+            out.extend(reply.add(token, origin, now))
+            seq.append(token)
+            if reply.done or reply.n_generated >= settings.max_tokens:
+                break
+        out.extend(branches)
+        hold_prefix(self.target, seq, known=len(seq) - 1)
+        for d in self._alive:
+            d.commit(seq, proposal, verdict)
+        return out
+
+    def _rejected_events(self, proposal: Proposal, verdict: Verdict, position: int
+                         ) -> tuple[list[Event], list[Event]]:
+        """Every drafted token off the accepted path. The main run: the first child rejected
+        where the path stopped and its best-ranked descendants (never judged). Then the
+        losing branches of a tree, each numbered, depth first."""
+        kids = children_of(proposal.parents)
+        depth = depths(proposal.parents)
+        judged = {r.index: r for r in verdict.rejections}
+        model = self.target.model
+
+        def event(i: int, branch: int) -> RejectedEvent:
+            d = proposal.tokens[i]
+            r = judged.get(i)
+            p, q = (r.p, r.q) if r is not None else (0.0, proposal.q[i].prob(d))
+            text = model.piece(d).decode("utf-8", errors="replace")
+            return RejectedEvent(d, text, position + depth[i] - 1, p, q, branch)
+
+        main: list[int] = []
+        node = verdict.rejected.index if verdict.rejected is not None else None
+        while node is not None:
+            main.append(node)
+            node = kids.get(node, [None])[0]
+        seen = set(verdict.path) | set(main)
+        branches: list[Event] = []
+        number = 0
+        for i in range(len(proposal.tokens)):
+            if i in seen:
+                continue
+            number += 1
+            node = i
+            while node is not None:  # a branch follows first children; the others start new ones
+                seen.add(node)
+                branches.append(event(node, number))
+                node = kids.get(node, [None])[0]
+        return [event(i, 0) for i in main], branches
+
+    def _settle(self, seq: list[int]) -> None:
+        """Leave every cache holding only tokens of the committed sequence."""
+        for d in self.drafters:
+            d.settle(seq)
+        self.target.drop_tree()
+        self.target.truncate(min(len(self.target.tokens), len(seq) - 1))
+        self._last_seq = seq
+
+    def _llama_s(self) -> float:
+        return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)
 
     def _new_prompt_text(self, prompt: Sequence[int], head: int = 160, tail: int = 96) -> str:
         """The text of what the prompt adds to the previous reply's sequence (in a chat, the
@@ -194,147 +341,6 @@ class SpeculativeDecoder:
             i += 1
         return new_text(self.target.model.detokenize, prompt[i:], head, tail)
 
-    # ---------------------------------------------------------------------------- the loop
-
-    def _llama_s(self) -> float:
-        return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)
-
-    def run(self, prompt: Sequence[int], settings: SamplerSettings,
-            cancel: threading.Event) -> Iterator[Event]:
-        if not prompt:
-            raise ValueError("the prompt has no tokens")
-        tgt, dft = self.target, self.draft
-        clock = Clock()
-        tgt.cancel = cancel
-        if dft is not None:
-            dft.cancel = cancel
-        reply = Reply(tgt.model, settings.stop)
-        seq = list(prompt)
-        tally = SpecTally()
-        self._draft_known = 0
-        use_draft = dft is not None and max(seq) < dft.n_vocab and len(seq) <= dft.n_ctx
-        try:
-            reused = sync(tgt, seq[:-1])
-            if dft is not None and use_draft:
-                sync(dft, seq[:-1])
-                self._draft_known = len(seq) - 1
-        except DecodeCancelled:
-            self._settle_draft(seq)
-            yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
-                                  stop_reason="cancelled")
-            return
-        prompt_s = clock.now()
-        self.policy.begin(self._new_prompt_text(prompt))
-        if self.ngram is not None:
-            self.ngram.reset(seq)
-        rng = make_rng(settings.seed)
-        greedy = settings.greedy
-        t_first = t_last = prompt_s
-        reason = "length"
-        while True:
-            if cancel.is_set():
-                reason = "cancelled"
-                break
-            room = tgt.n_ctx - len(seq)  # the batch [last, d1..dγ] must fit
-            if room < 0:
-                reason = "context"
-                yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): "
-                                  "reply cut short")
-                break
-            gamma = max(0, min(self.policy.next_gamma(), room,
-                               settings.max_tokens - reply.n_generated - 1))
-            mode = self.policy.label
-            t0 = time.perf_counter()
-            llama0 = self._llama_s()
-            try:
-                try:
-                    drafts, qs, drafter = self._propose(seq, gamma, settings, rng, use_draft)
-                except DraftFailed as e:  # a broken draft must not end a healthy target's reply
-                    use_draft = False
-                    yield NoticeEvent(f"the draft stopped: {e}; the reply goes on without it")
-                    drafts, qs, drafter = self._propose(seq, gamma, settings, rng, use_draft)
-                t1 = time.perf_counter()
-                rows = tgt.decode([seq[-1], *drafts], logits="all")
-                t2 = time.perf_counter()
-            except DecodeCancelled:
-                reason = "cancelled"
-                break
-            if greedy:
-                verdict = verify_greedy(greedy_tokens(rows), drafts)
-            else:
-                verdict = verify_sampled(_TargetRows(rows, settings), qs, drafts, rng)
-            t3 = time.perf_counter()
-            # Commit: the kept drafts, then the target's own token.
-            out: list[Event] = []
-            position = reply.n_generated
-            text_at = len(reply.text)
-            now = clock.now()
-            origin = TokenOrigin.ACCEPTED
-            commits = [*drafts[: verdict.accepted], verdict.token]
-            for j, token in enumerate(commits):
-                if j == verdict.accepted:
-                    if verdict.rejected is not None:
-                        out.extend(self._rejected_events(drafts, qs, verdict, position))
-                        origin = TokenOrigin.CORRECTED
-                    else:
-                        origin = TokenOrigin.BONUS if drafts else TokenOrigin.PLAIN
-                out.extend(reply.add(token, origin, now))
-                seq.append(token)
-                if dft is not None and token >= dft.n_vocab:
-                    use_draft = False  # the draft cannot read this token: speculate no more
-                if reply.done or reply.n_generated >= settings.max_tokens:
-                    break
-            if self.ngram is not None:
-                self.ngram.extend(seq[len(seq) - (reply.n_generated - position):])
-            tgt.truncate(len(seq) - 1)
-            step = StepEvent(len(drafts), verdict.accepted, t1 - t0, t3 - t1, drafter, position,
-                             reply.n_generated - position, verdict.overlap, mode)
-            tally.add(step, verdict.match, t2 - t1, time.perf_counter() - t0,
-                      self._llama_s() - llama0)
-            self.policy.committed(reply.text[text_at:])
-            self.policy.observe(step)
-            out.append(step)
-            if position == 0:
-                t_first = now
-            t_last = now
-            yield from out
-            if reply.done:
-                reason = reply.stop_reason or "eos"
-                break
-            if reply.n_generated >= settings.max_tokens:
-                break
-        self._settle_draft(seq)
-        self._last_seq = seq
-        yield from reply.flush()
-        yield GenerationStats(
-            prompt_tokens=len(prompt), cached_tokens=reused, generated_tokens=reply.n_generated,
-            prompt_s=prompt_s, ttft_s=t_first, decode_s=t_last - t_first, total_s=clock.now(),
-            stop_reason=reason, **tally.fields(),
-        )
-
-    def _settle_draft(self, seq: list[int]) -> None:
-        """Leave the draft's cache holding only tokens of the committed sequence."""
-        dft = self.draft
-        if dft is not None:
-            dft.truncate(dft.common_prefix(seq))
-        self.target.truncate(len(seq) - 1)
-
-    def _rejected_events(self, drafts: list[int], qs: list[Distribution], verdict: Verdict,
-                         position: int) -> list[Event]:
-        rej = verdict.rejected
-        assert rej is not None
-        model = self.target.model
-        out: list[Event] = []
-        for i in range(rej.index, len(drafts)):
-            d = drafts[i]
-            if i == rej.index:
-                p, q = rej.p, rej.q
-            else:  # never judged by the target: its p is unknown
-                p, q = 0.0, qs[i].prob(d) if qs else 1.0
-            text = model.piece(d).decode("utf-8", errors="replace")
-            out.append(RejectedEvent(d, text, position + i, p, q))
-        return out
-
 
 def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], head: int = 160,
              tail: int = 96) -> str:
@@ -342,7 +348,3 @@ def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], 
     if len(tokens) <= head + tail:
         return detokenize(tokens)
     return detokenize(tokens[:head]) + " … " + detokenize(tokens[-tail:])
-
-
-def _const(x: float) -> Callable[[], float]:
-    return lambda: x

@@ -1,19 +1,37 @@
 """The verification rule of speculative decoding: which draft tokens the target keeps.
 
-Sampled (Leviathan et al. 2023, Chen et al. 2023): draft token d_i, drawn from the drafter's
-distribution q_i, is kept with probability min(1, p_i(d_i) / q_i(d_i)). At the first rejection
-the target's token is drawn from the residual norm(max(0, p_i − q_i)) and the rest of the draft
-is discarded; if every draft token is kept, a bonus token is drawn from p_{γ+1}. Each committed
-token is then distributed exactly as if it had been sampled from p directly.
+One rule for chains and token trees (a chain is a tree whose nodes have one child each).
 
-The residual is positive only where p_i > q_i, so it lives on p's support: tokens that only q
-proposes never come out of it. p and q are the distributions *after* the sampler transform, so
-the guarantee is "the same distribution as plain sampling with these settings".
+Sampled, one child per node (Leviathan et al. 2023, Alg. 1; Chen et al. 2023, Alg. 2): draft
+token d, drawn from the drafter's distribution q, is kept with probability min(1, p(d) / q(d));
+at a rejection the target's token is drawn from the residual norm(max(0, p − q)).
 
-An n-gram proposal is the same rule with q one-hot on d: keep d with probability p(d); on
-rejection, max(0, p − onehot(d)) is p with d removed, renormalised.
+Sampled, several children per node: recursive rejection sampling — SpecInfer's multi-step
+speculative sampling for i.i.d. children (Miao et al., ASPLOS 2024, arXiv:2305.09781) and its
+without-replacement form (Jeon et al. 2024, "Recursive Speculative Decoding", arXiv:2402.14160;
+see also SpecTr, Sun et al. 2023). The rule, as implemented: the children x₁…x_k of a node
+are tried in order against a target distribution that starts at p₁ = p:
 
-Greedy: keep d_i while it equals the target's argmax; the target's argmax follows.
+    keep x_i with probability min(1, p_i(x_i) / q_i(x_i));
+    else p_{i+1} = norm(max(0, p_i − q_i))        (the residual, updated after each child)
+
+and when every child is rejected the token is drawn from p_{k+1}. Here q_i is the distribution
+child i was drawn from given the children before it: q itself for i.i.d. children, q with
+x₁…x_{i−1} removed and renormalised for children drawn without replacement (what the tree
+drafter does). Proof, by induction from the last child: given the children before it, x_i ~ q_i,
+so the output of step i is min(p_i, q_i) + (1 − Σ min(p_i, q_i)) · p_{i+1} = p_i (p_{i+1}
+depends only on p_i and q_i, not on x_i); hence the node outputs p₁ = p. A kept child moves on
+to its own children against the target's distribution there. Every proposal carries its q_i
+per node, so the rule needs no knowledge of how the drafter drew.
+
+The residual is positive only where p_i > q_i: it lives on p's support, and a rejected child
+(rejection needs p_i(x) < q_i(x)) has residual 0, so it never comes out later. p and q are the
+distributions *after* the sampler transform: the guarantee is "the same distribution as plain
+sampling with these settings". An n-gram proposal is q one-hot on d: keep d with probability
+p(d); on rejection p with d removed.
+
+Greedy: follow the child that equals the target's argmax; the first node with none gives the
+target's argmax. The output is token-identical to plain greedy decoding.
 
 Pure numpy, float64 throughout; no llama.cpp calls.
 """
@@ -35,31 +53,34 @@ RESIDUAL_EPS = 1e-12
 
 
 class Rows(Protocol):
-    """Target distributions by draft position (a list, or rows computed on first access)."""
+    """Target distributions by node (row 0: the root; row i + 1: node i), computed on access."""
 
     def __getitem__(self, i: int, /) -> Distribution: ...
 
 
 @dataclass(frozen=True)
 class Rejection:
-    index: int  # 0-based index of the rejected token in the draft
+    index: int  # the rejected node (for a chain: its position in the draft)
     token: int
-    p: float  # target probability of the rejected token
-    q: float  # drafter probability of the rejected token
+    p: float  # the target's probability of the token when it was judged (the residual's)
+    q: float  # the drafter's probability of it
 
 
 @dataclass(frozen=True)
 class Verdict:
-    accepted: int  # leading draft tokens kept
+    accepted: int  # draft tokens kept (the accepted path's length)
     token: int  # the target's own token after them: corrected (at a rejection) or bonus
-    rejected: Rejection | None
-    # Per verified position (the kept ones and the rejected one), when p and q are at hand:
+    rejected: Rejection | None  # the first child rejected at the node where the path stopped
+    # Per verified depth, for the best-ranked child, when p and q are at hand:
     overlap: tuple[float, ...] = ()  # Σ min(p, q): the probability this rule keeps the token
     match: tuple[float, ...] = ()  # Σ p·q: the same for "keep it if the target's sample equals it"
+    path: tuple[int, ...] = ()  # the kept nodes, root to deepest
+    ranks: tuple[int, ...] = ()  # each kept node's rank among its siblings (0 = the best)
+    rejections: tuple[Rejection, ...] = ()  # every child rejected where the path stopped
 
 
 def one_hot(token: int) -> Distribution:
-    """The drafter distribution of a deterministic proposal (n-gram lookup)."""
+    """The drafter distribution of a deterministic proposal (n-gram lookup, greedy drafts)."""
     return Distribution(np.array([token], dtype=np.int64), np.array([1.0]))
 
 
@@ -72,49 +93,117 @@ def probs_at(d: Distribution, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.floa
     return np.where(d.ids[at] == ids, d.probs[at], 0.0)
 
 
-def _sample(ids: npt.NDArray[np.int64], weights: npt.NDArray[np.float64],
-            rng: np.random.Generator) -> int:
-    cum = np.cumsum(weights)
-    i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
-    return int(ids[min(i, ids.size - 1)])
+def accept_probability(p: Distribution, q: Distribution, token: int) -> float:
+    """min(1, p(token) / q(token)); 0 where p has none."""
+    pd, qd = p.prob(token), q.prob(token)
+    return 1.0 if pd >= qd else pd / qd
+
+
+def next_residual(p: Distribution, q: Distribution) -> Distribution:
+    """norm(max(0, p − q)): the target distribution after a child drawn from q was rejected."""
+    r = p.probs - np.minimum(p.probs, probs_at(q, p.ids))
+    total = float(r.sum())
+    if total <= RESIDUAL_EPS:  # p == q up to rounding: a rejection had probability ~0
+        return p
+    keep = r > 0
+    return Distribution(p.ids[keep], r[keep] / total)
+
+
+def children_of(parents: Sequence[int]) -> dict[int, list[int]]:
+    """Each node's children (−1 = the root), in rank order."""
+    out: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        out.setdefault(p, []).append(i)
+    return out
+
+
+def node_output(p: Distribution, children: Sequence[tuple[int, Distribution]]
+                ) -> dict[int, float]:
+    """The exact distribution of what a node commits, given its drafted children
+    ``(token, q_i)`` in order: "this child is kept" counts as its token. Used to check the rule
+    algebraically; it composes the same two steps the sampler takes."""
+    out: dict[int, float] = {}
+    reach = 1.0
+    for token, q in children:
+        a = accept_probability(p, q, token)
+        out[token] = out.get(token, 0.0) + reach * a
+        reach *= 1.0 - a
+        p = next_residual(p, q)
+    for t, pr in zip(p.ids.tolist(), p.probs.tolist(), strict=True):
+        out[t] = out.get(t, 0.0) + reach * pr
+    return out
+
+
+def verify_tree(p: Rows, tokens: Sequence[int], parents: Sequence[int],
+                q: Sequence[Distribution], rng: np.random.Generator) -> Verdict:
+    """Recursive rejection sampling over a token tree (see the module docstring).
+
+    ``p[0]`` is the target's distribution at the root, ``p[i + 1]`` after node i; rows are
+    read lazily, only along the path taken. ``q[i]`` is the distribution node i was drawn from.
+    """
+    kids = children_of(parents)
+    node = -1
+    path: list[int] = []
+    ranks: list[int] = []
+    overlap: list[float] = []
+    match: list[float] = []
+    while True:
+        pi = p[node + 1]
+        rejected: list[Rejection] = []
+        for rank, c in enumerate(kids.get(node, ())):
+            qc, d = q[c], int(tokens[c])
+            if rank == 0:
+                q_on_p = probs_at(qc, pi.ids)
+                overlap.append(float(np.minimum(pi.probs, q_on_p).sum()))
+                match.append(float(pi.probs @ q_on_p))
+            pd, qd = pi.prob(d), qc.prob(d)
+            if rng.random() * qd < pd:  # probability min(1, pd / qd); never when pd = 0
+                path.append(c)
+                ranks.append(rank)
+                node = c
+                break
+            rejected.append(Rejection(c, d, pd, qd))
+            pi = next_residual(pi, qc)
+        else:
+            return Verdict(len(path), pi.sample(rng), rejected[0] if rejected else None,
+                           tuple(overlap), tuple(match), tuple(path), tuple(ranks),
+                           tuple(rejected))
+
+
+def verify_tree_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
+                       tokens: Sequence[int], parents: Sequence[int]) -> Verdict:
+    """Follow the children that equal the target's argmax (row i + 1 follows node i).
+
+    Under greedy decoding p and q are point masses, so a rejected token has p = 0 and q = 1.
+    """
+    kids = children_of(parents)
+    node = -1
+    path: list[int] = []
+    ranks: list[int] = []
+    while True:
+        best = int(target_argmax[node + 1])
+        children = kids.get(node, [])
+        hit = next((r for r, c in enumerate(children) if int(tokens[c]) == best), None)
+        if hit is None:
+            rejected = tuple(Rejection(c, int(tokens[c]), 0.0, 1.0) for c in children)
+            return Verdict(len(path), best, rejected[0] if rejected else None, path=tuple(path),
+                           ranks=tuple(ranks), rejections=rejected)
+        node = children[hit]
+        path.append(node)
+        ranks.append(hit)
+
+
+def chain_parents(n: int) -> tuple[int, ...]:
+    return tuple(range(-1, n - 1))
 
 
 def verify_sampled(p: Rows, q: Sequence[Distribution], drafts: Sequence[int],
                    rng: np.random.Generator) -> Verdict:
-    """Modified rejection sampling over one draft.
-
-    ``p`` has len(drafts) + 1 target distributions (row i follows draft token i − 1; the last
-    gives the bonus); it is indexed lazily, in order, so the caller may compute rows on demand.
-    ``q[i]`` is the distribution ``drafts[i]`` was drawn from (``one_hot`` for n-gram drafts).
-    """
-    overlap: list[float] = []
-    match: list[float] = []
-    for i, d in enumerate(drafts):
-        pi, qi = p[i], q[i]
-        q_on_p = probs_at(qi, pi.ids)
-        both = np.minimum(pi.probs, q_on_p)
-        overlap.append(float(both.sum()))
-        match.append(float(pi.probs @ q_on_p))
-        pd, qd = pi.prob(d), qi.prob(d)
-        if rng.random() * qd < pd:  # probability min(1, pd / qd); never when pd = 0
-            continue
-        residual = pi.probs - both  # = max(0, p − q), on p's support
-        # p == q up to rounding: a rejection had probability ~0; p itself is then exact.
-        exact = residual.sum() > RESIDUAL_EPS
-        token = _sample(pi.ids, residual, rng) if exact else pi.sample(rng)
-        return Verdict(i, token, Rejection(i, int(d), pd, qd), tuple(overlap), tuple(match))
-    bonus = p[len(drafts)].sample(rng)
-    return Verdict(len(drafts), bonus, None, tuple(overlap), tuple(match))
+    """Modified rejection sampling over one chain of drafts (``p`` has len(drafts) + 1 rows)."""
+    return verify_tree(p, drafts, chain_parents(len(drafts)), q, rng)
 
 
 def verify_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
                   drafts: Sequence[int]) -> Verdict:
-    """Keep draft tokens while they equal the target's argmax (``np.argmax(rows, axis=1)``).
-
-    Under greedy decoding p and q are point masses, so a rejected token has p = 0 and q = 1.
-    """
-    for i, d in enumerate(drafts):
-        best = int(target_argmax[i])
-        if d != best:
-            return Verdict(i, best, Rejection(i, int(d), 0.0, 1.0))
-    return Verdict(len(drafts), int(target_argmax[len(drafts)]), None)
+    """Keep draft tokens while they equal the target's argmax (``np.argmax(rows, axis=1)``)."""
+    return verify_tree_greedy(target_argmax, drafts, chain_parents(len(drafts)))

@@ -29,6 +29,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.cost_model import TABLE_SIZE
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.model import (
     ContextSettings,
     DecodeCancelled,
@@ -36,7 +37,6 @@ from specchat.engine.model import (
     LlamaModel,
     ModelSettings,
 )
-from specchat.engine.ngram import NgramDrafter
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError
@@ -227,7 +227,7 @@ def ngram_replay(replies: list[tuple[list[int], list[int]]], verify_s: tuple[flo
             ng.reset(prompt)
             i = 0
             while i < len(reply):
-                drafts = ng.propose(min(g, len(reply) - i))
+                drafts = ng.lookup(min(g, len(reply) - i))
                 k = 0
                 while k < len(drafts) and drafts[k] == reply[i + k]:
                     k += 1

@@ -105,10 +105,11 @@ class EventBatcher:
         elif isinstance(ev, StepEvent):
             self.steps += 1
             self.gamma = ev.gamma
-            self.mode = ev.mode or None
+            # What chose the step, and the plan's few words when it has them ("tree 12 · depth 4").
+            self.mode = " · ".join(x for x in (ev.mode, ev.reason) if x) or None
             self._gammas.append(ev.gamma)
             self.accepted += ev.accepted
-            rejected = ev.accepted < ev.gamma
+            rejected = ev.accepted < ev.depth  # a tree drafts more tokens than it can keep
             self.rejections += int(rejected)
             self.committed_in_steps += ev.accepted + 1  # the correction or the bonus token
             self.draft_s += ev.draft_s

@@ -5,9 +5,10 @@ bonus tokens or plain target tokens, and which draft tokens the target threw awa
 encodes to a compact string for the database, so a reloaded chat shows the same colours.
 
 Encoding (version 1), a JSON object: ``runs`` is a run-length string over the segments, one
-letter per kind (``p`` plain, ``a`` accepted, ``c`` corrected, ``b`` bonus, ``x`` rejected draft)
-followed by a character count, e.g. ``"a12c3x5b1"``; the reply's own characters come from the
-message text, the rejected ones from ``x`` (all rejected text, concatenated). ~10 bytes per run.
+letter per kind (``p`` plain, ``a`` accepted, ``c`` corrected, ``b`` bonus, ``x`` rejected draft,
+``t`` a token tree's losing branch, each starting with "⎇") followed by a character count, e.g.
+``"a12c3x5b1"``; the reply's own characters come from the message text, the rejected ones from
+``x`` (all rejected and losing-branch text, concatenated). ~10 bytes per run.
 """
 
 from __future__ import annotations
@@ -19,22 +20,26 @@ from dataclasses import dataclass
 from specchat.engine.events import RejectedEvent, TokenEvent, TokenOrigin
 
 REJECTED = "x"
+BRANCH = "t"  # a losing branch of a token tree (drafted, never on the accepted path)
+BRANCH_MARK = "⎇"
 CODES = {TokenOrigin.PLAIN: "p", TokenOrigin.ACCEPTED: "a", TokenOrigin.CORRECTED: "c",
          TokenOrigin.BONUS: "b"}
-KINDS = (*CODES.values(), REJECTED)
+KINDS = (*CODES.values(), REJECTED, BRANCH)
 FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
 class Segment:
-    """A run of text of one kind: ``p``/``a``/``c``/``b`` (reply), ``x`` (rejected draft)."""
+    """A run of text of one kind: ``p``/``a``/``c``/``b`` (reply), ``x`` (rejected draft), ``t``
+    (a tree's losing branch)."""
 
     text: str
     kind: str
 
     @property
     def rejected(self) -> bool:
-        return self.kind == REJECTED
+        """Drafted text that is not in the reply (shown only when asked)."""
+        return self.kind in (REJECTED, BRANCH)
 
 
 class FateTrace:
@@ -51,12 +56,14 @@ class FateTrace:
         self._last_pos: int | None = None  # position of the last reply token shown
         self._run_next: int | None = None  # position a rejected event must have to extend the run
         self._pending: list[RejectedEvent] = []  # rejected drafts waiting for their token
+        self._branch = 0  # the losing branch being shown (each starts with BRANCH_MARK)
 
     # --- building from events -----------------------------------------------------------
 
     def add_token(self, ev: TokenEvent) -> list[Segment]:
         """Add a reply token; return the segments that became visible, in order."""
         out = [Segment(ev.text, CODES[ev.origin])] if ev.text else []
+        self._branch = 0
         self._last_pos = ev.position
         self._run_next = None
         if self._pending and self._pending[0].position <= ev.position:
@@ -74,7 +81,13 @@ class FateTrace:
             self._pending.append(ev)
             return []
         self._run_next = ev.position + 1
-        out = [Segment(_visible(ev.text), REJECTED)] if ev.text else []
+        if ev.branch:
+            mark = BRANCH_MARK if ev.branch != self._branch else ""
+            self._branch = ev.branch
+            out = [Segment(mark + _visible(ev.text), BRANCH)] if mark or ev.text else []
+        else:
+            self._branch = 0
+            out = [Segment(_visible(ev.text), REJECTED)] if ev.text else []
         self.extend(out)
         return out
 
@@ -161,7 +174,7 @@ def _decode_runs(text: str, encoded: str) -> list[Segment]:
         while j < len(runs) and runs[j].isdigit():
             j += 1
         n = int(runs[i + 1 : j])
-        if kind == REJECTED:
+        if kind in (REJECTED, BRANCH):
             part, xi = rejected[xi : xi + n], xi + n
         else:
             part, ti = text[ti : ti + n], ti + n

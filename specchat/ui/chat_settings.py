@@ -13,10 +13,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specchat.config import UserConfig
+from specchat.engine.drafters import parse_names
 from specchat.engine.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
 from specchat.engine.sampling import SamplerSettings
+from specchat.errors import SpecchatError
 
 GammaMode = GammaKind
+# What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.
+DRAFTER_CHOICES = {
+    "model": "the draft model",
+    "ngram,model": "n-gram lookup, then the draft model",
+    "tree": "a token tree from the draft model",
+    "ngram": "n-gram lookup only",
+}
 
 
 @dataclass(frozen=True)
@@ -25,14 +34,15 @@ class ChatSettings:
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     gamma_mode: GammaMode = "plan"
     gamma: int = GAMMA_DEFAULT  # the fixed value (also shown for the other modes)
-    ngram: bool = False
+    drafter: str = "model"  # one of DRAFTER_CHOICES (or any drafter names, comma-separated)
 
     @classmethod
     def from_config(cls, cfg: UserConfig, pair_gamma: int | None = None) -> ChatSettings:
         g = cfg.gamma
         shown = g.n if g.kind == "fixed" else (pair_gamma if pair_gamma is not None
                                                else GAMMA_DEFAULT)
-        return cls(cfg.system_prompt, cfg.sampling, g.kind, shown, cfg.ngram)
+        drafter = cfg.drafter or ("ngram,model" if cfg.ngram else "model")  # the old key too
+        return cls(cfg.system_prompt, cfg.sampling, g.kind, shown, drafter)
 
     @property
     def gamma_setting(self) -> GammaSetting:
@@ -40,7 +50,7 @@ class ChatSettings:
 
     def to_config(self, cfg: UserConfig) -> UserConfig:
         return cfg.with_(system_prompt=self.system_prompt, sampling=self.sampling,
-                         gamma=self.gamma_setting, ngram=self.ngram)
+                         gamma=self.gamma_setting, drafter=self.drafter, ngram=False)
 
     def with_(self, **changes: Any) -> ChatSettings:
         return replace(self, **changes)
@@ -52,7 +62,7 @@ class ChatSettings:
 
 
 def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str, min_p: str,
-                   max_tokens: str, seed: str, gamma_mode: str, gamma: str, ngram: bool,
+                   max_tokens: str, seed: str, gamma_mode: str, gamma: str, drafter: str,
                    base: SamplerSettings) -> ChatSettings:
     """Build settings from the form's text fields; raise ValueError with a one-line reason."""
 
@@ -73,4 +83,9 @@ def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str,
     if gamma_mode not in GAMMA_KINDS:
         raise ValueError(f"γ mode must be {', '.join(GAMMA_KINDS)}, not {gamma_mode!r}")
     g = parse_gamma(number("γ", gamma, int)).n  # the config file's range; 0 = no drafting
-    return ChatSettings(system_prompt, sampling, gamma_mode, g, ngram)  # type: ignore[arg-type]
+    if drafter not in DRAFTER_CHOICES:
+        try:
+            drafter = ",".join(parse_names(drafter))
+        except SpecchatError as e:
+            raise ValueError(f"drafter: {e}") from None
+    return ChatSettings(system_prompt, sampling, gamma_mode, g, drafter)  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ monochrome terminal, or a screenshot printed in grey.
     bonus            sky blue, bold italic           (free token after a fully accepted draft)
     plain target     the normal text colour          (no draft model involved)
     rejected draft   reddish purple, dim, struck out (shown only when asked)
+    losing branch    reddish purple, dim, italic, after a ⎇ (a token tree's other drafts;
+                     shown only when asked)
 
 Accepted and plain tokens never share a reply (a reply is either speculative or plain), and the
 message header says which it is, so their difference never rests on colour alone.
@@ -17,7 +19,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from specchat.store.fates import REJECTED
+from specchat.store.fates import BRANCH, REJECTED
 
 OKABE_ITO = {
     "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73", "yellow": "#F0E442",
@@ -30,14 +32,15 @@ STYLES: dict[str, Style] = {
     "c": Style(color=OKABE_ITO["vermillion"], underline=True),
     "b": Style(color=OKABE_ITO["sky_blue"], bold=True, italic=True),
     REJECTED: Style(color=OKABE_ITO["reddish_purple"], dim=True, strike=True),
+    BRANCH: Style(color=OKABE_ITO["reddish_purple"], dim=True, italic=True),
 }
 
 NAMES = {"a": "accepted draft", "c": "corrected", "b": "bonus", "p": "plain target",
-         REJECTED: "rejected draft"}
+         REJECTED: "rejected draft", BRANCH: "losing branch"}
 
 
 SHORT_NAMES = {"a": "accepted", "c": "corrected", "b": "bonus", "p": "plain",
-               REJECTED: "rejected"}
+               REJECTED: "rejected", BRANCH: "branch"}
 
 
 def legend(show_rejected: bool, view: str) -> Text:

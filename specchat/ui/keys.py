@@ -33,7 +33,7 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+r", "toggle_rejected", "Drafts",
         "Show or hide the rejected draft tokens (struck through)", priority=True),
     Key("ctrl+l", "toggle_chats", "Chats", "Show or hide the list of past chats"),
-    Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, n-gram, seed",
+    Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, drafter, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
     Key("f3", "pair_models", "Pair",

@@ -27,9 +27,11 @@ DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
 def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     """The one place the app turns its settings into a decoder: speculative for a pair, with
     the γ setting's policy (a learning one — plan, auto — is new for each decoder: one per chat
-    session, another for a race), plain for a single model unless n-gram drafting is on.
+    session, another for a race) and the chosen drafter, plain for a single model unless a
+    drafter that needs no draft model is chosen.
     Sampling settings go with each request."""
-    return runtime.decoder(gamma=settings.gamma_setting, ngram=settings.ngram)
+    names = tuple(n for n in settings.drafter.split(",") if n)
+    return runtime.decoder(gamma=settings.gamma_setting, drafters=runtime.usable_drafters(names))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static, TabbedContent, TabPane
 
-from specchat.store.fates import REJECTED
+from specchat.store.fates import BRANCH, REJECTED
 from specchat.ui.fate_style import NAMES, STYLES
 from specchat.ui.keys import APP_KEYS, CHAT_KEYS, INPUT_KEYS, LIST_KEYS, RACE_KEYS, display
 from specchat.ui.screens.explain import explain
@@ -25,6 +25,8 @@ COLOUR_HELP = {
     "b": "the target's extra token after it accepted every draft (sky blue, bold italic)",
     "p": "plain decoding: the target alone, no draft model (normal text)",
     REJECTED: "a draft token the target threw away (purple, dim, struck out; Ctrl+R)",
+    BRANCH: "another branch of a token tree, after ⎇: drafted, not taken (purple, dim, italic; "
+            "Ctrl+R)",
 }
 
 
@@ -48,7 +50,7 @@ def help_table() -> RenderableType:
          [(display(k.keys), k.help) for k in RACE_KEYS]),
         ("Anywhere", list(APP_KEYS)),
         ("Token colours", [(Text(NAMES[k], style=STYLES[k]), COLOUR_HELP[k])
-                           for k in ("a", "c", "b", "p", REJECTED)]),
+                           for k in ("a", "c", "b", "p", REJECTED, BRANCH)]),
     ]
     parts: list[RenderableType] = []
     for title, rows in sections:

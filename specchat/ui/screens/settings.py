@@ -1,4 +1,4 @@
-"""The settings screen: system prompt, sampling, max tokens, seed, γ and n-gram drafting.
+"""The settings screen: system prompt, sampling, max tokens, seed, γ and the drafter.
 
 Dismisses with the new :class:`ChatSettings` (saved to the config file by the caller), or None
 when cancelled. A bad value keeps the screen open with a one-line reason.
@@ -12,9 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static, TextArea
+from textual.widgets import Button, Input, Label, Select, Static, TextArea
 
-from specchat.ui.chat_settings import ChatSettings, parse_settings
+from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings, parse_settings
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -52,11 +52,16 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                                  value=s.gamma_mode,
                                  allow_blank=False, id="gamma-mode", compact=True)
                     yield from _field("γ when fixed", "gamma", str(s.gamma))
-                    yield Label("n-gram drafting")
-                    yield Checkbox("draft from n-grams of the conversation", s.ngram, id="ngram")
+                    yield Label("Drafter")
+                    choices = [(label, value) for value, label in DRAFTER_CHOICES.items()]
+                    if s.drafter not in DRAFTER_CHOICES:  # e.g. from --drafter tree,ngram
+                        choices.append((s.drafter.replace(",", ", then "), s.drafter))
+                    yield Select(choices, value=s.drafter, allow_blank=False, id="drafter",
+                                 compact=True)
                 if not self.has_draft:
-                    yield Static("This model runs without a draft model: γ and n-gram drafting "
-                                 "apply when you open a pair.", classes="dialog-hint")
+                    yield Static("This model runs without a draft model: γ and the drafters "
+                                 "that use one apply when you open a pair.",
+                                 classes="dialog-hint")
             yield Static("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (Ctrl+S)", variant="primary", id="save")
@@ -77,7 +82,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 self.query_one("#system-prompt", TextArea).text, text("temperature"),
                 text("top-p"), text("top-k"), text("min-p"), text("max-tokens"), text("seed"),
                 str(self.query_one("#gamma-mode", Select).value), text("gamma"),
-                self.query_one("#ngram", Checkbox).value, self.settings.sampling)
+                str(self.query_one("#drafter", Select).value), self.settings.sampling)
         except ValueError as e:
             self.query_one("#settings-error", Static).update(f"✗ {e}")
             return

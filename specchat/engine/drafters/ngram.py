@@ -6,21 +6,35 @@ n tokens, longest n first, and proposes the tokens that followed that earlier oc
 shines when the reply quotes the prompt (summaries, code edits, extraction) and costs a few
 dictionary look-ups per step. The index grows incrementally as tokens are committed, so a step
 costs O(new tokens), not O(conversation).
+
+A proposal is a chain whose tokens are point masses (q one-hot), cut after an
+end-of-generation token of the target's (nothing after it could be kept).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
+from specchat.engine.verify import Verdict, one_hot
+
+NAME = "ngram"
 
 
-class NgramDrafter:
-    name = "ngram"
+def _never(token: int) -> bool:
+    return False
 
-    def __init__(self, n_max: int = 3, n_min: int = 1) -> None:
+
+class NgramDrafter(ChainDefault):
+    name = NAME
+
+    def __init__(self, n_max: int = 3, n_min: int = 1,
+                 is_eog: Callable[[int], bool] = _never) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 ≤ n_min ≤ n_max")
         self.n_max = n_max
         self.n_min = n_min
+        self.is_eog = is_eog
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -48,7 +62,17 @@ class NgramDrafter:
                     table[tuple(toks[j - n : j])] = j
             toks.append(int(t))
 
-    def propose(self, k: int) -> list[int]:
+    def propose(self, req: DraftRequest) -> Proposal:
+        drafts = self.lookup(req.plan.depth)
+        cut = next((i + 1 for i, t in enumerate(drafts) if self.is_eog(t)), len(drafts))
+        drafts = drafts[:cut]
+        return Proposal(self.name, tuple(drafts), tuple(range(-1, len(drafts) - 1)),
+                        tuple(one_hot(t) for t in drafts))
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        self.reset(seq)
+
+    def lookup(self, k: int) -> list[int]:
         """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before."""
         toks = self.tokens
         if k <= 0:
@@ -60,3 +84,9 @@ class NgramDrafter:
             if j is not None:
                 return toks[j : j + k]
         return []
+
+
+def build(env: DrafterEnv) -> NgramDrafter:
+    # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
+    n_min = env.ngram_n_min or (2 if env.draft is not None else 1)
+    return NgramDrafter(n_min=n_min, is_eog=env.target.model.is_eog)

@@ -1,0 +1,109 @@
+"""A scripted-logits stand-in for a llama.cpp context, for exactness tests with power.
+
+A ``ScriptedContext`` is a "model" whose next-token logits depend only on the last token and
+its position (a Markov chain over a tiny vocabulary), so its output distribution is known
+exactly and a reply costs microseconds instead of a forward pass: the real decoder, drafters
+and verification rule can be sampled 10⁵ times in a test. It keeps the cache bookkeeping
+(``tokens``, trees ended by ``keep_branch``) the decoder relies on and checks it: a node of a
+tree must follow its parent, a kept path must be one the tree held.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+
+class ScriptedModel:
+    def __init__(self, n_vocab: int, eog: int | None = None) -> None:
+        self.n_vocab = n_vocab
+        self.eog = eog
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+    def piece(self, token: int) -> bytes:
+        return f"<{token}>".encode()
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return "".join(f"<{t}>" for t in tokens)
+
+
+class ScriptedContext:
+    """Logits row for "after token t at position i" = ``table[(t + i * stride) % len(table)]``."""
+
+    def __init__(self, table: npt.NDArray[np.float32], stride: int = 1, n_ctx: int = 4096,
+                 n_batch: int = 512, n_seq_max: int = 16, eog: int | None = None) -> None:
+        self.table = np.asarray(table, dtype=np.float32)
+        self.stride = stride
+        self.model = ScriptedModel(self.table.shape[1], eog)
+        self.n_vocab = self.table.shape[1]
+        self.n_ctx, self.n_batch, self.n_seq_max = n_ctx, n_batch, n_seq_max
+        self.tokens: list[int] = []
+        self.decode_s = 0.0
+        self.cancel = threading.Event()
+        self._tree: dict[int, tuple[int, int]] | None = None  # node → (token, parent node)
+
+    def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
+        return self.table[(token + position * self.stride) % len(self.table)]
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
+        self.drop_tree()
+        start = len(self.tokens)
+        if start + len(tokens) > self.n_ctx:
+            raise ValueError("scripted context overflow")
+        self.tokens.extend(int(t) for t in tokens)
+        if logits == "none":
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        idx = range(len(tokens)) if logits == "all" else [len(tokens) - 1]
+        return np.stack([self.row(tokens[i], start + i) for i in idx])
+
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int]
+                    ) -> npt.NDArray[np.float32]:
+        if self._tree is None:
+            self._tree = {}
+        rows = []
+        for node, tok in zip(nodes, tokens, strict=True):
+            parent = shape[node]
+            if parent >= 0 and parent not in self._tree:
+                raise AssertionError(f"node {node} evaluated before its parent {parent}")
+            depth, p = 0, parent
+            while p >= 0:
+                depth, p = depth + 1, shape[p]
+            self._tree[node] = (int(tok), parent)
+            rows.append(self.row(int(tok), len(self.tokens) + depth))
+        return np.stack(rows)
+
+    def keep_branch(self, shape: Sequence[int], node: int, path_tokens: Sequence[int]) -> None:
+        tree, self._tree = self._tree, None
+        if node < 0:
+            return
+        assert tree is not None, "keep_branch without a tree"
+        path: list[int] = []
+        i = node
+        while i >= 0:
+            path.append(tree[i][0])
+            i = tree[i][1]
+        assert path[::-1] == [int(t) for t in path_tokens], "kept path is not the tree's"
+        self.tokens.extend(int(t) for t in path_tokens)
+
+    def drop_tree(self) -> None:
+        self._tree = None
+
+    def truncate(self, n: int) -> None:
+        self.drop_tree()
+        del self.tokens[n:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = min(len(tokens), len(self.tokens))
+        i = 0
+        while i < n and self.tokens[i] == tokens[i]:
+            i += 1
+        return i
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self._tree = None

@@ -1,0 +1,216 @@
+"""Drafters: what proposes the tokens a speculative step asks the target to check.
+
+Every drafter is a plug-in behind the ``Drafter`` protocol: asked with a ``DraftRequest`` (the
+committed sequence, the step's ``Plan`` — drafter name and tree shape —, the sampler settings
+and the step's random generator), it returns a ``Proposal``: tokens as a chain or a tree whose
+parent indices are a sub-tree of the plan's shape, with the distribution q each token was drawn
+from (a point mass for deterministic proposals). It is told what the target committed
+(``commit``), when a reply starts (``reset``) and ends or is cancelled (``settle``).
+
+A drafter is one module in this package defining ``NAME`` and ``build(env) -> Drafter | None``
+(None: not usable with what is loaded, e.g. no draft model); :func:`build` finds them by name,
+so a new drafter is a new file. Modules whose name starts with ``_`` are helpers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from specchat.engine.model import LlamaContext
+from specchat.engine.plan import Plan, chain
+from specchat.engine.sampling import Distribution, SamplerSettings
+from specchat.engine.verify import Verdict
+from specchat.errors import SpecchatError
+
+
+class DraftFailed(SpecchatError):
+    """A drafter cannot go on for this reply (its message says why, for a notice)."""
+
+    def __init__(self, message: str, drafter: str | None = None) -> None:
+        super().__init__(message)
+        self.drafter = drafter  # which drafter failed, when a combination reports it
+
+
+def _always(drafted: int, top_prob: Callable[[], float]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    seq: Sequence[int]  # the committed sequence (prompt + reply so far)
+    plan: Plan
+    settings: SamplerSettings
+    rng: np.random.Generator
+    # The γ policy's early stop, asked after each drafted token of a chain (see GammaPolicy).
+    keep_drafting: Callable[[int, Callable[[], float]], bool] = _always
+
+
+@dataclass(frozen=True)
+class Proposal:
+    drafter: str  # the name of the drafter that proposed it
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()  # node i hangs under parents[i] (−1: the root), parents first
+    q: tuple[Distribution, ...] = ()  # the distribution each token was drawn from
+
+    @property
+    def kind(self) -> str:
+        if not self.tokens:
+            return "none"
+        return "chain" if all(p == i - 1 for i, p in enumerate(self.parents)) else "tree"
+
+    @property
+    def depth(self) -> int:
+        return max(depths(self.parents), default=0)
+
+
+def depths(parents: Sequence[int]) -> list[int]:
+    """Each node's depth (1 = a child of the root)."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
+
+
+def path_to(parents: Sequence[int], node: int) -> list[int]:
+    """The nodes from the root's child down to ``node`` (empty for −1)."""
+    out: list[int] = []
+    while node >= 0:
+        out.append(node)
+        node = parents[node]
+    out.reverse()
+    return out
+
+
+class Drafter(Protocol):
+    name: str
+
+    def default_plan(self, gamma: int) -> Plan:
+        """The step to take when the γ policy gives only a length (no ``next_plan``)."""
+        ...
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        """A reply starts on ``prompt``."""
+        ...
+
+    def propose(self, req: DraftRequest) -> Proposal:
+        """Tokens for the target to check (none is a valid answer); may raise DraftFailed."""
+        ...
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        """The step's outcome: ``seq`` is the committed sequence now."""
+        ...
+
+    def settle(self, seq: Sequence[int]) -> None:
+        """The reply ended (or was cancelled): leave any cache holding a prefix of ``seq``."""
+        ...
+
+
+class ChainDefault:
+    """Mix-in: a chain of γ tokens is the default step."""
+
+    name: str
+
+    def default_plan(self, gamma: int) -> Plan:
+        return chain(self.name, gamma)
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        return None
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        return None
+
+    def settle(self, seq: Sequence[int]) -> None:
+        return None
+
+
+@dataclass
+class DrafterEnv:
+    """What drafters are built from: the target, and the draft model when one is loaded."""
+
+    target: LlamaContext
+    draft: LlamaContext | None = None
+    stepwise_draft: bool = False  # see drafters._draft_model.DraftModel
+    ngram_n_min: int | None = None  # None: 2 with a draft model behind it, else 1
+    shared: dict[str, object] = field(default_factory=dict)  # helpers drafters share
+
+
+def names() -> tuple[str, ...]:
+    """Every drafter this package provides, by name."""
+    return tuple(sorted(_modules()))
+
+
+def _modules() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        name = getattr(mod, "NAME", None)
+        if isinstance(name, str) and callable(getattr(mod, "build", None)):
+            found[name] = mod.__name__
+    return found
+
+
+def build(name: str, env: DrafterEnv) -> Drafter:
+    """The drafter called ``name``; a clear error when it is unknown or cannot run here."""
+    mods = _modules()
+    if name not in mods:
+        raise SpecchatError(f"unknown drafter '{name}' (choose from {', '.join(sorted(mods))})")
+    drafter: Drafter | None = importlib.import_module(mods[name]).build(env)
+    if drafter is None:
+        raise SpecchatError(f"the '{name}' drafter needs a draft model (--draft)")
+    return drafter
+
+
+def usable(names: Sequence[str], env: DrafterEnv) -> tuple[str, ...]:
+    """Of ``names``, those that can run in ``env`` (e.g. not "tree" without a draft model)."""
+    mods = _modules()
+    return tuple(n for n in names if n in mods and
+                 importlib.import_module(mods[n]).build(env) is not None)
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """``"ngram,model"`` → ("ngram", "model"), checked against the known drafters."""
+    out = tuple(n.strip().lower() for n in text.split(",") if n.strip())
+    if not out:
+        raise SpecchatError("--drafter needs at least one name")
+    known = names()
+    for n in out:
+        if n not in known:
+            raise SpecchatError(f"unknown drafter '{n}' (choose from {', '.join(known)})")
+    if len(set(out)) != len(out):
+        raise SpecchatError(f"a drafter is named twice in '{text}'")
+    return out
+
+
+def fit_shape(parents: Sequence[int], max_nodes: int, max_depth: int,
+              max_leaves: int) -> tuple[int, ...]:
+    """The shape within the limits: nodes too deep, past the node budget or adding a leaf past
+    ``max_leaves`` are left out with their subtrees (so a tree that does not fit the batch, the
+    context or the sequences is shrunk, never refused). Node order is kept."""
+    new_index: dict[int, int] = {}
+    out: list[int] = []
+    depth: list[int] = []
+    has_child: set[int] = set()
+    leaves = 0
+    for i, p in enumerate(parents):
+        if p >= 0 and p not in new_index:
+            continue
+        d = 1 if p < 0 else depth[new_index[p]] + 1
+        np_ = new_index[p] if p >= 0 else -1
+        grows = np_ < 0 or np_ in has_child  # a new leaf, unless it extends one
+        if len(out) >= max_nodes or d > max_depth or leaves + grows > max_leaves:
+            continue
+        new_index[i] = len(out)
+        out.append(np_)
+        depth.append(d)
+        leaves += grows
+        if np_ >= 0:
+            has_child.add(np_)
+    return tuple(out)
