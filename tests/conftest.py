@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specchat.devtools.local_hub import LocalHub
+from specchat.devtools.local_pypi import PIP_UNSET, LocalPypi
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.paths import AppPaths
 
@@ -86,3 +87,15 @@ def hub(home: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setattr(hf_cache, "BACKOFF_S", 0.01)
         yield h
+
+
+@pytest.fixture
+def pypi(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPypi]:
+    """A local PyPI stand-in (the simple index pip reads); pip is pointed at it alone."""
+    index = LocalPypi().start()
+    for key in PIP_UNSET:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in index.pip_env().items():
+        monkeypatch.setenv(key, value)
+    yield index
+    index.stop()
