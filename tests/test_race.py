@@ -171,13 +171,25 @@ def test_race_on_tiny_models_is_identical_when_greedy(tiny_target: Path,
                        ChangeOneToken(runtime.decoder(gamma=3), position=2))
     finally:
         runtime.close()
-    assert seen == ["warm-up", "warm-up", "recording the plain run (1/2)…",
-                    "recording the speculative run (2/2)…"]
+    # each side three times, alternating, after one warm-up each
+    assert seen == ["warm-up", "warm-up",
+                    "recording plain run 1/3 (1/6)…", "recording speculative run 1/3 (2/6)…",
+                    "recording plain run 2/3 (3/6)…", "recording speculative run 2/3 (4/6)…",
+                    "recording plain run 3/3 (5/6)…", "recording speculative run 3/3 (6/6)…"]
+    assert [len(r) for r in result.runs] == [3, 3]
+    assert result.plain in result.plain_runs and result.spec in result.spec_runs
     assert len(result.plain.tokens) == 20 == len(result.spec.tokens)  # not the warm-up's 8
+    assert result.load is not None and result.load.cores >= 1
+    assert result.costs is not None and result.costs.source == "this race"
+    assert result.why.startswith("on this CPU a ")
     assert result.identical and result.plain.text == result.spec.text
     assert result.spec.steps and result.alpha is not None and set(result.gammas) <= {0, 1, 2, 3}
     assert all(isinstance(e.event, TokenEvent) for e in result.plain.events[:-1])
     assert bad.difference == 2 and bad.is_bug
+    d = bad.divergence  # examined: the changed token was far from the target's choice
+    assert d is not None and d.position == 2 and d.bound_source == "measured on this prompt"
+    assert d.bound is not None and abs(d.margin) > d.bound
+    assert "a bug" in bad.verdict() and "beyond this build's batch rounding" in bad.verdict()
 
 
 def test_race_needs_a_drafter(tiny_target: Path) -> None:
@@ -203,7 +215,12 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     assert rc == 0
     assert "── plain" in out and "── speculative" in out and "cumulative tokens over time" in out
     assert "outputs identical ✓" in out
-    assert re.search(r"speedup [\d.]+×\s+α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
+    assert re.search(r"decode speedup [\d.]+×  ·  overall [\d.]+×  ·  TTFT speculative/plain "
+                     r"[\d.]+×  ·  α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
+    assert re.search(r"^plain +12 tokens  TTFT [\d.]+ \([\d.]+–[\d.]+\) s  decode [\d.]+ "
+                     r"\([\d.]+–[\d.]+\) tok/s  overall .*\[3 runs: median \(min–max\)\]$",
+                     out, re.M)
+    assert re.search(r"^why: on this CPU a \d+-token check costs [\d.]+× one token", out, re.M)
     assert (tmp_path / "rep" / "race.png").is_file() and (tmp_path / "rep" / "report.md").is_file()
 
 
@@ -213,6 +230,7 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     (["race", "--prompt-from", "nope"], "no built-in prompt 'nope'"),
     (["race", "hi", "--max-tokens", "0"], "max tokens must be ≥ 1"),
     (["race", "hi", "--temperature", "-1"], "temperature must be ≥ 0"),
+    (["race", "hi", "--runs", "0"], "--runs must be between 1 and 20 (got 0)"),
 ])
 def test_race_cli_bad_input(argv: list[str], message: str, home: AppPaths,
                             capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from specchat.models.progress import TextProgress
 from specchat.race.prompts import DEFAULT_KIND, RacePrompt, prompt_from
 from specchat.race.replay import Due, play, schedule
 from specchat.race.result import RaceResult
-from specchat.race.runner import RaceSetup, run_race
+from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime, select
@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gamma", type=gamma_arg, metavar="N",
                    help="draft tokens per step (default: the pair's recommended γ)")
     p.add_argument("--ngram", action="store_true", help="prompt-lookup drafting as well")
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
+                   help=f"timed runs per side, alternating plain and speculative; medians and "
+                   f"spreads are reported (default {DEFAULT_RUNS})")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.png (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
@@ -63,6 +66,9 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
     chosen: RacePrompt | None = None
     if args.prompt is None:
         chosen = prompt_from(args.prompt_from or DEFAULT_KIND)
+    runs = getattr(args, "runs", DEFAULT_RUNS)
+    if not 1 <= runs <= 20:
+        raise SpecchatError(f"--runs must be between 1 and 20 (got {runs})")
     seed = args.seed if args.seed is not None else (env.config.sampling.seed or 1)
     try:
         settings = env.config.sampling.with_(temperature=args.temperature, seed=seed,
@@ -70,7 +76,7 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
     except ValueError as e:
         raise SpecchatError(str(e)) from None
     return RaceSetup(chosen.text if chosen else args.prompt, settings,
-                     env.config.system_prompt or None, chosen.category if chosen else None)
+                     env.config.system_prompt or None, chosen.category if chosen else None, runs)
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
@@ -85,7 +91,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         if runtime.draft_ctx is None and not env.ngram(args):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
                                 "--draft, or --ngram")
-        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args))
+        spec = race_decoder(runtime, env.gamma(args), env.ngram(args))
         result = run_race(runtime, setup, spec,
                           progress=lambda m: print(f"[{m}]", file=sys.stderr))
     finally:

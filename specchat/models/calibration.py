@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat.engine import batch_rounding
 from specchat.engine.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
@@ -33,6 +34,8 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.progress import Progress, ProgressFn, no_progress
+
+ROUNDING_TOKENS = 32  # reply tokens the batch-rounding measurement evaluates (≈ 2 plain passes)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class CalibrationResult:
     # (kept, seen) per bin of the draft's top-1 probability (acceptance.CONF_EDGES): how well
     # the draft's confidence predicts acceptance, for auto-γ's early stop. Empty in old records.
     confidence: tuple[tuple[float, float], ...] = ()
+    # Logits: how far a gap between the target's top tokens moves with batch shape on this
+    # build (engine.batch_rounding); a greedy divergence at a closer tie is rounding, not a bug.
+    # None in old records.
+    batch_rounding: float | None = None
 
     @property
     def pays(self) -> bool:
@@ -154,6 +161,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         report(Progress(task, total - 1, total, unit="steps"))
         draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
         verify_s = verify_costs(t_ctx, prompt, reply, n_verify, options.repeats, cancel)
+        rounding = batch_rounding.measure(t_ctx, prompt, reply[:ROUNDING_TOKENS], cancel).gap
     except DecodeCancelled:
         report(Progress(task, failed=True))
         raise Cancelled("calibration cancelled") from None
@@ -170,7 +178,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         per_prompt=tuple(results), draft_s=draft_s, verify_s=verify_s, speedups=tuple(table),
         gamma=gamma, speedup=speedup, verdict=verdict(alpha, costs, gamma, speedup),
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
-        confidence=confidence_counts(tops, agreed))
+        confidence=confidence_counts(tops, agreed), batch_rounding=rounding)
 
 
 def format_result(r: CalibrationResult) -> str:
@@ -181,5 +189,9 @@ def format_result(r: CalibrationResult) -> str:
                  "step); target pass over n tokens: " + ", ".join(
                      f"{n}: {s * 1000:.1f} ms" for n, s in enumerate(r.verify_s, 1)))
     lines.append("predicted speed-up by γ: " + ", ".join(f"{g}: {s:.2f}×" for g, s in r.speedups))
+    if r.batch_rounding is not None:
+        lines.append(f"batch rounding: gaps between the target's top tokens move by up to "
+                     f"{r.batch_rounding:.3f} logits with batch shape (a greedy reply may part "
+                     "from plain decoding at a closer tie)")
     lines.append(f"recommended γ = {r.gamma}: {r.verdict}")
     return "\n".join(lines)

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specchat.engine.sampling import SamplerSettings
+from specchat.race.noise import MachineLoad, Spread, noise_note
 from specchat.race.timeline import RaceTimeline
+from specchat.race.why import Costs, explain
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -40,22 +42,69 @@ def gamma_trace_text(gammas: Sequence[int], limit: int = 8) -> str:
 
 
 @dataclass(frozen=True)
+class Divergence:
+    """Where greedy speculative output parted from plain output, and how close the choice was."""
+
+    position: int
+    chosen: str  # the token plain decoding chose there
+    other: str  # the token the speculative run chose
+    margin: float  # logits between the two, as plain decoding saw them
+    bound: float | None  # this build's measured batch rounding (gap change), if known
+    bound_source: str = ""  # "calibration" | "measured on this prompt"
+
+    @property
+    def near_tie(self) -> bool:
+        return self.bound is not None and abs(self.margin) <= self.bound
+
+
+@dataclass(frozen=True)
 class RaceResult:
     prompt: str
     pair: str  # what raced, e.g. "demo" or "target + draft"
     settings: SamplerSettings
-    plain: RaceTimeline
+    plain: RaceTimeline  # the median run of each side (the one replayed)
     spec: RaceTimeline
     category: str | None = None  # the Spec-Bench category of a built-in prompt
+    plain_runs: tuple[RaceTimeline, ...] = ()  # every timed run, in the order they ran
+    spec_runs: tuple[RaceTimeline, ...] = ()
+    load: MachineLoad | None = None
+    divergence: Divergence | None = None
+    costs: Costs | None = None  # what a target token, a check and a draft token cost here
+    device: str = "CPU"
 
     @property
     def greedy(self) -> bool:
         return self.settings.greedy
 
     @property
+    def runs(self) -> tuple[tuple[RaceTimeline, ...], tuple[RaceTimeline, ...]]:
+        return (self.plain_runs or (self.plain,), self.spec_runs or (self.spec,))
+
+    def spread(self, side: int, figure: str) -> Spread:
+        """``figure``: tok_s (whole run), decode_tok_s or ttft_s, over every run of a side."""
+        values = [getattr(t, figure) for t in self.runs[side]]
+        return Spread.of([v for v in values if v is not None] or [0.0])
+
+    @property
     def speedup(self) -> float | None:
-        """Speculative tokens/s over plain tokens/s, prompt processing included in both."""
-        return self.spec.tok_s / self.plain.tok_s if self.plain.tok_s > 0 else None
+        """Median speculative tokens/s over median plain tokens/s, prompt included in both."""
+        p, s = self.spread(0, "tok_s").median, self.spread(1, "tok_s").median
+        return s / p if p > 0 else None
+
+    @property
+    def decode_speedup(self) -> float | None:
+        """The same once the replies have started: decoding alone, the prompt left out."""
+        p, s = self.spread(0, "decode_tok_s").median, self.spread(1, "decode_tok_s").median
+        return s / p if p > 0 and s > 0 else None
+
+    @property
+    def why(self) -> str:
+        return explain(self.costs, self.device) if self.costs is not None else ""
+
+    @property
+    def noise(self) -> str | None:
+        spreads = [self.spread(side, "tok_s") for side in (0, 1)]
+        return noise_note(self.load, spreads)
 
     @property
     def alpha(self) -> float | None:
@@ -85,24 +134,46 @@ class RaceResult:
         if not self.greedy:
             return (f"outputs differ from token {self.difference} on: expected when sampling "
                     f"(T={self.settings.temperature:g}); both follow the target's distribution")
+        d = self.divergence
+        if d is not None and d.bound is not None:
+            tie = (f"{d.chosen!r} vs {d.other!r}, margin {abs(d.margin):.3f} logits")
+            if d.near_tie:
+                return (f"parted at a near-tie at token {d.position}: {tie}, within this build's "
+                        f"batch rounding (measured: up to {d.bound:.3f}) — not a bug")
+            return (f"outputs differ at token {d.position} — a bug: {tie}, beyond this build's "
+                    f"batch rounding (measured: up to {d.bound:.3f})")
         return (f"outputs differ at token {self.difference} — a bug: greedy speculative "
                 "decoding must reproduce plain greedy decoding")
 
     @property
     def is_bug(self) -> bool:
-        return self.greedy and not self.identical
+        near_tie = self.divergence is not None and self.divergence.near_tie
+        return self.greedy and not self.identical and not near_tie
+
+    def side_line(self, side: int) -> str:
+        run = (self.plain, self.spec)[side]
+        n = len(self.runs[side])
+        tok_s, dec = self.spread(side, "tok_s"), self.spread(side, "decode_tok_s")
+        ttft = self.spread(side, "ttft_s")
+        name = ("plain", "speculative")[side]
+        runs = f"  [{n} runs: median (min–max)]" if n > 1 else ""
+        return (f"{name:12} {len(run.tokens):4d} tokens  TTFT {ttft.text('{:.2f}')} s  "
+                f"decode {dec.text()} tok/s  overall {tok_s.text()} tok/s{runs}")
+
+    def ratio_line(self) -> str:
+        p_ttft, s_ttft = self.spread(0, "ttft_s").median, self.spread(1, "ttft_s").median
+        ttft = f"{s_ttft / p_ttft:.2f}×" if p_ttft > 0 else "–"
+        return (f"decode speedup {_x(self.decode_speedup)}  ·  overall {_x(self.speedup)}  ·  "
+                f"TTFT speculative/plain {ttft}  ·  α {_f(self.alpha)}  τ {_f(self.tau)}  "
+                f"γ {gamma_trace_text(self.gammas)}")
 
     def summary_lines(self) -> list[str]:
-        p, s = self.plain, self.spec
-        lines = [
-            f"plain        {len(p.tokens):4d} tokens  {p.tok_s:7.1f} tok/s  "
-            f"TTFT {_ms(p.ttft_s)}  elapsed {p.elapsed_s:6.2f} s",
-            f"speculative  {len(s.tokens):4d} tokens  {s.tok_s:7.1f} tok/s  "
-            f"TTFT {_ms(s.ttft_s)}  elapsed {s.elapsed_s:6.2f} s",
-            f"speedup {_x(self.speedup)}  α {_f(self.alpha)}  τ {_f(self.tau)}  "
-            f"γ {gamma_trace_text(self.gammas)}",
-            self.verdict(),
-        ]
+        lines = [self.side_line(0), self.side_line(1), self.ratio_line()]
+        if self.why:
+            lines.append(f"why: {self.why}")
+        if self.noise:
+            lines.append(f"noise: {self.noise}")
+        lines.append(self.verdict())
         return lines
 
 
