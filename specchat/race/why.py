@@ -66,7 +66,8 @@ def explain(costs: Costs, device: str = "CPU", check: int | None = None) -> str:
     sizes = sorted(n for n in costs.verify if n > 1)
     if not sizes or costs.t1 <= 0:
         return ""
-    n = check if check in costs.verify else min(sizes, key=lambda k: abs(k - 5))
+    n = check if check is not None and check in costs.verify else min(
+        sizes, key=lambda k: abs(k - 5))
     head = f"on this {device} a {n}-token check costs {costs.verify[n] / costs.t1:.1f}× one token"
     parts = [head]
     if costs.draft is not None:
