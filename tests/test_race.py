@@ -150,9 +150,14 @@ def test_text_chart() -> None:
 
 def test_builtin_prompts() -> None:
     prompts = builtin_prompts()
-    assert [p.kind for p in prompts] == list(KINDS)
+    assert [p.kind for p in prompts] == [*KINDS, "copy", "reformat", "edit-code"]
+    copy = prompt_from("copy")
+    assert copy.category == "copy" and "canal" in copy.text and "river rises" in copy.text
+    assert "def total_price(items" in prompt_from("edit-code").text
+    assert prompt_from("summary").category == "summarization"
     assert prompt_from("code").category == "coding"
-    assert prompt_from("rag").category == "rag"  # any Spec-Bench category
+    assert prompt_from("rag").category == "rag"
+    assert prompt_from("writing").category == "writing"  # any Spec-Bench category
     with pytest.raises(SpecchatError, match="no built-in prompt 'nope'"):
         prompt_from("nope")
 

@@ -38,7 +38,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("prompt", nargs="?", help="the question (default: a built-in coding prompt)")
     p.add_argument("--prompt-from", metavar="KIND",
                    help="a built-in prompt: code, list, prose, translation, math, qa, "
-                   "extraction, summary, or any Spec-Bench category (its first prompt)")
+                   "extraction, summary, rag; copy, reformat, edit-code (replies that repeat "
+                   "the prompt, where prompt lookup pays); or any Spec-Bench category")
     add_model_args(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, help="sampling seed, the same for both runs (default 1)")
