@@ -68,3 +68,23 @@ def test_margin_at_is_the_plain_decoding_gap(ctx: LlamaContext) -> None:
     first = batch_rounding.margin_at(ctx, prompt, reply, 0, runner_up)
     assert first.position == 0 and first.margin == first.batched_margin
     assert ctx.tokens == []
+
+
+def test_examine_tells_a_changed_token_from_a_tie(ctx: LlamaContext) -> None:
+    prompt = ctx.model.tokenize("hello there", add_special=True)
+    plain = greedy(ctx, prompt, 12)
+    assert batch_rounding.examine(ctx, prompt, plain, list(plain)) is None
+    assert batch_rounding.examine(ctx, prompt, plain, plain[:5]) is None  # stopped early
+    ctx.clear()
+    ctx.decode(prompt, logits="none")
+    for t in plain[:4]:
+        row = ctx.decode([t])[0].copy()
+    worst = int(np.argmin(row))  # the least likely token: far from any tie
+    bad = [*plain[:4], worst, *plain[5:]]
+    parting = batch_rounding.examine(ctx, prompt, plain, bad)
+    assert parting is not None and parting.position == 4 and not parting.near_tie
+    assert parting.bound_source == "measured on this prompt" and parting.margin > 1
+    assert parting.verdict().startswith("outputs differ at token 4 — a bug: ")
+    tie = batch_rounding.Parting(4, " a", " b", 0.01, 0.05, "calibration")
+    assert tie.near_tie and "near-tie" in tie.verdict()
+    assert "a bug" in batch_rounding.Parting(4, " a", " b", 0.01, None).verdict()

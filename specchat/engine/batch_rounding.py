@@ -134,3 +134,60 @@ def margin_at(ctx: LlamaContext, prompt: Sequence[int], reply: Sequence[int], po
         batched = plain
     ctx.clear()
     return Margin(position, chosen, other, plain, batched)
+
+
+ROUNDING_TOKENS = 32  # reply tokens a bound measured on the spot evaluates
+
+
+@dataclass(frozen=True)
+class Parting:
+    """Where a greedy reply parted from plain decoding's, and how close the choice was."""
+
+    position: int
+    chosen: str  # the token plain decoding chose there
+    other: str  # the token the other run chose
+    margin: float  # logits between the two, as plain decoding saw them
+    bound: float | None  # this build's measured batch rounding (gap change), if known
+    bound_source: str = ""  # "calibration" | "measured on this prompt"
+
+    @property
+    def near_tie(self) -> bool:
+        return self.bound is not None and abs(self.margin) <= self.bound
+
+    def verdict(self) -> str:
+        tie = f"{self.chosen!r} vs {self.other!r}, margin {abs(self.margin):.3f} logits"
+        if self.bound is None:
+            return f"outputs differ at token {self.position} — a bug: {tie}"
+        if self.near_tie:
+            return (f"parted at a near-tie at token {self.position}: {tie}, within this build's "
+                    f"batch rounding (measured: up to {self.bound:.3f}) — not a bug")
+        return (f"outputs differ at token {self.position} — a bug: {tie}, beyond this build's "
+                f"batch rounding (measured: up to {self.bound:.3f})")
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first position where two token sequences differ (a length counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def examine(ctx: LlamaContext, prompt: Sequence[int], plain: Sequence[int],
+            other: Sequence[int], bound: float | None = None) -> Parting | None:
+    """How close the target's choice was where ``other`` parts from greedy ``plain``, against
+    ``bound`` (else measured now on ``plain``). None when they do not part at a choice (equal,
+    or one stops early). Leaves the context empty."""
+    position = first_difference(plain, other)
+    if position is None or position >= len(plain) or position >= len(other):
+        return None
+    if position + 1 > ctx.n_batch:
+        return None  # the batched view of the prefix would not fit in one batch
+    source = "calibration"
+    if bound is None:
+        bound = measure(ctx, prompt, list(plain[:ROUNDING_TOKENS])).gap
+        source = "measured on this prompt"
+    m = margin_at(ctx, prompt, plain, position, other[position])
+    model = ctx.model
+    return Parting(position, model.token_text(m.chosen), model.token_text(m.other), m.margin,
+                   bound, source)

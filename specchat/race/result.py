@@ -5,18 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specchat.engine.batch_rounding import Parting, first_difference
 from specchat.engine.sampling import SamplerSettings
 from specchat.race.noise import MachineLoad, Spread, noise_note
 from specchat.race.timeline import RaceTimeline
 from specchat.race.why import Costs, explain
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first position where two token sequences differ (a length counts), or None."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def gamma_runs(gammas: Sequence[int]) -> list[tuple[int, int]]:
@@ -41,20 +34,7 @@ def gamma_trace_text(gammas: Sequence[int], limit: int = 8) -> str:
     return " → ".join(parts)
 
 
-@dataclass(frozen=True)
-class Divergence:
-    """Where greedy speculative output parted from plain output, and how close the choice was."""
-
-    position: int
-    chosen: str  # the token plain decoding chose there
-    other: str  # the token the speculative run chose
-    margin: float  # logits between the two, as plain decoding saw them
-    bound: float | None  # this build's measured batch rounding (gap change), if known
-    bound_source: str = ""  # "calibration" | "measured on this prompt"
-
-    @property
-    def near_tie(self) -> bool:
-        return self.bound is not None and abs(self.margin) <= self.bound
+Divergence = Parting  # where greedy outputs part, examined (engine.batch_rounding)
 
 
 @dataclass(frozen=True)
@@ -134,14 +114,8 @@ class RaceResult:
         if not self.greedy:
             return (f"outputs differ from token {self.difference} on: expected when sampling "
                     f"(T={self.settings.temperature:g}); both follow the target's distribution")
-        d = self.divergence
-        if d is not None and d.bound is not None:
-            tie = (f"{d.chosen!r} vs {d.other!r}, margin {abs(d.margin):.3f} logits")
-            if d.near_tie:
-                return (f"parted at a near-tie at token {d.position}: {tie}, within this build's "
-                        f"batch rounding (measured: up to {d.bound:.3f}) — not a bug")
-            return (f"outputs differ at token {d.position} — a bug: {tie}, beyond this build's "
-                    f"batch rounding (measured: up to {d.bound:.3f})")
+        if self.divergence is not None and self.divergence.bound is not None:
+            return self.divergence.verdict()
         return (f"outputs differ at token {self.difference} — a bug: greedy speculative "
                 "decoding must reproduce plain greedy decoding")
 

@@ -31,7 +31,6 @@ from specchat.runtime import Runtime
 
 WARMUP_TOKENS = 8
 DEFAULT_RUNS = 3
-ROUNDING_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
                         costs=_costs(calibration, plains, specs), device=_device(runtime))
     if result.greedy and not result.identical and result.difference is not None:
         progress("examining where the outputs part…")
-        divergence = examine(runtime, tokens, shown_plain, shown_spec, result.difference,
+        divergence = examine(runtime, tokens, shown_plain, shown_spec,
                              calibration.batch_rounding if calibration else None)
         result = replace(result, divergence=divergence)
     return result
@@ -144,23 +143,11 @@ def _offloads() -> bool:
 
 
 def examine(runtime: Runtime, prompt: list[int], plain: RaceTimeline, spec: RaceTimeline,
-            position: int, bound: float | None) -> Divergence | None:
-    """How close the target's choice was where greedy outputs part, and this build's rounding
-    (from the calibration, else measured now on this prompt's reply)."""
-    ids, other_ids = plain.token_ids, spec.token_ids
-    if position >= len(ids) or position >= len(other_ids):
-        return None  # one reply stopped early: a length difference, not a choice
-    ctx = runtime.target_ctx
-    if position + 1 > ctx.n_batch:
-        return None
-    source = "calibration"
+            bound: float | None) -> Divergence | None:
+    """How close the target's choice was where greedy outputs part, against this build's
+    rounding (from the calibration, else measured now on this prompt's reply)."""
     try:
-        if bound is None:
-            bound = batch_rounding.measure(ctx, prompt, ids[:ROUNDING_TOKENS]).gap
-            source = "measured on this prompt"
-        m = batch_rounding.margin_at(ctx, prompt, ids, position, other_ids[position])
+        return batch_rounding.examine(runtime.target_ctx, prompt, plain.token_ids,
+                                      spec.token_ids, bound)
     finally:
         runtime.clear_caches()
-    model = runtime.target
-    return Divergence(position, model.token_text(m.chosen), model.token_text(m.other), m.margin,
-                      bound, source)
