@@ -188,6 +188,8 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def on_job_failed(self, m: JobFailed) -> None:
         if not m.cancelled:
             self.status(m.message, error=True)
+            if self.step == "step-fetch":
+                self.query_one(FetchStep).failed()
 
     def on_welcome_read(self, m: WelcomeRead) -> None:
         self.query_one(WelcomeStep).show(m.machine, m.starter, m.demo)
@@ -285,8 +287,13 @@ class WizardScreen(ModalScreen[PairEntry | None]):
             self.status(f"checking {entry.id} from its header on the Hub…")
             self.run_job(jobs.check_draft, self.resolver, self.target_facts, entry)
 
+    @on(FetchStep.Retry)
+    def _retry_fetch(self) -> None:
+        self.start_fetch()
+
     def start_fetch(self) -> None:
         assert self.target is not None
+        self.query_one(FetchStep).started()
         self.query_one("#fetch-transfers", TransferList).clear()
         self.go("step-fetch")
         self.status("")
