@@ -434,8 +434,9 @@ async def test_first_run_opens_the_wizard_and_esc_starts_the_default(
             wizard.query_one("#welcome-advice", Static).render()))
         qwen = str(wizard.query_one("#welcome-qwen", Button).label)
         demo = str(wizard.query_one("#welcome-demo", Button).label)
-        assert qwen.startswith("qwen-coder: real answers") and "1.6 GB download" in qwen
-        assert demo.startswith("demo: a toy model") and "98.4 MB download, about" in demo
+        assert qwen == "qwen-coder: real answers (Qwen2.5 Coder 1.5B) · 1.6 GB download"
+        assert demo.startswith("demo: a toy for trying the interface (SmolLM2 135M) · 98.4 MB "
+                               "download, ~") and demo.endswith(" MB on disk")
         assert app.runtime is None  # nothing loads behind the wizard
         await pilot.press("escape")
         chat = await ready(pilot)

@@ -147,6 +147,8 @@ class WelcomeStep(Vertical):
         yield Button(f"{STARTER}: real answers to coding and everyday questions", id="welcome-qwen",
                      variant="primary")
         yield Button(f"{DEMO}: a toy model for trying the interface", id="welcome-demo")
+        yield Static("qwen-coder writes and explains code and answers everyday questions; the "
+                     "demo's answers are often nonsense.", classes="hint")
         yield Static("Reading this computer…", id="welcome-advice")
         yield Button("Pair other models…", id="welcome-pair")
         yield Static("Esc starts on the demo.", classes="hint")
@@ -155,10 +157,8 @@ class WelcomeStep(Vertical):
         advice = recommend(machine, starter)
         q = self.query_one("#welcome-qwen", Button)
         d = self.query_one("#welcome-demo", Button)
-        q.label = (f"{STARTER}: real answers to coding and everyday questions (Qwen2.5 Coder "
-                   f"1.5B) · " + _size_words(starter))
-        d.label = (f"{DEMO}: a toy model for trying the interface; its answers are often "
-                   f"nonsense (SmolLM2 135M) · " + _size_words(demo))
+        q.label = f"{STARTER}: real answers (Qwen2.5 Coder 1.5B) · " + _size_words(starter)
+        d.label = f"{DEMO}: a toy for trying the interface (SmolLM2 135M) · " + _size_words(demo)
         mark = q if advice.pair == STARTER else d
         other = d if mark is q else q
         mark.variant, other.variant = "primary", "default"
@@ -184,5 +184,5 @@ def _size_words(p: PairSize) -> str:
     if p.present:
         return f"already on disk ({format_bytes(p.on_disk)})"
     if p.download and p.on_disk > p.download * 1.2:
-        return f"{format_bytes(p.download)} download, about {format_bytes(p.on_disk)} on disk"
+        return f"{format_bytes(p.download)} download, ~{format_bytes(p.on_disk)} on disk"
     return f"{format_bytes(p.download)} download"
