@@ -50,15 +50,14 @@ def add_parsers(msub: Any) -> None:
 
 def entry_for(env: Env, ref: str) -> ModelEntry:
     """A catalog id, a .gguf path or a Hub file, as a catalog entry (new ones not saved yet)."""
-    from specchat.cli.models_cmd import hub_model
-    from specchat.models.entries import path_entry
+    from specchat.models.entries import hub_model, path_entry
 
     if ref in env.catalog.models:
         return env.catalog.models[ref]
     p = Path(ref).expanduser()
     if p.exists():
         return path_entry(env.catalog, p)
-    hub = hub_model(env, ref)
+    hub = hub_model(env.catalog, ref)
     if hub is not None:
         return hub
     if p.suffix.lower() == ".gguf":

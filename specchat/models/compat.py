@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
+from specchat.formats.gguf_file import GgufHeader, read_header, split_parts
 from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
 from specchat.models.families import format_params, guess_family, smaller_siblings
-from specchat.models.gguf_file import GgufHeader, read_header, split_parts
 from specchat.models.progress import format_bytes
 from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import (

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import Cancelled, CatalogError, FetchError, NoSpaceError
+from specchat.formats.gguf_file import split_parts, validate
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,
@@ -20,7 +21,6 @@ from specchat.models.catalog import (
     PypiSource,
     Source,
 )
-from specchat.models.gguf_file import split_parts, validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.paths import AppPaths
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from specchat.models.gguf_file import GgufHeader
+from specchat.formats.gguf_file import GgufHeader
 
 TOKENS = "tokenizer.ggml.tokens"
 
