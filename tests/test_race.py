@@ -197,6 +197,32 @@ def test_race_on_tiny_models_is_identical_when_greedy(tiny_target: Path,
     assert "a bug" in bad.verdict() and "beyond this build's batch rounding" in bad.verdict()
 
 
+def test_a_stored_calibration_gives_the_why_line_and_the_rounding_bound(
+        tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
+    from dataclasses import replace
+
+    from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
+    from specchat.models.calibration_store import save_calibration
+
+    opts = CalibrationOptions(max_tokens=12, gamma_max=3, n_ctx=512, repeats=1, n_threads=1,
+                              prompts=(CalibrationPrompt("a", "hello there"),))
+    # a generous bound, so that the changed token below counts as a near-tie
+    save_calibration(home, replace(calibrate(tiny_target, tiny_draft, opts), batch_rounding=100.0))
+    runtime = tiny_runtime(tiny_target, tiny_draft)
+    runtime.paths = home
+    try:
+        bad = run_race(runtime, RaceSetup("hello", GREEDY, runs=1),
+                       ChangeOneToken(runtime.decoder(gamma=3), position=2))
+    finally:
+        runtime.close()
+    assert bad.costs is not None and bad.costs.source == "calibration"
+    assert bad.why.endswith("[calibration]")
+    d = bad.divergence
+    assert d is not None and d.bound == 100.0 and d.bound_source == "calibration"
+    assert not bad.is_bug and bad.verdict().startswith("parted at a near-tie at token 2: ")
+    assert [len(r) for r in bad.runs] == [1, 1]
+
+
 def test_race_needs_a_drafter(tiny_target: Path) -> None:
     runtime = tiny_runtime(tiny_target)
     try:
