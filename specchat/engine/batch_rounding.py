@@ -5,7 +5,7 @@ batch of tokens (as verification does) can come out a few hundredths of a logit 
 position evaluated one token at a time (as plain decoding does), on the CPU as on GPUs. Greedy
 speculative decoding then matches plain decoding except where the target's two best tokens are
 closer than that rounding. :func:`measure` bounds it for a model — the largest change, between the
-two evaluations, of the gap between any two of a position's top candidates — and
+two evaluations, of the gap between a position's best token and any of its top candidates — and
 :func:`margin_at` tells how close the choice at one position was, so a divergence can be called a
 near-tie within the measured rounding, or a bug.
 """
@@ -27,7 +27,7 @@ CHUNKS = (2, 3, 4, 5, 6, 8)  # verification batch sizes (γ + 1) the chunked pas
 
 @dataclass(frozen=True)
 class RoundingBound:
-    gap: float  # logits: the most a gap between two top candidates moved
+    gap: float  # logits: the most the gap between the best token and a top candidate moved
     logit: float  # logits: the most one top candidate's logit moved
     positions: int
     flips: int  # positions whose best token differed between the evaluations
@@ -74,7 +74,8 @@ def compare(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32],
     for ra, rb in zip(a, b, strict=True):
         cand = np.union1d(np.argpartition(ra, -top_k)[-top_k:], np.argpartition(rb, -top_k)[-top_k:])
         d = ra[cand].astype(np.float64) - rb[cand].astype(np.float64)
-        gap = max(gap, float(d.max() - d.min()))
+        best = int(np.argmax(ra[cand]))  # the gaps that decide a greedy choice: to the best
+        gap = max(gap, float(np.abs(d - d[best]).max()))
         logit = max(logit, float(np.abs(d).max()))
         flips += int(np.argmax(ra) != np.argmax(rb))
     return RoundingBound(gap, logit, len(a), flips)
