@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.common import Env
-from specchat.errors import IncompatiblePairError, SpecchatError
+from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
 from specchat.models.progress import TextProgress
@@ -99,6 +99,8 @@ def cmd_check(env: Env, args: argparse.Namespace) -> int:
 
 
 def _refuse_if_incompatible(r: CompatReport) -> None:
+    if r.headline == "damaged":
+        raise ModelFileError(r.problems[0].message)
     if r.verdict is Level.BAD:
         raise IncompatiblePairError("the draft cannot draft for this target: "
                                     + r.problems[0].message)

@@ -35,9 +35,21 @@ from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.ngram import NgramDrafter
 from specchat.engine.reply import Reply
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution, make_rng
+from specchat.engine.sampling import (
+    Distribution,
+    SamplerSettings,
+    distribution,
+    greedy_token,
+    greedy_tokens,
+    make_rng,
+)
 from specchat.engine.spec_stats import SpecTally
 from specchat.engine.verify import Verdict, one_hot, verify_greedy, verify_sampled
+from specchat.errors import SpecchatError
+
+
+class DraftFailed(Exception):
+    """The draft model cannot go on (e.g. NaN logits); the reply continues without it."""
 
 
 def sync(ctx: LlamaContext, tokens: Sequence[int]) -> int:
@@ -120,7 +132,7 @@ class SpeculativeDecoder:
         qs: list[Distribution] = []
         while True:
             if greedy:
-                d = int(np.argmax(row))
+                d = greedy_token(row)
                 top: Callable[[], float] = self._softmax_top(row)
             else:
                 q = distribution(row, settings)
@@ -150,7 +162,12 @@ class SpeculativeDecoder:
             # The draft's cache must hold seq plus all but the last draft token.
             gamma = min(gamma, self.draft.n_ctx - len(seq) + 1)
             if gamma > 0:
-                drafts, qs = self._draft_model(seq, gamma, settings, rng)
+                try:
+                    drafts, qs = self._draft_model(seq, gamma, settings, rng)
+                except DecodeCancelled:
+                    raise
+                except SpecchatError as e:  # NaN logits, a failed decode: the draft's own
+                    raise DraftFailed(str(e)) from None
                 return drafts, qs, "draft"
         return [], [], "none"
 
@@ -230,7 +247,12 @@ class SpeculativeDecoder:
             t0 = time.perf_counter()
             llama0 = self._llama_s()
             try:
-                drafts, qs, drafter = self._propose(seq, gamma, settings, rng, use_draft)
+                try:
+                    drafts, qs, drafter = self._propose(seq, gamma, settings, rng, use_draft)
+                except DraftFailed as e:  # a broken draft must not end a healthy target's reply
+                    use_draft = False
+                    yield NoticeEvent(f"the draft stopped: {e}; the reply goes on without it")
+                    drafts, qs, drafter = self._propose(seq, gamma, settings, rng, use_draft)
                 t1 = time.perf_counter()
                 rows = tgt.decode([seq[-1], *drafts], logits="all")
                 t2 = time.perf_counter()
@@ -238,7 +260,7 @@ class SpeculativeDecoder:
                 reason = "cancelled"
                 break
             if greedy:
-                verdict = verify_greedy(np.argmax(rows, axis=1), drafts)
+                verdict = verify_greedy(greedy_tokens(rows), drafts)
             else:
                 verdict = verify_sampled(_TargetRows(rows, settings), qs, drafts, rng)
             t3 = time.perf_counter()

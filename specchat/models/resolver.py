@@ -91,11 +91,11 @@ class ModelResolver:
         entry = ref if isinstance(ref, ModelEntry) else model_from_ref(self.catalog, ref)
         st = self.state(entry)
         if st.present and st.path is not None:
-            validate(st.path)
+            validate(st.path, vocabulary=False)  # the loader checks the vocabulary
             return st.path
         src = entry.source
         if isinstance(src, PathSource):
-            validate(src.path)  # raises "model file not found: …"
+            validate(src.path, vocabulary=False)  # raises "model file not found: …"
             return src.path
         if not fetch:
             raise FetchError(f"model '{entry.id}' is not on disk: run `specchat models pull "
@@ -121,7 +121,7 @@ class ModelResolver:
             from specchat.models.hf_cache import download
 
             dest = download(src, report, cancel, self.paths.downloads_dir / "hf")
-        validate(dest)
+        validate(dest, vocabulary=False)
         return dest
 
     def _fetch_any(self, entry: ModelEntry, report: ProgressFn,
