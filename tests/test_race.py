@@ -215,12 +215,32 @@ def test_a_stored_calibration_gives_the_why_line_and_the_rounding_bound(
                        ChangeOneToken(runtime.decoder(gamma=3), position=2))
     finally:
         runtime.close()
-    assert bad.costs is not None and bad.costs.source == "calibration"
-    assert bad.why.endswith("[calibration]")
+    assert bad.costs is not None and bad.costs.source == "this race"  # timed under its own load
+    ngram_only = _costs_only_ngram(home, tiny_target, tiny_draft)
+    assert ngram_only is not None and ngram_only.source == "this race; draft cost: calibration"
     d = bad.divergence
     assert d is not None and d.bound == 100.0 and d.bound_source == "calibration"
     assert not bad.is_bug and bad.verdict().startswith("parted at a near-tie at token 2: ")
     assert [len(r) for r in bad.runs] == [1, 1]
+
+
+def _costs_only_ngram(home: AppPaths, tiny_target: Path, tiny_draft: Path) -> object:
+    from specchat.engine.events import StepEvent
+    from specchat.models.calibration_store import load_calibration
+    from specchat.race.runner import _costs
+
+    cal = load_calibration(home, tiny_target, tiny_draft)
+    plain = plain_timeline()
+    steps = [StepEvent(3, 2, 0.0, 0.05, "ngram")]
+    spec = spec_timeline()
+    spec = RaceTimeline("speculative", tuple(e for e in spec.events
+                                             if not isinstance(e.event, StepEvent))[:-1]
+                        + tuple(TimedEvent(spec.events[-1].t, s) for s in steps)
+                        + (spec.events[-1],))
+    got = _costs(cal, [plain], [spec])
+    assert got is not None and got.draft is not None
+    assert _costs(None, [plain], [spec_timeline()]) is not None  # the race's own alone
+    return got
 
 
 def test_race_needs_a_drafter(tiny_target: Path) -> None:

@@ -124,12 +124,21 @@ def _calibration(runtime: Runtime) -> CalibrationResult | None:
 
 def _costs(calibration: CalibrationResult | None, plains: list[RaceTimeline],
            specs: list[RaceTimeline]) -> Costs | None:
+    """The race's own step costs (measured under the same load as its speeds), the draft's
+    cost from the calibration when the race drafted no model tokens; the calibration alone
+    when the race has no steps to time."""
+    cal = None
     if calibration is not None:
-        found = costs_from_calibration(calibration.draft_s, calibration.verify_s)
-        if found is not None:
-            return found
+        cal = costs_from_calibration(calibration.draft_s, calibration.verify_s)
     t1 = sorted(p.decode_s / max(1, len(p.tokens) - 1) for p in plains)[len(plains) // 2]
-    return costs_from_race(t1, [s for run in specs for s in run.steps])
+    own = costs_from_race(t1, [s for run in specs for s in run.steps])
+    if own is None:
+        return cal
+    if own.draft is None and cal is not None and cal.draft is not None:
+        # the calibration's draft/target ratio, applied to this race's own target step
+        return Costs(own.t1, own.verify, cal.draft / cal.t1 * own.t1,
+                     "this race; draft cost: calibration")
+    return own
 
 
 def _device(runtime: Runtime) -> str:
