@@ -42,8 +42,9 @@ def test_the_files_are_the_catalogs(qwen_paths: AppPaths) -> None:
 
 
 def test_ask_answers_a_coding_question(qwen_paths: AppPaths) -> None:
-    cmd = [sys.executable, "-m", "specchat", "ask", "Write a Python function is_prime(n).",
-           "--pair", "qwen-coder", "--temperature", "0", "--max-tokens", "32", "--threads", "2"]
+    cmd = [sys.executable, "-m", "specchat", "ask",
+           "Write a Python function is_prime(n). Reply with the code only.",
+           "--pair", "qwen-coder", "--temperature", "0", "--max-tokens", "40", "--threads", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(qwen_paths), timeout=600,
                        check=False)
     assert r.returncode == 0, r.stderr
