@@ -272,15 +272,15 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
                      r"\([\d.]+–[\d.]+\) tok/s  overall .*\[3 runs: median \(min–max\)\]$",
                      out, re.M)
     assert re.search(r"^why: on this CPU a \d+-token check costs [\d.]+× one token", out, re.M)
-    assert (tmp_path / "rep" / "race.png").is_file() and (tmp_path / "rep" / "report.md").is_file()
+    assert (tmp_path / "rep" / "race.svg").is_file() and (tmp_path / "rep" / "report.md").is_file()
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["race", "hi", "--prompt-from", "code"], "give a prompt or --prompt-from, not both"),
     (["race", "  "], "the prompt is empty"),
     (["race", "--prompt-from", "nope"], "no built-in prompt 'nope'"),
-    (["race", "hi", "--max-tokens", "0"], "max tokens must be ≥ 1"),
-    (["race", "hi", "--temperature", "-1"], "temperature must be ≥ 0"),
+    (["race", "hi", "--max-tokens", "0"], "--max-tokens must be a whole number in [1,"),
+    (["race", "hi", "--temperature", "-1"], "--temperature must be a number ≥ 0"),
     (["race", "hi", "--runs", "0"], "--runs must be between 1 and 20 (got 0)"),
 ])
 def test_race_cli_bad_input(argv: list[str], message: str, home: AppPaths,

@@ -22,6 +22,7 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
 from specchat.runtime import Runtime, select
+from specchat.textsafe import safe_text
 
 
 def _numbers(kind: type, text: str) -> tuple[Any, ...]:
@@ -79,7 +80,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default: bench-results/<date-time>)")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="also write report.md with PNG charts (tokens/s and α per category) "
+                   help="also write report.md with SVG charts (tokens/s and α per category) "
                    "to DIR")
     p.add_argument("--llama-bin", type=Path, metavar="DIR",
                    help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")
@@ -110,7 +111,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         load_before = os.getloadavg()
         started = time.time()
         ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
-        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr),
+        records = run_bench(runtime, prompts, cfg, lambda m: print(safe_text(m), file=sys.stderr),
                             ref.after_prompt if ref else None)
         rows = summarize(records)
         llama = ref.finish(rows) if ref else None
@@ -131,7 +132,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
                                               encoding="utf-8")
         md = _markdown(doc, rows, llama)
         (out_dir / "results.md").write_text(md, encoding="utf-8")
-        print(md)
+        print(safe_text(md))
         print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
         if args.report:
             report = write_bench_report(doc, rows, args.report)

@@ -24,6 +24,7 @@ from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime, select
+from specchat.textsafe import safe_text
 
 DEFAULT_MAX_TOKENS = 128
 
@@ -52,7 +53,7 @@ def add_parser(sub: Any) -> None:
                    help=f"timed runs per side, alternating plain and speculative; medians and "
                    f"spreads are reported (default {DEFAULT_RUNS})")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="write report.md and race.png (cumulative tokens over time) to DIR")
+                   help="write report.md and race.svg (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
                    help="print the results at once instead of replaying the race")
     p.add_argument("--ui", action="store_true", help="open the app on its race screen")
@@ -94,7 +95,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
                                 "--draft, or --ngram")
         spec = race_decoder(runtime, env.gamma(args), env.ngram(args))
         result = run_race(runtime, setup, spec,
-                          progress=lambda m: print(f"[{m}]", file=sys.stderr))
+                          progress=lambda m: print(f"[{safe_text(m)}]", file=sys.stderr))
     finally:
         runtime.close()
     out = sys.stdout
@@ -105,7 +106,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         written = write_race_report(result, args.report)
         print(f"report: {written.markdown}, {written.charts[0]}", file=sys.stderr)
     if result.is_bug:  # scripts (and CI) must see it, not only a person reading the output
-        print(f"specchat: error: {result.verdict()}", file=sys.stderr)
+        print(f"specchat: error: {safe_text(result.verdict())}", file=sys.stderr)
         return 1
     return 0
 
@@ -131,8 +132,8 @@ def replay_bars(result: RaceResult, out: TextIO, width: int = 30) -> None:
 def print_result(result: RaceResult, out: TextIO) -> None:
     for title, run in (("plain", result.plain), ("speculative", result.spec)):
         print(f"── {title} " + "─" * (60 - len(title)), file=out)
-        print(run.text.rstrip(), file=out)
+        print(safe_text(run.text.rstrip()), file=out)
         print(file=out)
     print("\n".join(cumulative_chart(result.plain, result.spec)), file=out)
     print(file=out)
-    print("\n".join(result.summary_lines()), file=out)
+    print(safe_text("\n".join(result.summary_lines())), file=out)

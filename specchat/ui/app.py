@@ -16,6 +16,7 @@ from pathlib import Path
 from textual import work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from specchat.engine.chat import ChatEngine
@@ -27,6 +28,7 @@ from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime
 from specchat.ui.generation import ReplyJob, run_reply
 from specchat.ui.messages import LoadProgress, RuntimeReady
+from specchat.ui.safe_content import guard_textual_content
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
 from specchat.ui.screens.race import RaceScreen
@@ -55,7 +57,8 @@ COMMANDS = (
      "pair_models"),
     ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
      "race"),
-    ("Keys", "Every key and what the colours mean", "help"),
+    ("Help: what the numbers mean, and every key",
+     "α, τ, γ, the token colours, the planner; then the keys (F1)", "help"),
 )
 
 
@@ -72,6 +75,7 @@ class SpecchatApp(App[int]):
 
     def __init__(self, services: AppServices, race: RaceSetup | None = None) -> None:
         super().__init__()
+        guard_textual_content()  # model and file text is shown, never obeyed by the terminal
         self.services = services
         self.start_race = race  # open the race screen on this prompt once the models load
         self.runtime: Runtime | None = None
@@ -80,6 +84,7 @@ class SpecchatApp(App[int]):
     # --- opening the models -----------------------------------------------------------------
 
     def on_mount(self) -> None:
+        self._use_saved_theme()
         if self.services.first_run and self.services.paths is not None:
             self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO,
                                           welcome=True),
@@ -214,10 +219,32 @@ class SpecchatApp(App[int]):
             self.notify(f"{type(error).__name__}: {error}", title="Error", severity="error",
                         markup=False)
 
+    # --- theme (Ctrl+P → Theme), remembered in the config ----------------------------------
+
+    def _use_saved_theme(self) -> None:
+        name = self.services.config.theme
+        if name and name in self.available_themes:
+            self.theme = name
+        elif name:
+            self.notify(f"unknown theme '{name}' in the settings: using the default one",
+                        severity="warning", markup=False)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if theme.name == self.services.config.theme:
+            return
+        try:
+            self.services.save_theme(theme.name)
+        except SpecchatError as e:
+            self.notify(str(e), severity="error", markup=False)
+
     # --- command palette --------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":  # Textual's key panel; "Keys" alone read like our help
+                command = command._replace(title="Key panel (side)")
+            yield command
         if isinstance(screen, ChatScreen):
             for title, help_text, action in COMMANDS:
                 yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))

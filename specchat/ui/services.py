@@ -83,6 +83,17 @@ class AppServices:
                 from None
         return note
 
+    def save_theme(self, theme: str) -> None:
+        """Remember the theme picked in the app for the next start (a config file that could
+        not be read is left alone, as for the default pair)."""
+        self.config = self.config.with_(theme=theme)
+        if self.config_path is not None and not self.config_problem:
+            try:
+                save_config(self.config_path, self.config)
+            except OSError as e:
+                raise ConfigError(f"cannot save the theme to {self.config_path}: "
+                                  f"{e.strerror or e}") from None
+
     def first_run_done(self) -> None:
         """Write the settings file, so the next start opens the chat, not the wizard."""
         if self.config_path is not None and not self.config_path.exists():

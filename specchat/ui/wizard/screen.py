@@ -230,7 +230,7 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def on_candidate_checked(self, m: CandidateChecked) -> None:
         c = m.candidate
         self.query_one(DraftStep).update_candidate(c)
-        if c.level is None or c.level is Level.BAD:
+        if c.level is None or c.level is Level.BAD or c.too_large:
             self.status(f"{c.entry.id}: {c.reason}", error=True)
         elif m.proceed:
             self.draft, self.self_quant = c.entry, None
@@ -282,6 +282,10 @@ class WizardScreen(ModalScreen[PairEntry | None]):
             c = step.candidates[int(value)]
             self.status(f"checking {c.entry.id}…")
             self.run_job(jobs.check_draft, self.resolver, self.target_facts, c.entry)
+        elif kind == "path":
+            entry = jobs.target_entry(self.catalog, self.resolver, event.choice, self.local, None)
+            self.status(f"checking {entry.id}…")
+            self.run_job(jobs.check_draft, self.resolver, self.target_facts, entry)
         elif kind == "hub" and step.listing is not None:
             entry = jobs.hub_file_entry(self.catalog, step.listing, value)
             self.status(f"checking {entry.id} from its header on the Hub…")
