@@ -87,6 +87,9 @@ def test_why_line_when_nothing_can_pay() -> None:
     gpu = Costs(0.02, {1: 0.02, 5: 0.021}, 0.002, "calibration")
     assert explain(gpu, "GPU").startswith("on this GPU a 5-token check costs 1.1× one token")
     assert "pays when over" in explain(gpu, "GPU")
+    cheap = Costs(0.02, {1: 0.02, 2: 0.018, 5: 0.03}, 0.002, "this race")
+    assert "the draft model pays even when few drafts are accepted" in explain(cheap)
+    assert "over 0%" not in explain(cheap)
 
 
 def test_costs_from_the_race_steps() -> None:

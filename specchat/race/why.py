@@ -80,6 +80,8 @@ def explain(costs: Costs, device: str = "CPU", check: int | None = None) -> str:
             verdicts.append("the draft model cannot pay, even when every draft is accepted")
         elif need > 0.97:
             verdicts.append("the draft model pays only when nearly every draft is accepted")
+        elif need < 0.05:  # a check cheaper than a token: timings disturbed, or a GPU
+            verdicts.append("the draft model pays even when few drafts are accepted")
         else:
             verdicts.append(f"the draft model pays when over {need:.0%} of drafts are accepted")
     lookup = alpha_needed(costs, 0.0)
