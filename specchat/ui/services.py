@@ -48,6 +48,7 @@ class AppServices:
     pair_gamma: int | None = None  # the pair's recommended γ, for γ mode "pair"
     config_path: Path | None = None  # where settings are saved (None: not saved)
     config_problem: str | None = None  # why the config file could not be read, if it couldn't
+    store_problem: str | None = None  # what happened to the chat database at start (repaired...)
     backend: str | None = None  # "CPU", "CUDA", "Metal"...; None: ask llama.cpp
     export_dir: Path = field(default_factory=Path.cwd)
     make_decoder: DecoderFactory = runtime_decoder
