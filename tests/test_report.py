@@ -104,6 +104,8 @@ def test_race_report(tmp_path: Path) -> None:
                                         "Result", "Plain output", "Speculative output"]
     [table] = md_tables(md)
     assert table[2].startswith("| plain | 10 |") and table[3].startswith("| speculative | 10 |")
+    assert "- **decode speedup** (once the replies started): 3.00× · **overall speedup:** 2.14×" in md
+    assert "plain 10 tokens  TTFT 0.20 s  decode 10.0 tok/s" in md
     assert "outputs identical ✓" in md and "![Cumulative tokens over time" in md
     assert "(race.svg)" in md
     assert md.count("```text") == 2

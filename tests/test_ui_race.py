@@ -69,7 +69,8 @@ async def test_race_screen_fills_both_columns_and_checks_identity(
         assert "a" in {s.kind for s in spec.trace.segments}  # fates, not plain text
         assert {s.kind for s in plain.trace.segments} == {"p"}
         summary = str(screen.query_one("#race-summary").render())
-        assert "outputs identical ✓" in summary and "speedup" in summary and "α" in summary
+        assert "outputs identical ✓" in summary and "decode " in summary and "α" in summary
+        assert "median of 3 runs each" in summary and "why: on this CPU" in summary
         assert HEADER in str(screen.query_one("#race-header").render())
         assert not screen.query_one("#race-summary").has_class("bug")
         assert result.plain.text == plain_reference(runtime, screen)

@@ -176,6 +176,33 @@ async def self_draft_flow(home: AppPaths) -> None:
     assert cat.model(pair.target).source.path.name == "tiny-F32.gguf"
 
 
+def test_a_failed_download_offers_a_retry(hub: LocalHub, home: AppPaths, tiny_target: Path,
+                                          small_draft: Path) -> None:
+    asyncio.run(retry_after_failure(hub, home, tiny_target, small_draft))
+
+
+async def retry_after_failure(hub: LocalHub, home: AppPaths, tiny_target: Path,
+                              small_draft: Path) -> None:
+    serve(hub, tiny_target, small_draft)
+    app = WizardApp(home, QUICK)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await type_into(pilot, "#target-input", "org/Tiny-Chat-GGUF")
+        await choose(pilot, "#target-list", "hub:tiny-chat-1B-F32.gguf")
+        await until(pilot, lambda: wizard(pilot).step == "step-draft", "the draft step")
+        # the target's header was read: now its download fails, more often than it retries
+        hub.cut("org/Tiny-Chat-GGUF", "tiny-chat-1B-F32.gguf", *([0.0] * 6))
+        await type_into(pilot, "#draft-input", "org/Tiny-Draft-GGUF")
+        await choose(pilot, "#draft-list", "hub:tiny-draft-100M-F32.gguf")
+        retry = wizard(pilot).query_one("#fetch-retry")
+        await until(pilot, lambda: not retry.disabled, "the download to fail", timeout=90)
+        status = str(wizard(pilot).query_one("#wizard-status", Static).render())
+        assert "\n" not in status.strip() and status.strip()
+        await pilot.click("#fetch-retry")  # the connection is fine again: it goes through
+        await until(pilot, lambda: wizard(pilot).step == "step-check", "the retried download")
+        assert "Verdict: compatible" in str(wizard(pilot).query_one("#check-report",
+                                                                  Static).render())
+
+
 BIG = TinySpec(n_embd=128, n_head=4, n_head_kv=4, n_layer=3, n_ff=256, seed=5)
 
 

@@ -3,7 +3,9 @@
 Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
 ``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
 both KV caches are cleared before each run so no run profits from another's prompt. Each record
-is one run's ``GenerationStats`` plus what was run.
+is one run's ``GenerationStats`` plus what was run; a greedy speculative record also says
+whether its reply is identical to plain decoding's (or parted at a near-tie within this
+build's measured batch rounding, or a bug).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from specchat.bench.prompts import BenchPrompt
+from specchat.engine import batch_rounding
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder, run_to_end
 from specchat.engine.events import GenerationStats
 from specchat.engine.sampling import SamplerSettings
+from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 
 
@@ -63,6 +67,19 @@ def render_prompt(runtime: Runtime, prompt: BenchPrompt, cfg: BenchConfig) -> tu
     return text, engine.tokenize_chat(messages)
 
 
+def calibrated_rounding(runtime: Runtime) -> float | None:
+    """The batch-rounding bound the pair's calibration measured, if there is one."""
+    if runtime.paths is None or runtime.draft is None:
+        return None
+    from specchat.models.calibration_store import load_calibration
+
+    try:
+        found = load_calibration(runtime.paths, runtime.target.path, runtime.draft.path)
+    except (OSError, ValueError, SpecchatError):
+        return None
+    return found.batch_rounding if found is not None else None
+
+
 def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
     if mode.gamma is None:
         return runtime.decoder(plain=True)
@@ -73,8 +90,36 @@ def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
 
 def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],
              settings: SamplerSettings) -> GenerationStats:
+    return run_tokens(runtime, mode, tokens, settings)[0]
+
+
+def run_tokens(runtime: Runtime, mode: Mode, tokens: Sequence[int],
+               settings: SamplerSettings) -> tuple[GenerationStats, list[int]]:
     runtime.clear_caches()
-    return run_to_end(_decoder(runtime, mode), tokens, settings).stats
+    done = run_to_end(_decoder(runtime, mode), tokens, settings)
+    return done.stats, done.tokens
+
+
+class _Identity:
+    """Greedy replies against the plain one: identical, a near-tie within this build's batch
+    rounding (measured once, at the first parting, unless the calibration knows it), or a bug."""
+
+    def __init__(self, runtime: Runtime, bound: float | None) -> None:
+        self.runtime = runtime
+        self.bound = bound
+
+    def verdict(self, prompt: Sequence[int], plain: list[int], other: list[int]) -> str:
+        if plain == other:
+            return "identical ✓"
+        try:
+            parting = batch_rounding.examine(self.runtime.target_ctx, prompt, plain, other,
+                                             self.bound)
+        finally:
+            self.runtime.clear_caches()
+        if parting is None:
+            return "outputs differ in length — a bug"
+        self.bound = parting.bound
+        return parting.verdict()
 
 
 AfterPrompt = Callable[[float, BenchPrompt, str], None]
@@ -91,14 +136,22 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
     run_once(runtime, ms[-1], rendered[0][1], SamplerSettings(temperature=0, max_tokens=16))
     records: list[dict[str, Any]] = []
     total = len(cfg.temperatures) * len(prompts) * len(ms)
+    identity = _Identity(runtime, calibrated_rounding(runtime))
     for temp in cfg.temperatures:
         settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
         for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
+            plain_ids: list[int] | None = None
             for mode in ms:
-                stats = run_once(runtime, mode, tokens, settings)
+                stats, ids = run_tokens(runtime, mode, tokens, settings)
                 rec = {"question_id": prompt.question_id, "category": prompt.category,
                        "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
                        **stats.as_dict()}
+                same = ""
+                if settings.greedy and mode.gamma is None:
+                    plain_ids = ids
+                elif settings.greedy and plain_ids is not None:
+                    rec["identity"] = identity.verdict(tokens, plain_ids, ids)
+                    same = f" · {rec['identity']}"
                 records.append(rec)
                 gen_s = stats.total_s - stats.prompt_s
                 tps = stats.generated_tokens / gen_s if gen_s > 0 else 0.0
@@ -106,7 +159,7 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
                     and stats.tau is not None else ""
                 progress(f"[{len(records)}/{total}] T={temp:g} {prompt.category} "
                          f"#{prompt.question_id} {mode.label}: {stats.generated_tokens} tokens, "
-                         f"{tps:.1f} tok/s{alpha}")
+                         f"{tps:.1f} tok/s{alpha}{same}")
             if after_prompt is not None:
                 after_prompt(temp, prompt, text)
     return records

@@ -50,7 +50,7 @@ def describe_source(src: Source) -> str:
         return f"derived:{src.quant} of {src.base}"
     if isinstance(src, HfSource):
         parts = f" ({len(src.files)} parts)" if len(src.files) > 1 else ""
-        return f"hf:{src.repo}{parts}" + ("" if src.confirmed else " (unconfirmed name)")
+        return f"hf:{src.repo}{parts}"
     assert isinstance(src, PathSource)
     return f"path:{src.path}"
 
@@ -63,12 +63,12 @@ def cmd_list(env: Env, args: argparse.Namespace) -> int:
         st = env.resolver.state(m)
         if st.present:
             size = format_bytes(st.size)
-        elif isinstance(m.source, (HfSource, PypiSource)) and m.source.size:
-            size = f"({format_bytes(m.source.size)})"
+        elif m.size:
+            size = f"({format_bytes(m.size)})"
         else:
             size = "-"
-        rows.append((safe_text(m.id), "yes" if st.present else "no", size,
-                     safe_text(describe_source(m.source))))
+        where = ", then ".join(describe_source(s) for s in m.sources)
+        rows.append((safe_text(m.id), "yes" if st.present else "no", size, safe_text(where)))
     w = [max(len(r[i]) for r in [*rows, head]) for i in range(4)]
     out.write("  ".join(h.ljust(w[i]) for i, h in enumerate(head)).rstrip() + "\n")
     for r in rows:

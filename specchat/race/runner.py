@@ -1,26 +1,37 @@
-"""Run a race: warm up, then plain, then speculative — one after the other, never together.
+"""Run a race: warm up, then plain and speculative in turn — never together — several times.
 
 Both runs share the CPU/GPU, so running them at once would slow each by the other; run in
-turn, each gets the whole machine, and the replay puts them side by side afterwards. Before
-each timed run both KV caches are cleared, so neither profits from the other's prompt.
+turn, each gets the whole machine, and the replay puts them side by side afterwards. Each side
+runs ``runs`` times, alternating (plain, spec, plain, spec…), so a burst of other work hits both
+alike; the result keeps every run and reports medians and spreads, with the machine's load.
+Before each timed run both KV caches are cleared, so neither profits from the other's prompt.
+A greedy divergence is examined at once: how close the target's two choices were there,
+against this build's measured batch rounding (:mod:`specchat.engine.batch_rounding`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from specchat.engine import batch_rounding
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder
+from specchat.engine.gamma import GammaSetting
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
-from specchat.race.result import RaceResult
+from specchat.models.calibration import CalibrationResult
+from specchat.models.calibration_store import load_calibration
+from specchat.race.noise import LoadWatch
+from specchat.race.result import Divergence, RaceResult
 from specchat.race.timeline import RaceTimeline, record
+from specchat.race.why import Costs, costs_from_calibration, costs_from_race
 from specchat.runtime import Runtime
 
 WARMUP_TOKENS = 8
+DEFAULT_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,17 @@ class RaceSetup:
     settings: SamplerSettings
     system: str | None = None
     category: str | None = None
+    runs: int = DEFAULT_RUNS  # timed runs per side, alternating
+
+
+def race_decoder(runtime: Runtime, gamma: GammaSetting | int | str | None = None,
+                 ngram: bool = False, drafters: Sequence[str] | None = None) -> Decoder:
+    """The one place where the race (CLI) picks its speculative side's γ mode and drafter.
+
+    ``gamma``/``ngram``/``drafters`` are what the user set; None/False leave it to the default:
+    the planner (a controller of the race's own) over the default drafters.
+    """
+    return runtime.decoder(gamma=gamma, ngram=ngram, drafters=drafters)
 
 
 class RaceCancelled(SpecchatError):
@@ -48,12 +70,19 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
         Message("user", setup.prompt)]
     tokens = ChatEngine(plain).fit(messages, setup.settings.max_tokens).tokens
     warm = replace(setup.settings, max_tokens=min(WARMUP_TOKENS, setup.settings.max_tokens))
-    runs: list[RaceTimeline] = []
+    n = max(1, setup.runs)
+    plains: list[RaceTimeline] = []
+    specs: list[RaceTimeline] = []
+    watch = LoadWatch()
     # Warm-up (untimed): pages the weights in and lets the CPU clock up, for both decoders.
     steps: list[tuple[str, str, Decoder, SamplerSettings]] = [
-        ("warm-up", "warm-up", plain, warm), ("warm-up", "warm-up", spec, warm),
-        ("plain", "recording the plain run (1/2)…", plain, setup.settings),
-        ("speculative", "recording the speculative run (2/2)…", spec, setup.settings)]
+        ("warm-up", "warm-up", plain, warm), ("warm-up", "warm-up", spec, warm)]
+    for i in range(n):
+        k = 2 * i
+        steps += [("plain", f"recording plain run {i + 1}/{n} ({k + 1}/{2 * n})…", plain,
+                   setup.settings),
+                  ("speculative", f"recording speculative run {i + 1}/{n} ({k + 2}/{2 * n})…",
+                   spec, setup.settings)]
     for label, message, decoder, settings in steps:
         if cancel.is_set():
             raise RaceCancelled("race cancelled")
@@ -62,8 +91,74 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
         timeline = record(label, decoder, tokens, settings, cancel)
         if timeline.stats.stop_reason == "cancelled":
             raise RaceCancelled("race cancelled")
-        if label != "warm-up":
-            runs.append(timeline)
+        if label == "plain":
+            plains.append(timeline)
+        elif label == "speculative":
+            specs.append(timeline)
+    load = watch.done()
     runtime.clear_caches()
-    return RaceResult(setup.prompt, runtime.selection.label, setup.settings, runs[0], runs[1],
-                      setup.category)
+    calibration = _calibration(runtime)
+    shown_plain, shown_spec = _median(plains), _median(specs)
+    result = RaceResult(setup.prompt, runtime.selection.label, setup.settings, shown_plain,
+                        shown_spec, setup.category, tuple(plains), tuple(specs), load,
+                        costs=_costs(calibration, plains, specs), device=_device(runtime))
+    if result.greedy and not result.identical and result.difference is not None:
+        progress("examining where the outputs part…")
+        divergence = examine(runtime, tokens, shown_plain, shown_spec,
+                             calibration.batch_rounding if calibration else None)
+        result = replace(result, divergence=divergence)
+    return result
+
+
+def _median(runs: list[RaceTimeline]) -> RaceTimeline:
+    """The run of median speed (the one replayed): typical, not the luckiest."""
+    return sorted(runs, key=lambda t: t.tok_s)[(len(runs) - 1) // 2]
+
+
+def _calibration(runtime: Runtime) -> CalibrationResult | None:
+    if runtime.paths is None or runtime.draft is None:
+        return None
+    try:
+        return load_calibration(runtime.paths, runtime.target.path, runtime.draft.path)
+    except (OSError, ValueError, SpecchatError):
+        return None  # a missing or unreadable record: the race measures what it needs
+
+
+def _costs(calibration: CalibrationResult | None, plains: list[RaceTimeline],
+           specs: list[RaceTimeline]) -> Costs | None:
+    """The race's own step costs (measured under the same load as its speeds), the draft's
+    cost from the calibration when the race drafted no model tokens; the calibration alone
+    when the race has no steps to time."""
+    cal = None
+    if calibration is not None:
+        cal = costs_from_calibration(calibration.draft_s, calibration.verify_s)
+    t1 = sorted(p.decode_s / max(1, len(p.tokens) - 1) for p in plains)[len(plains) // 2]
+    own = costs_from_race(t1, [s for run in specs for s in run.steps])
+    if own is None:
+        return cal
+    if own.draft is None and cal is not None and cal.draft is not None:
+        # the calibration's draft/target ratio, applied to this race's own target step
+        return Costs(own.t1, own.verify, cal.draft / cal.t1 * own.t1,
+                     "this race; draft cost: calibration")
+    return own
+
+
+def _device(runtime: Runtime) -> str:
+    return "CPU" if runtime.target.settings.n_gpu_layers == 0 or not _offloads() else "GPU"
+
+
+def _offloads() -> bool:
+    from specchat.engine.llama_lib import supports_gpu_offload
+
+    return bool(supports_gpu_offload())
+
+
+def examine(runtime: Runtime, prompt: list[int], plain: RaceTimeline, spec: RaceTimeline,
+            bound: float | None) -> Divergence | None:
+    """How close the target's choice was where greedy outputs part, against this build's
+    rounding (from the calibration, else measured now on this prompt's reply)."""
+    try:
+        return batch_rounding.examine(runtime.target_ctx, prompt, plain.token_ids,
+                                      spec.token_ids, bound)
+    finally:
+        runtime.clear_caches()

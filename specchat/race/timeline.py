@@ -92,6 +92,18 @@ class RaceTimeline:
         """Generated tokens over the whole run, prompt included: what the replay shows."""
         return len(self.tokens) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    @property
+    def decode_s(self) -> float:
+        """From the first token to the last: decoding alone, the prompt left out."""
+        times = self.token_times
+        return times[-1] - times[0] if len(times) > 1 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens after the first over the time they took: speed once the reply has started."""
+        n = len(self.token_times) - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
     def tokens_by(self, t: float) -> int:
         """How many tokens had arrived by time ``t``."""
         return bisect.bisect_right(self.token_times, t)

@@ -33,6 +33,11 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
     return "–" if v is None else format(v, fmt)
 
 
+def _runs(result: RaceResult) -> str:
+    n = len(result.runs[0])
+    return f"medians of {n} runs per side (min–max)" if n > 1 else "one run per side"
+
+
 def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
     s = result.settings
     where = f" (Spec-Bench {result.category})" if result.category else ""
@@ -53,11 +58,17 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
         "## Result",
         table(["run", "tokens", "tok/s", "time to first token", "elapsed", "stopped"], rows),
         "\n".join([
-            f"- **speedup:** {_f(result.speedup)}×" if result.speedup else "- **speedup:** –",
+            f"- **{_runs(result)}:** " + "; ".join(
+                f"{name} {result.side_line(side).split(None, 1)[1]}"
+                for side, name in ((0, "plain"), (1, "speculative"))),
+            f"- **decode speedup** (once the replies started): {_f(result.decode_speedup)}× · "
+            f"**overall speedup:** {_f(result.speedup)}×",
             f"- **α** (draft tokens accepted): {_f(result.alpha)} · **τ** (tokens per target "
             f"pass): {_f(result.tau)}",
             f"- **γ trace** (draft length × steps): {gamma_trace_text(result.gammas, 20)}",
             f"- **check:** {result.verdict()}",
+            *([f"- **why:** {result.why}"] if result.why else []),
+            *([f"- **noise:** {result.noise}"] if result.noise else []),
         ]),
     ]
     if chart:

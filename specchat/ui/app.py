@@ -34,6 +34,7 @@ from specchat.ui.screens.race import RaceScreen
 from specchat.ui.services import AppServices
 from specchat.ui.wizard.screen import WizardScreen
 
+# Shown when the catalog lacks the welcome's two pairs (a user catalog may replace them).
 FIRST_RUN_INTRO = ("Welcome! Pair a big target model with a small draft model here, or press "
                    "Esc to start chatting on the built-in demo pair (SmolLM2-135M: about 100 MB "
                    "from PyPI, ~700 MB on disk once its two precisions are made).")
@@ -85,7 +86,8 @@ class SpecchatApp(App[int]):
     def on_mount(self) -> None:
         self._use_saved_theme()
         if self.services.first_run and self.services.paths is not None:
-            self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO),
+            self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO,
+                                          welcome=True),
                              self._first_pair_chosen)
             return
         self.load()

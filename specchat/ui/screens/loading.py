@@ -35,6 +35,8 @@ def progress_detail(p: Progress, elapsed: float) -> str:
         parts.append(f"{format_duration((p.total - p.done) / rate)} left")
     else:
         parts.append(f"{format_duration(elapsed)} so far")
+    if p.detail and not p.finished:
+        parts.append(p.detail)
     return " · ".join(parts)
 
 

@@ -313,12 +313,22 @@ class RaceScreen(Screen[None]):
 
 def summary_text(result: RaceResult) -> Text:
     out = Text()
+    dec = result.decode_speedup
+    out.append(f"decode {dec:.2f}×" if dec else "decode –", "bold")
     sp = result.speedup
-    out.append(f"speedup {sp:.2f}×" if sp else "speedup –", "bold")
     alpha = "–" if result.alpha is None else f"{result.alpha:.2f}"
     tau = "–" if result.tau is None else f"{result.tau:.2f}"
-    out.append(f" (tokens/s, speculative over plain)  ·  α {alpha}  ·  τ {tau}  ·  "
-               f"γ {gamma_trace_text(result.gammas)}\n")
+    ttft = [result.spread(side, "ttft_s").median for side in (0, 1)]
+    n = len(result.runs[0])
+    runs = f" · median of {n} runs each" if n > 1 else ""
+    out.append(f" (speculative over plain, once started) · overall {sp:.2f}× · TTFT "
+               f"{ttft[0]:.2f} s plain, {ttft[1]:.2f} s speculative{runs}\n" if sp else "\n")
+    out.append(f"α {alpha}  ·  τ {tau}  ·  γ {gamma_trace_text(result.gammas)}\n")
+    if result.why:
+        out.append("why: ", "bold")
+        out.append(result.why + "\n")
+    if result.noise:
+        out.append(result.noise + "\n", "yellow")
     style = "bold red" if result.is_bug else ("bold green" if result.identical else "")
     out.append(result.verdict(), style)
     if result.is_bug:

@@ -32,6 +32,8 @@ def label_for(p: Progress, elapsed: float) -> str:
         parts.append(speed)
         if p.total:
             parts.append(f"{format_duration((p.total - p.done) / rate)} left")
+    if p.detail:
+        parts.append(p.detail)
     return " · ".join(parts)
 
 

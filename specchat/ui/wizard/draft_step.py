@@ -37,8 +37,8 @@ def candidate_label(c: DraftCandidate) -> Text:
     src = c.entry.source
     if c.on_disk:
         where = "on disk"
-    elif isinstance(src, (HfSource, PypiSource)) and src.size:
-        where = f"{format_bytes(src.size)} to download"
+    elif c.entry.size:
+        where = f"{format_bytes(c.entry.size)} to download"
     else:
         where = "to download" if isinstance(src, (HfSource, PypiSource)) else "to make"
     if c.level is None and c.report is None and not c.reason.startswith("could not"):

@@ -30,6 +30,7 @@ from specchat.ui.wizard.messages import (
     FilesReady,
     LocalScanned,
     RepoListed,
+    WelcomeRead,
     WizardProgress,
     throttled,
 )
@@ -46,6 +47,14 @@ def _progress(post: Post) -> ProgressFn:
 
 def scan_local(post: Post, cancel: threading.Event, paths: AppPaths) -> None:
     post(LocalScanned(find_local_models(paths)))
+
+
+def read_welcome(post: Post, cancel: threading.Event, resolver: ModelResolver) -> None:
+    from specchat.ui.wizard.welcome import DEMO, STARTER, pair_size, read_machine
+
+    cat = resolver.catalog
+    post(WelcomeRead(read_machine(resolver), pair_size(resolver, cat, STARTER),
+                     pair_size(resolver, cat, DEMO)))
 
 
 def list_repo(post: Post, cancel: threading.Event, role: str, text: str) -> None:

@@ -21,6 +21,7 @@ from specchat.models.hub import RepoListing
 from specchat.models.local_files import LocalModel
 from specchat.models.pairing import DraftCandidate, SelfDraftOption
 from specchat.models.progress import Progress, ProgressFn
+from specchat.ui.wizard.welcome import Machine, PairSize
 
 
 @dataclass
@@ -65,6 +66,15 @@ class FilesReady(Message):
     draft: Path
     draft_entry: ModelEntry  # a self-draft's entry exists only once it is made
     report: CompatReport
+
+
+@dataclass
+class WelcomeRead(Message):
+    """The machine and the two starter pairs' sizes, for the first run's welcome."""
+
+    machine: Machine
+    starter: PairSize
+    demo: PairSize
 
 
 @dataclass

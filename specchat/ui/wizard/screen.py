@@ -41,10 +41,12 @@ from specchat.ui.wizard.messages import (
     FilesReady,
     LocalScanned,
     RepoListed,
+    WelcomeRead,
     WizardProgress,
 )
 from specchat.ui.wizard.steps import CalibrateStep, CheckStep, FetchStep, SaveStep
 from specchat.ui.wizard.target_step import TargetStep
+from specchat.ui.wizard.welcome import DEMO, STARTER, WelcomeStep
 
 STEPS = {"step-target": "1 · Target", "step-draft": "2 · Draft", "step-fetch": "3 · Files",
          "step-check": "4 · Check", "step-calibrate": "5 · Calibrate", "step-save": "6 · Save"}
@@ -68,11 +70,16 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, paths: AppPaths, catalog: Catalog | None = None,
-                 calibration: CalibrationOptions | None = None, intro: str | None = None) -> None:
+                 calibration: CalibrationOptions | None = None, intro: str | None = None,
+                 welcome: bool = False) -> None:
         super().__init__()
-        self.intro = intro  # a line above the steps (the first run says what Esc does)
-        self.paths = paths
+        self.intro = intro  # a line above the steps
+        # The first run starts on a welcome (qwen-coder or demo, by this machine) when the
+        # catalog has both; "Pair other models…" goes on to the steps below.
         self.catalog = catalog or load_catalog(paths.user_catalog)
+        self.welcome = welcome and {STARTER, DEMO} <= set(self.catalog.pairs)
+        self.back = {**BACK, "step-target": "step-welcome"} if self.welcome else BACK
+        self.paths = paths
         self.resolver = ModelResolver(self.catalog, paths)
         self.calibration_options = calibration or CalibrationOptions(
             max_tokens=48, gamma_max=6, n_threads=_configured_threads(paths))
@@ -88,9 +95,12 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="wizard-box"):
             yield Static(id="wizard-title")
-            if self.intro:
+            if self.intro and not self.welcome:
                 yield Static(self.intro, id="wizard-intro", classes="hint", markup=False)
-            with ContentSwitcher(initial="step-target", id="wizard-steps"):
+            first = "step-welcome" if self.welcome else "step-target"
+            with ContentSwitcher(initial=first, id="wizard-steps"):
+                if self.welcome:
+                    yield WelcomeStep()
                 yield TargetStep(self.catalog)
                 yield DraftStep()
                 yield FetchStep()
@@ -103,6 +113,10 @@ class WizardScreen(ModalScreen[PairEntry | None]):
                 yield Button("Cancel", variant="error", id="cancel")
 
     def on_mount(self) -> None:
+        if self.welcome:
+            self.go("step-welcome")
+            self.run_job(jobs.read_welcome, self.resolver)
+            return
         self.go("step-target")
         self.status("looking for model files on this computer…")
         self.run_job(jobs.scan_local, self.paths)
@@ -115,11 +129,11 @@ class WizardScreen(ModalScreen[PairEntry | None]):
 
     def go(self, step: str) -> None:
         self.query_one(ContentSwitcher).current = step
-        self.query_one("#wizard-title", Static).update(
-            "Pair a draft with a target   " + "  ".join(
-                f"[reverse] {label} [/]" if key == step else label
-                for key, label in STEPS.items()))
-        self.query_one("#back", Button).disabled = step not in BACK
+        title = "Welcome" if step == "step-welcome" else "Pair a draft with a target   " + (
+            "  ".join(f"[reverse] {label} [/]" if key == step else label
+                      for key, label in STEPS.items()))
+        self.query_one("#wizard-title", Static).update(title)
+        self.query_one("#back", Button).disabled = step not in self.back
 
     def status(self, text: str, error: bool = False) -> None:
         s = self.query_one("#wizard-status", Static)
@@ -150,7 +164,7 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     @on(Button.Pressed, "#back")
     def _back(self) -> None:
         self.cancel_event.set()
-        target = BACK.get(self.step)
+        target = self.back.get(self.step)
         if target:
             self.status("")
             self.go(target)
@@ -169,6 +183,22 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def on_worker_failed(self, m: WorkerFailed) -> None:
         if not m.cancelled:
             self.status(m.text, error=True)
+            if self.step == "step-fetch":
+                self.query_one(FetchStep).failed()
+
+    def on_welcome_read(self, m: WelcomeRead) -> None:
+        self.query_one(WelcomeStep).show(m.machine, m.starter, m.demo)
+
+    @on(WelcomeStep.Chosen)
+    def _welcome_chosen(self, event: WelcomeStep.Chosen) -> None:
+        if event.choice == STARTER:
+            self.dismiss(self.catalog.pair(STARTER))  # the app fetches it, with progress
+        elif event.choice == DEMO:
+            self.action_cancel()  # what Esc does: the built-in default, the demo
+        else:
+            self.go("step-target")
+            self.status("looking for model files on this computer…")
+            self.run_job(jobs.scan_local, self.paths)
 
     def on_local_scanned(self, m: LocalScanned) -> None:
         self.local = m.models
@@ -256,8 +286,13 @@ class WizardScreen(ModalScreen[PairEntry | None]):
             self.status(f"checking {entry.id} from its header on the Hub…")
             self.run_job(jobs.check_draft, self.resolver, self.target_facts, entry)
 
+    @on(FetchStep.Retry)
+    def _retry_fetch(self) -> None:
+        self.start_fetch()
+
     def start_fetch(self) -> None:
         assert self.target is not None
+        self.query_one(FetchStep).started()
         self.query_one("#fetch-transfers", TransferList).clear()
         self.go("step-fetch")
         self.status("")

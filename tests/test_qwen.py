@@ -1,0 +1,72 @@
+"""The qwen-coder pair end to end (1.6 GB; opt in with ``-m qwen``, see conftest.qwen_paths):
+the files are the catalog's, `ask` answers sensibly, and a race on a copy-heavy prompt with
+prompt lookup is identical to plain decoding or parts only at a near-tie within the measured
+batch rounding."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specchat.engine import batch_rounding
+from specchat.engine.chat import ChatEngine
+from specchat.engine.chat_template import Message
+from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.plain import PlainDecoder
+from specchat.models.catalog import load_catalog
+from specchat.models.resolver import ModelResolver
+from specchat.paths import AppPaths
+
+pytestmark = pytest.mark.qwen
+
+
+def _env(paths: AppPaths) -> dict[str, str]:
+    return {**os.environ, "SPECCHAT_HOME": str(paths.config_dir.parent)}
+
+
+def test_the_files_are_the_catalogs(qwen_paths: AppPaths) -> None:
+    cat = load_catalog()
+    res = ModelResolver(cat, qwen_paths)
+    pair = cat.pair("qwen-coder")
+    for mid in (pair.target, pair.draft):
+        entry = cat.model(mid)
+        st = res.state(entry)
+        assert st.present and st.size == entry.size
+    t = LlamaModel(res.ensure(pair.target, fetch=False))
+    d = LlamaModel(res.ensure(pair.draft, fetch=False))
+    assert t.n_vocab == d.n_vocab == 151_936 and t.eos == d.eos == 151_645
+    assert t.chat_template and "im_start" in t.chat_template
+
+
+def test_ask_answers_a_coding_question(qwen_paths: AppPaths) -> None:
+    cmd = [sys.executable, "-m", "specchat", "ask",
+           "Write a Python function is_prime(n). Reply with the code only.",
+           "--pair", "qwen-coder", "--temperature", "0", "--max-tokens", "40", "--threads", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(qwen_paths), timeout=600,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert "def is_prime" in r.stdout, r.stdout
+
+
+def test_race_with_prompt_lookup_on_a_copy_prompt(qwen_paths: AppPaths) -> None:
+    cmd = [sys.executable, "-m", "specchat", "race", "--prompt-from", "copy", "--pair",
+           "qwen-coder", "--ngram", "--max-tokens", "32", "--runs", "1", "--no-replay",
+           "--threads", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(qwen_paths), timeout=900,
+                       check=False)
+    assert r.returncode == 0, r.stdout + r.stderr  # exit 1 would be a divergence outside rounding
+    assert "outputs identical ✓" in r.stdout or "parted at a near-tie" in r.stdout
+    assert "canal" in r.stdout and "why: on this CPU" in r.stdout
+
+
+def test_batch_rounding_of_this_build_is_measurable(qwen_paths: AppPaths) -> None:
+    cat = load_catalog()
+    path = ModelResolver(cat, qwen_paths).ensure(cat.pair("qwen-coder").target, fetch=False)
+    ctx = LlamaContext(LlamaModel(path), ContextSettings(n_ctx=512, n_threads=2))
+    prompt = ChatEngine(PlainDecoder(ctx)).tokenize_chat([Message("user", "Say hello.")])
+    reply = [int(t) for t in ctx.model.tokenize("Hello! How can I help you today?")]
+    bound = batch_rounding.measure(ctx, prompt, reply)
+    assert 0 <= bound.gap < 1.0  # rounding, not a different model
