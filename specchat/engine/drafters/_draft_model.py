@@ -28,7 +28,7 @@ from specchat.engine.drafters import (
     fit_shape,
     path_to,
 )
-from specchat.engine.model import LlamaContext
+from specchat.engine.model import LlamaContext, LlamaModel
 from specchat.engine.sampling import Distribution, distribution
 from specchat.engine.verify import Verdict, children_of, one_hot
 
@@ -39,8 +39,19 @@ def shared_draft(env: DrafterEnv) -> DraftModel | None:
         return None
     dm = env.shared.get("draft_model")
     if not isinstance(dm, DraftModel):
-        dm = env.shared["draft_model"] = DraftModel(env.target, env.draft, env.stepwise_draft)
+        dm = env.shared["draft_model"] = _draft_for(env.target, env.draft, env.stepwise_draft)
     return dm
+
+
+def _draft_for(target: LlamaContext, draft: LlamaContext, stepwise: bool) -> DraftModel:
+    """A draft of the same vocabulary, else one drafting through the shared tokens (TLI)."""
+    if isinstance(target.model, LlamaModel) and isinstance(draft.model, LlamaModel):
+        from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
+
+        vmap = cross_map(target.model, draft.model)
+        if vmap is not None:
+            return CrossVocabDraft(target, draft, vmap)
+    return DraftModel(target, draft, stepwise)
 
 
 def without(q: Distribution, token: int) -> Distribution | None:
