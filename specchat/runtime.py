@@ -315,7 +315,7 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
     """The target's layer-skip draft on disk, if one was made (see models.self_draft)."""
     from specchat.models.self_draft import layerskip_entry
 
-    entry = layerskip_entry(resolver.catalog, target.id)
+    entry = layerskip_entry(resolver.catalog, target)
     if entry is None:
         return None
     st = resolver.state(entry)

@@ -113,7 +113,8 @@ def check_layers(kept: Sequence[int], n_layer: int) -> tuple[int, ...]:
     if bad:
         raise CutError(f"block {bad[0]} does not exist (the model has blocks 0-{n_layer - 1})")
     if len(set(kept)) != len(kept):
-        raise CutError("a block is named twice")
+        twice = next(i for i in kept if list(kept).count(i) > 1)
+        raise CutError(f"block {twice} is named twice")
     return tuple(sorted(kept))
 
 

@@ -184,8 +184,8 @@ def search(src: CutSource, work_dir: Path, options: SearchOptions = SearchOption
                 best, best_span = c, span
         return SearchResult(n, target_s, head_s, block_s, tuple(tried.values()))
     finally:
-        for p in work_dir.glob("layerskip-candidate.gguf*"):
-            p.unlink(missing_ok=True)
+        for leftover in work_dir.glob("layerskip-candidate.gguf*"):
+            leftover.unlink(missing_ok=True)
         t_ctx.close()
         target.close()
 

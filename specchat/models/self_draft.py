@@ -59,11 +59,18 @@ class LayerSkipDraft:
     search: SearchResult | None = None  # when the blocks were chosen here
 
 
-def layerskip_entry(catalog: Catalog, target_id: str) -> ModelEntry | None:
-    """The catalog's layer-skip draft of ``target_id``, if one was made."""
+def layerskip_entry(catalog: Catalog, target: ModelEntry) -> ModelEntry | None:
+    """The catalog's layer-skip draft of ``target`` (named by its id, or given as the same
+    file the catalog knows under another id), if one was made."""
+    from specchat.models.entries import find_entry
+
+    ids = {target.id}
+    known = find_entry(catalog, target.source)
+    if known is not None:
+        ids.add(known.id)
     for m in catalog.models.values():
         src = m.source
-        if isinstance(src, DerivedSource) and src.layers is not None and src.base == target_id:
+        if isinstance(src, DerivedSource) and src.layers is not None and src.base in ids:
             return m
     return None
 
@@ -72,7 +79,7 @@ def make_layerskip_draft(resolver: ModelResolver, target: ModelEntry, layers: st
                          say: Callable[[str], None] = lambda _m: None,
                          report: ProgressFn = no_progress,
                          cancel: threading.Event | None = None,
-                         options: SearchOptions = SearchOptions()) -> LayerSkipDraft:
+                         options: SearchOptions | None = None) -> LayerSkipDraft:
     """Cut the target to the blocks ``layers`` names ("auto": chosen by a measured search) and
     record the cut in the user catalog as a ``derived`` model with its kept blocks (replacing
     an earlier cut of the same target). Nothing is written under the final name or recorded
@@ -83,12 +90,12 @@ def make_layerskip_draft(resolver: ModelResolver, target: ModelEntry, layers: st
     src = open_source(target_path)
     found: SearchResult | None = None
     if layers.strip().lower() == "auto":
-        found = search(src, resolver.paths.models_dir, options, say, cancel)
+        found = search(src, resolver.paths.models_dir, options or SearchOptions(), say, cancel)
         kept = found.best.kept
     else:
         kept = parse_layers(layers, src.n_layer)
     cat = resolver.catalog
-    old = layerskip_entry(cat, target.id)
+    old = layerskip_entry(cat, target)
     new_id = old.id if old is not None else unique_id(cat, f"{target.id}-layerskip")
     filename = f"{new_id}.gguf"
     entry = ModelEntry(

@@ -119,7 +119,7 @@ def shared_mass(vmap: VocabMap, target_tokens: Sequence[int]) -> float:
     return float(np.mean(vmap.t2d[ids] >= 0))
 
 
-def valid_utf8_prefix(data: bytes) -> int:
+def valid_utf8_prefix(data: bytes | bytearray) -> int:
     """Length of ``data`` without a trailing incomplete UTF-8 character."""
     n = len(data)
     for back in range(1, min(4, n) + 1):
