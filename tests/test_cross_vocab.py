@@ -25,7 +25,14 @@ import pytest
 from specchat.cli.prove_cmd import sample
 from specchat.devtools.chi2 import chi_square, critical_value, homogeneity
 from specchat.devtools.scripted import ScriptedContext
-from specchat.devtools.tiny_models import CHARS, MERGES, SPECIALS, TinySpec, write_tiny_model
+from specchat.devtools.tiny_models import (
+    CHARS,
+    MERGES,
+    SPECIALS,
+    TinySpec,
+    few_shared_vocabulary,
+    write_tiny_model,
+)
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, VocabMap, valid_utf8_prefix
 from specchat.engine.drafters.model import ModelDrafter
@@ -162,13 +169,6 @@ def other_tokens() -> list[str]:
     return SPECIALS + chars + merged + ["<y0>", "<y1>"]
 
 
-def few_tokens() -> list[str]:
-    """A vocabulary sharing only the specials, the merge pieces and 40 tokens of its own."""
-    needed = sorted({c for m in MERGES for c in m.split(" ")}) + [m.replace(" ", "")
-                                                                  for m in MERGES]
-    return SPECIALS + needed + [f"<z{i}>" for i in range(40)]
-
-
 def renumbered(src: Path, dest: Path, tokens: list[str]) -> Path:
     """``src``'s network over the vocabulary ``tokens``: each token keeps its embedding and
     output rows where ``src`` has it (a new token gets small random ones), so the two models
@@ -212,7 +212,7 @@ def cross_draft(tiny_dir: Path, tiny_target: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def few_draft(tiny_dir: Path) -> Path:
-    return write_tiny_model(tiny_dir / "few.gguf", TinySpec(seed=5), tokens=few_tokens(),
+    return write_tiny_model(tiny_dir / "few.gguf", TinySpec(seed=5), tokens=few_shared_vocabulary(),
                             name="tiny-few")
 
 

@@ -20,6 +20,7 @@ DRAFTER_CHOICES = {
     "ngram,model": "n-gram lookup, then the draft model",
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
+    "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
 }
 DEFAULT_GAMMA = 4  # when neither the user nor the pair names one
 MAX_GAMMA = 32
