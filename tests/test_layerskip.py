@@ -184,3 +184,23 @@ def test_the_search_scores_candidates_and_keeps_the_best(deep: Path, tmp_path: P
     assert r.block_s >= 0 and r.head_s >= 0
     assert said[0].startswith("costs here: target")
     assert not list(tmp_path.glob("layerskip-candidate*"))
+
+
+def test_race_and_bench_run_the_layerskip_drafter(home: AppPaths, deep: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "self-draft", str(deep), "--layers", "0-2,5"]) == 0
+    capsys.readouterr()
+    rc = main(["race", "the cat sat", "--model", str(deep), "--drafter", "layerskip",
+               "--threads", "1", "--max-tokens", "16", "--gamma", "2", "--no-replay"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "outputs identical ✓" in out
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "alpha",
+                                   "turns": ["the cat sat"]}) + "\n", encoding="utf-8")
+    rc = main(["bench", "--model", str(deep), "--drafter", "layerskip", "--prompts",
+               str(prompts), "--per-category", "1", "--max-tokens", "12", "--gamma", "2",
+               "--temperature", "0", "--threads", "1", "--out", str(tmp_path / "b")])
+    assert rc == 0, capsys.readouterr()
+    doc = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert "layerskip" in json.dumps(doc)
