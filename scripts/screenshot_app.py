@@ -24,9 +24,9 @@ QUESTION = "Name the three primary colours and say one thing about each."
 
 
 async def shoot(args: argparse.Namespace) -> None:
+    from specchat.cli.app import build_services
     from specchat.cli.common import make_env
     from specchat.ui.app import SpecchatApp
-    from specchat.ui.launch import build_services
     from specchat.ui.screens.chat import ChatScreen
 
     cli = argparse.Namespace(pair=args.pair, model=None, ctx_size=None, threads=None,

@@ -45,3 +45,7 @@ class Cancelled(SpecchatError):
 
 class StoreError(SpecchatError):
     """The chat database cannot be opened, is too new, or has no such chat."""
+
+
+class BadLogitsError(SpecchatError):
+    """A model produced NaN or infinite logits: its weights (or their quantization) are broken."""

@@ -24,8 +24,8 @@ from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
+from specchat.formats.gguf_file import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
-from specchat.models.gguf_file import validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level

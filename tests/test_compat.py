@@ -109,8 +109,8 @@ def test_chat_template_and_context_differences_are_warnings(tiny_target: Path,
 def test_advice_names_smaller_models_of_the_family() -> None:
     cat = load_catalog()
     # A header whose name says Qwen2.5 7B: the catalog's 0.5B Qwen2.5 drafts are suggested.
+    from specchat.formats.gguf_file import GgufHeader
     from specchat.models.compat import ModelFacts
-    from specchat.models.gguf_file import GgufHeader
 
     h = GgufHeader(Path("Qwen2.5-7B-Instruct-Q4_K_M.gguf"), 3,
                    {"general.name": "Qwen2.5 7B Instruct", "tokenizer.ggml.tokens": ["a"]})

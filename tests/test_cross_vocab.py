@@ -22,8 +22,8 @@ import gguf
 import numpy as np
 import pytest
 
+from specchat.bench.chi2 import chi_square, critical_value, homogeneity
 from specchat.cli.prove_cmd import sample
-from specchat.devtools.chi2 import chi_square, critical_value, homogeneity
 from specchat.devtools.scripted import ScriptedContext
 from specchat.devtools.tiny_models import (
     CHARS,

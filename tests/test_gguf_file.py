@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelFileError
-from specchat.models.gguf_file import read_header, split_parts, validate
+from specchat.formats.gguf_file import read_header, split_parts, validate
 
 
 def test_header_of_a_tiny_model(tiny_target: Path) -> None:

@@ -15,7 +15,8 @@ from specchat.devtools import gpu_proof
 from specchat.engine import hardware
 from specchat.engine.hardware import Device, HostMemory, backend_label, devices, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.placement import LoadReport, ModelPlacement, Placement
+from specchat.engine.load_report import LoadReport
+from specchat.engine.placement import ModelPlacement, Placement
 
 GIB = 1024**3
 

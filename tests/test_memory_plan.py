@@ -17,6 +17,7 @@ import pytest
 from gguf.constants import GGMLQuantizationType as Q
 
 from specchat.engine.hardware import Device, HostMemory
+from specchat.engine.load_report import LoadReport
 from specchat.engine.memory_plan import (
     Footprint,
     LoadRequest,
@@ -25,10 +26,9 @@ from specchat.engine.memory_plan import (
     plan_load,
 )
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
-from specchat.engine.placement import LoadReport
 from specchat.errors import NotEnoughMemoryError
+from specchat.formats.gguf_file import GgufHeader, TensorInfo, validate
 from specchat.models.catalog import load_catalog
-from specchat.models.gguf_file import GgufHeader, TensorInfo, validate
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths
 from specchat.runtime import Runtime, RuntimeOptions, Selection

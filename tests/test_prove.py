@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specchat.bench.chi2 import homogeneity
 from specchat.cli.main import main
 from specchat.cli.prove_cmd import sample, verdict
-from specchat.devtools.chi2 import homogeneity
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings

@@ -11,6 +11,7 @@ from PIL import Image
 from race_helpers import fixed_result
 
 from specchat.bench.report import summarize
+from specchat.engine.events import SpecDetail
 from specchat.report.bench_report import write_bench_report
 from specchat.report.charts import nice_ticks
 from specchat.report.font import render, text_size
@@ -84,7 +85,7 @@ def test_bench_report(tmp_path: Path) -> None:
                 "temperature": temp, "generated_tokens": 40, "total_s": secs + 1,
                 "prompt_s": 1.0, "accepted": 30 if gamma else 0, "rejections": 5 if gamma else 0,
                 "target_forwards": 12, "steps": 10 if gamma else 0, "drafted": 40,
-                "draft_s": 0.1, "extra": {}}
+                "draft_s": 0.1, "detail": SpecDetail().as_dict()}
 
     records = [rec(c, m, g, t, s) for t in (0.0, 0.7) for c in ("coding", "writing")
                for m, g, s in (("plain", None, 4.0), ("draft", 3, 2.0), ("draft", 5, 2.5))]

@@ -8,8 +8,8 @@ import pytest
 
 from specchat.engine.model import LlamaModel
 from specchat.errors import CatalogError, FetchError
+from specchat.formats.gguf_file import read_header
 from specchat.models.catalog import load_catalog
-from specchat.models.gguf_file import read_header
 from specchat.models.progress import Progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths

@@ -17,6 +17,7 @@ from specchat.devtools.tiny_models import (
     write_tiny_model,
 )
 from specchat.engine.drafters.ngram import NgramDrafter
+from specchat.engine.events import SpecDetail
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
@@ -201,7 +202,7 @@ def test_summarize_weights_by_time_not_by_prompt() -> None:
                 "temperature": 0.0, "generated_tokens": gen, "total_s": secs + 1,
                 "prompt_s": 1.0, "accepted": 3, "rejections": 1, "target_forwards": gen // 2,
                 "steps": gen // 2 if gamma else 0, "drafted": 4, "draft_s": 0.1,
-                "extra": {"position_drafted": [1, 1], "position_accepted": [1, 0]}}
+                "detail": SpecDetail(position_drafted=(1, 1), position_accepted=(1, 0)).as_dict()}
     rows = summarize([rec("plain", None, 10, 1.0), rec("plain", None, 30, 1.0),
                       rec("draft", 2, 40, 1.0)])
     by = {(r["mode"], r["category"]): r for r in rows}

@@ -11,7 +11,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from specchat.devtools.chi2 import chi_square
+from specchat.bench.chi2 import chi_square
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
@@ -187,7 +187,7 @@ def test_ngram_alone_greedy_is_identical_and_drafts(target: LlamaModel) -> None:
     assert token_ids(spec) == token_ids(plain)
     steps = [e for e in spec if isinstance(e, StepEvent)]
     assert any(s.drafter == "ngram" and s.gamma > 0 for s in steps)
-    assert stats.extra["steps_by_drafter"].get("ngram", 0) > 0
+    assert stats.detail.steps_by_drafter.get("ngram", 0) > 0
 
 
 # ----------------------------------------------------------------- caches and rollback
@@ -267,11 +267,12 @@ def test_events_add_up(target: LlamaModel, close_draft: LlamaModel) -> None:
                 assert [r.position for r in rej] == list(range(fixed[0].position,
                                                                fixed[0].position + len(rej)))
             block = []
-    x = stats.extra
-    assert sum(x["position_accepted"]) == stats.accepted
-    assert sum(x["position_drafted"]) == stats.drafted
-    assert 0 < x["exact_match_alpha"] <= x["overlap_mean"] <= 1
-    assert sum(x["verify_n_by_batch"].values()) == stats.steps
+    x = stats.detail
+    assert sum(x.position_accepted) == stats.accepted
+    assert sum(x.position_drafted) == stats.drafted
+    assert x.exact_match_alpha is not None and x.overlap_mean is not None
+    assert 0 < x.exact_match_alpha <= x.overlap_mean <= 1
+    assert sum(b.count for b in x.verify_batches) == stats.steps
 
 
 def test_cancel_mid_reply_then_the_next_turn_equals_a_fresh_run(target: LlamaModel,

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.events import RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
 from specchat.errors import StoreError
-from specchat.store import ChatStore, FateTrace, chat_to_markdown, export_filename, title_from
+from specchat.store import (
+    ChatStore,
+    FateTrace,
+    ReplyStats,
+    chat_to_markdown,
+    export_filename,
+    title_from,
+)
 from specchat.store.schema import MIGRATIONS, SCHEMA_VERSION, migrate, user_version
 
 A, C, B, P = TokenOrigin.ACCEPTED, TokenOrigin.CORRECTED, TokenOrigin.BONUS, TokenOrigin.PLAIN
@@ -58,7 +65,7 @@ def test_a_failing_migration_leaves_the_old_version_intact(tmp_path: Path) -> No
     ChatStore.open(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     broken = (*MIGRATIONS, "CREATE TABLE extra (x INTEGER);\nINSERT INTO nowhere VALUES (1);")
-    with pytest.raises(StoreError, match="upgrade to schema version 2 failed"):
+    with pytest.raises(StoreError, match=f"upgrade to schema version {SCHEMA_VERSION + 1} failed"):
         migrate(conn, broken)
     assert user_version(conn) == SCHEMA_VERSION
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -91,12 +98,13 @@ def test_chats_messages_rename_delete(tmp_path: Path) -> None:
     second = store.create_chat("second")
     store.add_message(first, "user", "hi")
     store.add_message(first, "assistant", "hello", fates=FateTrace.plain("hello").encode(),
-                      stats={"generated_tokens": 2, "decode_tps": 10.0}, status="cancelled")
+                      stats=ReplyStats(GenerationStats(generated_tokens=2, decode_s=0.1), "plain"),
+                      status="cancelled")
     assert [c.title for c in store.list_chats()] == ["first", "second"]  # most recent first
     msgs = store.messages(first)
     assert [(m.seq, m.role, m.content, m.status) for m in msgs] == [
         (0, "user", "hi", "done"), (1, "assistant", "hello", "cancelled")]
-    assert msgs[1].stats == {"generated_tokens": 2, "decode_tps": 10.0}
+    assert msgs[1].stats == ReplyStats(GenerationStats(generated_tokens=2, decode_s=0.1), "plain")
     store.rename_chat(second, "  renamed\n chat ")
     assert store.get_chat(second).title == "renamed chat"
     with pytest.raises(StoreError):
@@ -130,14 +138,16 @@ def test_wal_lets_a_reader_read_while_a_write_is_open(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from specchat.store import ChatStore
+    from specchat.engine.events import GenerationStats
+    from specchat.store import ChatStore, ReplyStats
     store = ChatStore.open(Path(sys.argv[1]))
     chat = store.create_chat("crash")
     big = int(sys.argv[2])
     i = 0
     while True:
         body = f"message {i} " + "x" * big + " end"
-        store.add_message(chat, "assistant", body, stats={"i": i})
+        store.add_message(chat, "assistant", body,
+                          stats=ReplyStats(GenerationStats(generated_tokens=i)))
         if i == 3:
             print("ready", flush=True)
         i += 1
@@ -160,7 +170,7 @@ def test_a_writer_killed_mid_write_leaves_a_readable_database(tmp_path: Path, si
     msgs = store.messages(chat.id)
     assert len(msgs) >= 4
     for i, m in enumerate(msgs):  # every saved message is whole; none is half-written
-        assert m.seq == i and m.stats == {"i": i}
+        assert m.seq == i and m.stats == ReplyStats(GenerationStats(generated_tokens=i))
         assert m.content == f"message {i} " + "x" * size + " end"
 
 
@@ -220,7 +230,8 @@ def test_export_to_markdown(tmp_path: Path) -> None:
     chat = store.create_chat("Colours & paint!", pair="demo")
     store.add_message(chat, "user", "Name a colour.")
     store.add_message(chat, "assistant", "Red.\n\n```\ncode\n```\n",
-                      stats={"generated_tokens": 5, "decode_tps": 50.0, "alpha": 0.75},
+                      stats=ReplyStats(GenerationStats(generated_tokens=5, decode_s=0.08,
+                                                       accepted=3, rejections=1)),
                       status="cancelled")
     md = chat_to_markdown(store.get_chat(chat), store.messages(chat))
     assert md.startswith("# Colours & paint!\n")

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specchat.devtools.chi2 import chi_square, critical_value, survival
+from specchat.bench.chi2 import chi_square, critical_value, survival
 from specchat.devtools.scripted import ScriptedContext
 from specchat.engine import verify
 from specchat.engine.decoding import run_to_end

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_speculative import EXACT_KV, exact_joint, prompt_of, sampled_joint
 
-from specchat.devtools.chi2 import chi_square
+from specchat.bench.chi2 import chi_square
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters import fit_shape, parse_names
 from specchat.engine.drafters.tree import best_shape
@@ -238,7 +238,7 @@ def test_a_drafter_that_fails_drops_out_with_a_notice(tmp_path: Path,
         ids = token_ids(events)
         if any(t >= 52 for t in ids):
             notices = [e.message for e in events if isinstance(e, NoticeEvent)]
-            assert any("cannot read token" in m for m in notices), notices
+            assert any("the draft stopped: it cannot read token" in m for m in notices), notices
             cut = next(i for i, t in enumerate(ids) if t >= 52)
             later = [e for e in events if isinstance(e, StepEvent) and e.position > cut]
             assert all(s.drafter == "none" for s in later)
@@ -301,3 +301,17 @@ def test_the_fate_trace_shows_losing_branches_marked(target: LlamaModel, draft: 
     assert trace.text == target.detokenize(token_ids(events))  # the reply itself is untouched
     again = FateTrace.decode(trace.text, trace.encode())
     assert again.segments == trace.segments
+
+
+def test_the_draft_model_is_prefilled_only_when_first_asked(target: LlamaModel,
+                                                            draft: LlamaModel) -> None:
+    """A reply whose steps never ask the draft model leaves its cache (and time) untouched."""
+    tc, dc = ctx(target), ctx(draft)
+    prompt = prompt_of(target, "the cat sat on the mat, the cat sat on the mat, the cat")
+    run = run_to_end(SpeculativeDecoder(tc, dc, Planner((-1, 0, 1), "ngram"), ["ngram", "model"]),
+                     prompt, GREEDY)
+    assert dc.tokens == [] and dc.decode_s == 0.0
+    assert any(s.drafter == "ngram" for s in run.steps)
+    run = run_to_end(SpeculativeDecoder(tc, dc, FixedGamma(3), ["ngram", "model"]), prompt,
+                     GREEDY)
+    assert any(s.drafter == "model" for s in run.steps) and dc.tokens[: len(prompt)] == prompt

@@ -104,7 +104,7 @@ async def test_a_reply_streams_in_with_every_fate_styled(tmp_path: Path, tiny_ta
         msgs = services.store.messages(saved.id)
         assert [m.role for m in msgs] == ["user", "assistant"]
         assert msgs[1].content == expected and '"x":"' in (msgs[1].fates or "")
-        assert msgs[1].stats and msgs[1].stats["decoder"] == "speculative"
+        assert msgs[1].stats and msgs[1].stats.decoder == "speculative"
     assert runtime.target_ctx.ptr is None  # the app freed the models on exit
 
 
@@ -132,8 +132,8 @@ async def test_the_real_speculative_decoder_with_auto_gamma_in_the_app(
         assert bar.gamma_history and bar.stats.alpha is not None
         assert "auto · " in str(bar.query_one("#stats-line", Static).render())
         (saved,) = services.store.list_chats()
-        stats = services.store.messages(saved.id)[1].stats or {}
-        assert stats["decoder"] == "speculative" and str(stats["gamma_mode"]).startswith("auto")
+        stats = services.store.messages(saved.id)[1].stats
+        assert stats and stats.decoder == "speculative" and stats.gamma_mode.startswith("auto")
 
 
 @app_test
@@ -241,8 +241,8 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
         await wait_for(pilot, lambda: app.screen is chat)
         reply = await send(pilot, "hello")
         await finished(pilot)
-        assert reply.turn.stats and reply.turn.stats["generated_tokens"] == 7
-        assert reply.turn.stats["stop_reason"] == "length"
+        assert reply.turn.stats and reply.turn.stats.generation.generated_tokens == 7
+        assert reply.turn.stats.generation.stop_reason == "length"
         assert "max tokens reached" in str(reply._meta.render())
         assert (seen[-1].gamma_mode, seen[-1].gamma, seen[-1].drafter) == ("fixed", 3,
                                                                          "ngram,model")

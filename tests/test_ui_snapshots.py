@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from ui_helpers import make_services, tiny_runtime, wait_for
 
-from specchat.engine.events import RejectedEvent, TokenEvent, TokenOrigin
-from specchat.store import FateTrace
+from specchat.engine.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
+from specchat.store import FateTrace, ReplyStats
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.widgets.chat_input import ChatInput
@@ -36,9 +36,11 @@ REPLY = [  # (text, origin, rejected drafts after it)
     (".", B, []), ("\n\n", A, []), ("```", A, []), ("python", C, ["text"]),
     ("\nprint", A, []), ('("red")', A, []), ("\n```", B, []),
 ]
-STATS = {"prompt_tokens": 31, "generated_tokens": 15, "decode_tps": 61.2, "alpha": 0.79,
-         "tau": 2.5, "steps": 6, "draft_s": 0.05, "verify_s": 0.11, "stop_reason": "eos",
-         "gamma": 4, "gamma_mode": "fixed", "ctx_size": 512, "decoder": "speculative"}
+# 61.2 tok/s, α 0.79, τ 2.5
+STATS = ReplyStats(GenerationStats(prompt_tokens=31, generated_tokens=15, decode_s=14 / 61.2,
+                                   accepted=79, rejections=21, steps=6, target_forwards=6,
+                                   draft_s=0.05, verify_s=0.11),
+                   decoder="speculative", gamma=4, gamma_mode="fixed", ctx_size=512)
 
 
 def fixed_trace() -> FateTrace:

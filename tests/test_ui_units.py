@@ -26,7 +26,7 @@ from specchat.engine.events import (
 from specchat.engine.llama_lib import backend_name
 from specchat.engine.plain import PlainDecoder
 from specchat.paths import AppPaths
-from specchat.store import ChatStore, FateTrace
+from specchat.store import ChatStore, FateTrace, ReplyStats
 from specchat.ui.chat_settings import ChatSettings, parse_settings
 from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.generation import ReplyJob, run_reply
@@ -108,12 +108,15 @@ def test_rolling_rate_forgets_tokens_older_than_its_window() -> None:
 
 
 def test_saved_stats_become_a_stats_bar_snapshot() -> None:
-    s = live_from_record({"generated_tokens": 10, "prompt_tokens": 30, "decode_tps": 50.0,
-                          "alpha": 0.8, "tau": 3.0, "steps": 4, "draft_s": 1.0, "verify_s": 3.0,
-                          "gamma": 4, "gamma_mode": "auto", "ctx_size": 512})
+    s = live_from_record(ReplyStats(
+        GenerationStats(generated_tokens=12, prompt_tokens=28, decode_s=11 / 50, accepted=8,
+                        rejections=2, steps=4, target_forwards=4, draft_s=1.0, verify_s=3.0),
+        gamma=4, gamma_mode="auto", ctx_size=512))
     assert (s.tps, s.alpha, s.tau, s.gamma, s.ctx_used, s.ctx_size) == (50.0, 0.8, 3.0, 4, 40, 512)
     assert s.draft_share == 0.25 and s.gamma_mode == "auto"
-    plain = live_from_record({"generated_tokens": 3, "decode_tps": 9.0, "alpha": None})
+    plain = live_from_record(ReplyStats(GenerationStats(generated_tokens=3, decode_s=2 / 9),
+                                        gamma_mode="pair"))
+    assert plain.tps == pytest.approx(9.0)
     assert plain.alpha is None and plain.tau is None and plain.gamma_mode is None
 
 
@@ -152,7 +155,8 @@ def test_sparkline_scale_is_fixed() -> None:
 
 
 def test_stats_updates_coalesce_and_load_progress_keeps_finished_steps() -> None:
-    older, newer = StatsUpdate(1, live_from_record({})), StatsUpdate(1, live_from_record({}))
+    saved = live_from_record(ReplyStats())
+    older, newer = StatsUpdate(1, saved), StatsUpdate(1, saved)
     assert older.can_replace(newer) and not older.can_replace(StatsUpdate(2, newer.stats))
     from specchat.models.progress import Progress
 
@@ -243,11 +247,12 @@ def test_parse_settings_says_what_is_wrong() -> None:
     ok = parse(seed=" 7 ")
     assert ok.sampling.seed == 7 and ok.sampling.top_p == 0.9 and ok.gamma_mode == "auto"
     assert parse().sampling.seed is None
+    assert parse(drafter="tree,ngram").drafter == "tree,ngram"
     for kw, why in (({"temperature": "hot"}, "temperature: 'hot' is not a number"),
                     ({"top_k": "1.5"}, "top-k: '1.5' is not a whole number"),
                     ({"top_p": "0"}, "top-p must be in"), ({"max_tokens": "0"}, "max tokens"),
                     ({"gamma": "99"}, "γ must be between 0 and 32"),
-                    ({"drafter": "medusa"}, "drafter must be one of")):
+                    ({"drafter": "medusa"}, "drafter: unknown drafter 'medusa'")):
         with pytest.raises(ValueError, match=why):
             parse(**kw)
 
@@ -277,7 +282,8 @@ def test_conversation_messages_and_saving(tmp_path: Path) -> None:
     assert conv.chat_id is not None and conv.title == "What is 2+2?"
     failed = Turn("assistant", FateTrace(), status="error")
     conv.turns.append(failed)
-    stopped = Turn("assistant", FateTrace.plain("Four", "a"), {"alpha": 1.0}, "cancelled")
+    stats = ReplyStats(GenerationStats(generated_tokens=1, accepted=1, stop_reason="cancelled"))
+    stopped = Turn("assistant", FateTrace.plain("Four", "a"), stats, "cancelled")
     conv.turns.append(stopped)
     conv.save_assistant(store, stopped)
     assert conv.engine_messages("Be brief.") == [
@@ -287,7 +293,7 @@ def test_conversation_messages_and_saving(tmp_path: Path) -> None:
     again = Conversation.load(store, conv.chat_id)
     assert [(t.role, t.text, t.status) for t in again.turns] == [
         ("user", "What is 2+2?", "done"), ("assistant", "Four", "cancelled")]
-    assert again.turns[1].trace.segments[0].kind == "a"
+    assert again.turns[1].trace.segments[0].kind == "a" and again.turns[1].stats == stats
 
 
 # --- keys, backend, CLI -----------------------------------------------------------------------
@@ -317,7 +323,7 @@ def test_the_app_needs_a_terminal(home: AppPaths, capsys: pytest.CaptureFixture[
 
 
 def test_services_open_the_configured_pair_without_loading_it(home: AppPaths) -> None:
-    from specchat.ui.launch import build_services
+    from specchat.cli.app import build_services
 
     home.config_dir.mkdir(parents=True)
     home.config_file.write_text("gamma: [broken\n")
@@ -335,9 +341,9 @@ def test_services_open_the_configured_pair_without_loading_it(home: AppPaths) ->
 
 def test_first_run_and_switching_to_a_pair_the_wizard_saved(home: AppPaths, tiny_target: Path,
                                                            tiny_draft: Path) -> None:
+    from specchat.cli.app import build_services
     from specchat.models.catalog import ModelEntry, PathSource, load_catalog
     from specchat.models.pairing import save_pair
-    from specchat.ui.launch import build_services
 
     args = argparse.Namespace(pair=None, model=None, ctx_size=None, threads=None, gpu_layers=None)
     services = build_services(make_env(), args)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specchat.devtools.chi2 import chi_square, critical_value
+from specchat.bench.chi2 import chi_square, critical_value
 from specchat.engine.sampling import Distribution
 from specchat.engine.verify import one_hot, probs_at, verify_greedy, verify_sampled
 

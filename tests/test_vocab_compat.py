@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
-from specchat.models.gguf_file import read_header
+from specchat.formats.gguf_file import read_header
 from specchat.models.vocab_compat import Level, compare_vocab, verdict
 
 

@@ -21,7 +21,7 @@ def _ratio(a: float, b: float) -> float | None:
 def _sum_lists(rows: Sequence[dict[str, Any]], key: str) -> list[int]:
     out: list[int] = []
     for r in rows:
-        for i, v in enumerate(r["extra"].get(key, [])):
+        for i, v in enumerate(r["detail"][key]):
             if i == len(out):
                 out.append(0)
             out[i] += v
@@ -34,17 +34,16 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
     acc = sum(r["accepted"] for r in group)
     rej = sum(r["rejections"] for r in group)
     forwards = sum(r["target_forwards"] for r in group)
-    extras = [r["extra"] for r in group]
-    n_overlap = sum(x.get("overlap_n", 0) for x in extras)
+    details = [r["detail"] for r in group]  # GenerationStats.as_dict()'s SpecDetail
+    n_overlap = sum(x["overlap_n"] for x in details)
     pos_d, pos_a = _sum_lists(group, "position_drafted"), _sum_lists(group, "position_accepted")
-    step_s = sum(x.get("step_s", 0.0) for x in extras)
-    llama_s = sum(x.get("llama_s", 0.0) for x in extras)
-    batches: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for x in extras:
-        for b, ms in x.get("verify_ms_by_batch", {}).items():
-            n = x["verify_n_by_batch"][b]
-            batches[b][0] += n
-            batches[b][1] += ms * n
+    step_s = sum(x["step_s"] for x in details)
+    llama_s = sum(x["llama_s"] for x in details)
+    batches: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for x in details:
+        for b in x["verify_batches"]:
+            batches[b["size"]][0] += b["count"]
+            batches[b["size"]][1] += b["ms"] * b["count"]
     drafted_model = sum(r["drafted"] for r in group if r["mode"] != "ngram")
     return {
         "prompts": len(group),
@@ -58,14 +57,13 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
         # accepted / drafted: biased low against α at large γ, but what llama.cpp prints
         "accepted_per_drafted": _ratio(acc, sum(r["drafted"] for r in group)),
         "acceptance_by_position": [_ratio(a, d) for a, d in zip(pos_a, pos_d, strict=True)],
-        "overlap_mean": _ratio(sum((x.get("overlap_mean") or 0) * x.get("overlap_n", 0)
-                                   for x in extras), n_overlap),
-        "exact_match_alpha": _ratio(sum((x.get("exact_match_alpha") or 0) * x.get("overlap_n", 0)
-                                        for x in extras), n_overlap),
+        "overlap_mean": _ratio(sum((x["overlap_mean"] or 0) * x["overlap_n"] for x in details),
+                               n_overlap),
+        "exact_match_alpha": _ratio(sum((x["exact_match_alpha"] or 0) * x["overlap_n"]
+                                        for x in details), n_overlap),
         "overhead_share": 1 - llama_s / step_s if step_s > 0 else None,
         "draft_ms_per_token": _ratio(sum(r["draft_s"] for r in group) * 1000, drafted_model),
-        "verify_ms_by_batch": {b: s / n for b, (n, s) in sorted(batches.items(),
-                                                                 key=lambda kv: int(kv[0]))},
+        "verify_ms_by_batch": {str(b): s / n for b, (n, s) in sorted(batches.items())},
     }
 
 

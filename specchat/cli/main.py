@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_app(env: Env, args: argparse.Namespace) -> int:
-    from specchat.ui.launch import launch  # Textual loads only when the app runs
+    from specchat.cli.app import launch  # Textual loads only when the app runs
 
     return launch(env, args)
 

@@ -12,11 +12,11 @@ from specchat.errors import FetchError
 from specchat.models.catalog import (
     DerivedSource,
     HfSource,
-    ModelEntry,
     PathSource,
     PypiSource,
     Source,
 )
+from specchat.models.entries import hub_model
 from specchat.models.progress import TextProgress, format_bytes
 from specchat.models.resolver import model_from_ref
 
@@ -118,41 +118,12 @@ def _expand(env: Env, ids: list[str]) -> list[str]:
     return out
 
 
-def hub_model(env: Env, ref_text: str) -> ModelEntry | None:
-    """A Hub reference as a catalog entry (choosing the file when the repo has only one)."""
-    from specchat.models.entries import hub_entry
-    from specchat.models.hub import HubRef, hub_config, list_gguf, parse_hub_ref
-
-    ref = parse_hub_ref(ref_text)
-    if ref is None or ref_text in env.catalog.models:
-        return None
-    if ref.file and hub_config().offline:
-        return hub_entry(env.catalog, ref)  # no listing offline: the cache may still have it
-    listing = list_gguf(ref.repo, ref.revision)
-    models = [f for f in listing.files if not f.is_projector]
-    if ref.file is None:
-        if len(models) != 1:
-            names = "\n".join(f"  {ref.repo}:{f.name}  ({format_bytes(f.size or 0)})"
-                              for f in models)
-            raise FetchError(f"{ref.repo} has {len(models)} GGUF models; pick one:\n{names}"
-                             if models else f"{ref.repo} has no GGUF model files")
-        file = models[0]
-    else:
-        found = listing.find(ref.file)
-        if found is None:
-            raise FetchError(f"{ref.repo} has no file {ref.file} (see `specchat models files "
-                             f"{ref.repo}`)")
-        file = found
-    return hub_entry(env.catalog, HubRef(ref.repo, file.name, ref.revision), file,
-                     gated=bool(listing.gated))
-
-
 def cmd_pull(env: Env, args: argparse.Namespace) -> int:
     from specchat.models.user_catalog import update_user_catalog
 
     progress = TextProgress()
     for ref in _expand(env, args.ids):
-        entry = None if ref in env.catalog.models else hub_model(env, ref)
+        entry = None if ref in env.catalog.models else hub_model(env.catalog, ref)
         if entry is None:
             path = env.resolver.ensure(ref, progress)
             print(f"{ref}: {path}")

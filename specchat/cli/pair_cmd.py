@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.common import Env
-from specchat.errors import IncompatiblePairError, SpecchatError
+from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
 from specchat.models.progress import TextProgress
@@ -56,15 +56,14 @@ def add_parsers(msub: Any) -> None:
 
 def entry_for(env: Env, ref: str) -> ModelEntry:
     """A catalog id, a .gguf path or a Hub file, as a catalog entry (new ones not saved yet)."""
-    from specchat.cli.models_cmd import hub_model
-    from specchat.models.entries import path_entry
+    from specchat.models.entries import hub_model, path_entry
 
     if ref in env.catalog.models:
         return env.catalog.models[ref]
     p = Path(ref).expanduser()
     if p.exists():
         return path_entry(env.catalog, p)
-    hub = hub_model(env, ref)
+    hub = hub_model(env.catalog, ref)
     if hub is not None:
         return hub
     if p.suffix.lower() == ".gguf":
@@ -106,6 +105,8 @@ def cmd_check(env: Env, args: argparse.Namespace) -> int:
 
 
 def _refuse_if_incompatible(r: CompatReport) -> None:
+    if r.headline == "damaged":
+        raise ModelFileError(r.problems[0].message)
     if r.verdict is Level.BAD:
         raise IncompatiblePairError("the draft cannot draft for this target: "
                                     + r.problems[0].message)

@@ -16,8 +16,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from specchat.bench.chi2 import ChiSquare, homogeneity
 from specchat.cli.common import Env, add_drafter_args, add_model_args
-from specchat.devtools.chi2 import ChiSquare, homogeneity
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder, run_to_end

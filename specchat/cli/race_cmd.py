@@ -76,7 +76,7 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
 def run(env: Env, args: argparse.Namespace) -> int:
     setup = race_setup(env, args)
     if args.ui:
-        from specchat.ui.launch import launch  # Textual loads only when the app runs
+        from specchat.cli.app import launch  # Textual loads only when the app runs
 
         return launch(env, args, race=setup)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)

@@ -99,13 +99,17 @@ def write_tiny_model(
     chat_template: str | None = CHATML_TEMPLATE,
     name: str = "tiny",
     keep_layers: int | None = None,
+    with_vocabulary: bool = True,
+    output_rows: dict[int, float] | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF.
 
     With ``noise_from`` the weights are those of that spec plus Gaussian noise of relative size
     ``noise`` (``spec.seed`` seeds the noise): a draft model for that target. With
     ``keep_layers`` only the first blocks are written: an early-exit draft that is much cheaper
-    than its target (the GPU check's bench pair).
+    than its target (the GPU check's bench pair). ``with_vocabulary=False`` leaves the
+    tokenizer out of the metadata (a broken file, for tests); ``output_rows`` fills rows of the
+    output matrix with a value (``{10: nan}``: token 10's logit is NaN, a broken model).
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -119,6 +123,8 @@ def write_tiny_model(
         spec = noise_from
     else:
         weights = _weights(spec, n_vocab)
+    for row, value in (output_rows or {}).items():
+        weights["output.weight"][row] = value
     if keep_layers is not None:
         spec = replace(spec, n_layer=keep_layers)
         weights = {k: v for k, v in weights.items()
@@ -136,17 +142,18 @@ def write_tiny_model(
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(0)  # all F32
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    types = [
-        gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens
-    ]
-    w.add_token_types(types)
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(bos_id)
-    w.add_eos_token_id(eos_id)
-    w.add_add_bos_token(add_bos)
+    if with_vocabulary:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        types = [
+            gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens
+        ]
+        w.add_token_types(types)
+        w.add_token_merges(MERGES)
+        w.add_bos_token_id(bos_id)
+        w.add_eos_token_id(eos_id)
+        w.add_add_bos_token(add_bos)
     if chat_template is not None:
         w.add_chat_template(chat_template)
     for k, v in weights.items():

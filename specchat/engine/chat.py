@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from specchat.engine.chat_template import ChatTemplate, Message
 from specchat.engine.decoding import Decoder
-from specchat.engine.events import Event, NoticeEvent
+from specchat.engine.events import Event, GenerationStats, NoticeEvent
 from specchat.engine.model import LlamaModel
 from specchat.engine.sampling import SamplerSettings
-from specchat.errors import ContextFullError
+from specchat.errors import Cancelled, ContextFullError
 
 
 @dataclass(frozen=True)
@@ -37,22 +37,24 @@ class ChatEngine:
     def n_ctx(self) -> int:
         return self.decoder.target.n_ctx
 
-    def tokenize_chat(self, messages: Sequence[Message]) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True)
+    def tokenize_chat(self, messages: Sequence[Message],
+                      cancel: threading.Event | None = None) -> list[int]:
+        text = self.template.render(messages, add_generation_prompt=True, cancel=cancel)
         tokens = self.model.tokenize(text, add_special=self.model.add_bos, parse_special=True)
         bos = self.model.bos
         if len(tokens) >= 2 and tokens[0] == bos and tokens[1] == bos:
             tokens = tokens[1:]  # the template wrote BOS itself and the tokenizer added another
         return tokens
 
-    def fit(self, messages: Sequence[Message], max_tokens: int) -> FittedPrompt:
+    def fit(self, messages: Sequence[Message], max_tokens: int,
+            cancel: threading.Event | None = None) -> FittedPrompt:
         """Drop the oldest non-system turns until the prompt and some room for the reply fit."""
         reserve = min(max_tokens, max(16, self.n_ctx // 4))
         system = [m for m in messages[:1] if m.role == "system"]
         rest = list(messages[len(system):])
         dropped = 0
         while True:
-            tokens = self.tokenize_chat(system + rest)
+            tokens = self.tokenize_chat(system + rest, cancel)
             if len(tokens) + reserve <= self.n_ctx:
                 return FittedPrompt(tokens, system + rest, dropped)
             if len(rest) <= 1:
@@ -66,11 +68,16 @@ class ChatEngine:
 
     def reply(self, messages: Sequence[Message], settings: SamplerSettings,
               cancel: threading.Event | None = None) -> Iterator[Event]:
-        fitted = self.fit(messages, settings.max_tokens)
+        cancel = cancel or threading.Event()
+        try:
+            fitted = self.fit(messages, settings.max_tokens, cancel)
+        except Cancelled:  # stopped while the template rendered: nothing was generated
+            yield GenerationStats(stop_reason="cancelled")
+            return
         if fitted.dropped:
             yield NoticeEvent(f"dropped the {fitted.dropped} oldest messages to fit the "
                               f"{self.n_ctx}-token context")
-        yield from self.decoder.run(fitted.tokens, settings, cancel or threading.Event())
+        yield from self.decoder.run(fitted.tokens, settings, cancel)
 
 
 def _special_text(model: LlamaModel, token: int) -> str:

@@ -4,11 +4,12 @@ Plain decoding emits ``TokenEvent(origin=PLAIN)``; speculative decoding emits ``
 draft token the target kept), ``CORRECTED`` (sampled by the target at a rejection), ``BONUS``
 (the target's extra token after a fully accepted draft), plus ``RejectedEvent`` for each draft
 token thrown away and a ``StepEvent`` per draft/verify round. The last event is always a
-``GenerationStats``.
+``GenerationStats``, whose ``detail`` (a ``SpecDetail``) holds what tuning and benchmarking need.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -75,6 +76,48 @@ class NoticeEvent:
 
 
 @dataclass(frozen=True)
+class BatchTiming:
+    """The target's verify passes of one batch size."""
+
+    size: int  # tokens in the batch: the draft plus one
+    count: int
+    ms: float  # mean milliseconds per pass
+
+
+@dataclass(frozen=True)
+class SpecDetail:
+    """A speculative generation's figures beyond the counts every UI shows (see spec_stats)."""
+
+    position_drafted: tuple[int, ...] = ()  # draft tokens proposed at each draft position
+    position_accepted: tuple[int, ...] = ()  # of which kept
+    overlap_mean: float | None = None  # mean Σ min(p, q): our rule's acceptance probability
+    exact_match_alpha: float | None = None  # mean Σ p·q: the exact-match rule's
+    overlap_n: int = 0  # positions those means are over
+    verify_batches: tuple[BatchTiming, ...] = ()  # by batch size, ascending
+    draft_ms_per_token: float | None = None  # the draft model's, when it drafted
+    steps_by_drafter: Mapping[str, int] = field(default_factory=dict)
+    step_s: float = 0.0  # wall time of the steps, events excluded
+    llama_s: float = 0.0  # of which inside llama_decode (both models)
+
+    @property
+    def acceptance_by_position(self) -> tuple[float | None, ...]:
+        return tuple(a / d if d else None for a, d in
+                     zip(self.position_accepted, self.position_drafted, strict=True))
+
+    @property
+    def overhead_share(self) -> float | None:
+        """The share of step time spent outside llama_decode (Python, sampling, bookkeeping)."""
+        return 1 - self.llama_s / self.step_s if self.step_s > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["steps_by_drafter"] = dict(self.steps_by_drafter)
+        d.update(acceptance_by_position=list(self.acceptance_by_position),
+                 overhead_share=self.overhead_share)
+        return d
+
+
+@dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens reused from the KV cache
@@ -92,7 +135,7 @@ class GenerationStats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     target_forwards: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    detail: SpecDetail = field(default_factory=SpecDetail)
 
     @property
     def decode_tps(self) -> float:
@@ -115,8 +158,10 @@ class GenerationStats:
         return self.generated_tokens / self.target_forwards if self.target_forwards else None
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready values, derived rates included."""
         d = asdict(self)
-        d.update(decode_tps=self.decode_tps, e2e_tps=self.e2e_tps, alpha=self.alpha, tau=self.tau)
+        d.update(detail=self.detail.as_dict(), decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
+                 alpha=self.alpha, tau=self.tau)
         return d
 
 

@@ -21,7 +21,7 @@ from specchat.engine.hardware import Device, HostMemory, devices, gpu_devices, h
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.model import KV_CACHE_TYPES, ContextSettings, ModelSettings, flash_attention
 from specchat.errors import NotEnoughMemoryError
-from specchat.models.gguf_file import GgufHeader
+from specchat.formats.gguf_file import GgufHeader
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _OUTPUT = {"output.weight", "output.bias", "output_norm.weight", "output_norm.bias"}

@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
-from specchat.engine.placement import LoadReport
+from specchat.engine.load_report import LoadReport
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
-from specchat.models.gguf_file import GgufHeader, validate
+from specchat.formats.gguf_file import GgufHeader, validate
 
 # Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
 # ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is

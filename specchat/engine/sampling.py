@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from specchat.errors import BadLogitsError
+
 FLOOR = 1e-10
 _LOG_FLOOR = -math.log(FLOOR)
 _TOP_K_WINDOW = 10.0  # logits; see distribution()
@@ -75,13 +77,44 @@ class Distribution:
         return int(self.ids[0])
 
 
+def _bad_logits(top: float) -> BadLogitsError:
+    what = "NaN" if math.isnan(top) else "infinite" if top > 0 else "only −∞"
+    return BadLogitsError(f"the model produced {what} logits, so no token can be chosen (its "
+                          "weights, or their quantization, are broken)")
+
+
+def check_top(top: float) -> None:
+    """Raise :class:`BadLogitsError` unless a row's largest logit is finite.
+
+    One comparison per row: NaN propagates into the max (and argmax picks the first NaN), +∞ is
+    the max, and a row that is −∞ everywhere has a −∞ max; −∞ alone (a banned token) is fine.
+    """
+    if not math.isfinite(top):
+        raise _bad_logits(top)
+
+
 def greedy_token(row: npt.NDArray[np.float32]) -> int:
-    return int(np.argmax(row))
+    i = int(np.argmax(row))
+    check_top(float(row[i]))
+    return i
+
+
+def greedy_tokens(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
+    """The argmax of each row, checked as :func:`greedy_token` does."""
+    best = np.argmax(rows, axis=1)
+    tops = rows[np.arange(best.size), best]
+    if not np.isfinite(tops).all():
+        check_top(float(tops[~np.isfinite(tops)][0]))
+    return best
 
 
 def distribution(row: npt.NDArray[np.float32], s: SamplerSettings) -> Distribution:
-    """The sampling distribution for one logits row under settings ``s`` (temperature > 0)."""
+    """The sampling distribution for one logits row under settings ``s`` (temperature > 0).
+
+    Raises :class:`BadLogitsError` when the row holds NaN or +∞ (or nothing above −∞).
+    """
     m = float(row.max())
+    check_top(m)
     # The floor, on the tempered distribution: exp((l - m) / T) ≥ FLOOR.
     cut = m - _LOG_FLOOR * max(s.temperature, 1.0)
     ids = None

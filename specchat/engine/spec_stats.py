@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specchat.engine.events import StepEvent
+from specchat.engine.events import BatchTiming, SpecDetail, StepEvent
 
 
 class SpecTally:
@@ -70,27 +70,21 @@ class SpecTally:
         """Keyword arguments for ``GenerationStats``."""
         return dict(steps=self.steps, drafted=self.drafted, accepted=self.accepted,
                     rejections=self.rejections, draft_s=self.draft_s, verify_s=self.verify_s,
-                    target_forwards=self.target_forwards, extra=self.extra())
+                    target_forwards=self.target_forwards, detail=self.detail())
 
-    def extra(self) -> dict[str, Any]:
+    def detail(self) -> SpecDetail:
         n = self.overlap_n
-        return {
-            "position_drafted": list(self.position_drafted),
-            "position_accepted": list(self.position_accepted),
-            "acceptance_by_position": [a / d if d else None for a, d in
-                                       zip(self.position_accepted, self.position_drafted,
-                                           strict=True)],
-            "overlap_mean": self.overlap_sum / n if n else None,
-            "exact_match_alpha": self.match_sum / n if n else None,
-            "overlap_n": n,
-            "verify_ms_by_batch": {str(b): 1000 * s / c for b, (c, s) in
-                                   sorted(self.verify_batches.items())},
-            "verify_n_by_batch": {str(b): int(c) for b, (c, _) in
-                                  sorted(self.verify_batches.items())},
-            "draft_ms_per_token": (1000 * self.model_draft_s / self.model_drafted
-                                   if self.model_drafted else None),
-            "steps_by_drafter": dict(self.by_drafter),
-            "step_s": self.step_s,
-            "llama_s": self.llama_s,
-            "overhead_share": 1 - self.llama_s / self.step_s if self.step_s > 0 else None,
-        }
+        return SpecDetail(
+            position_drafted=tuple(self.position_drafted),
+            position_accepted=tuple(self.position_accepted),
+            overlap_mean=self.overlap_sum / n if n else None,
+            exact_match_alpha=self.match_sum / n if n else None,
+            overlap_n=n,
+            verify_batches=tuple(BatchTiming(b, int(c), 1000 * s / c)
+                                 for b, (c, s) in sorted(self.verify_batches.items())),
+            draft_ms_per_token=(1000 * self.model_draft_s / self.model_drafted
+                                if self.model_drafted else None),
+            steps_by_drafter=dict(self.by_drafter),
+            step_s=self.step_s,
+            llama_s=self.llama_s,
+        )

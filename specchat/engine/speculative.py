@@ -50,7 +50,13 @@ from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.plan import Plan
 from specchat.engine.reply import Reply
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution, make_rng
+from specchat.engine.sampling import (
+    Distribution,
+    SamplerSettings,
+    distribution,
+    greedy_tokens,
+    make_rng,
+)
 from specchat.engine.spec_stats import SpecTally
 from specchat.engine.verify import Verdict, children_of, verify_tree, verify_tree_greedy
 from specchat.errors import SpecchatError
@@ -111,33 +117,21 @@ class SpeculativeDecoder:
         if not prompt:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
-        for c in (tgt, self.draft):
-            if c is not None:
-                c.cancel = cancel
         reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
-        try:
-            reused = hold_prefix(tgt, seq)
-        except DecodeCancelled:
-            self._settle(seq)
+        reused = self._start(seq, cancel)
+        if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
             return
         prompt_s = t_first = t_last = clock.now()
-        self.policy.begin(self._new_prompt_text(prompt))
-        self._set_alive(self.drafters, seq)
         rng = make_rng(settings.seed)
         reason = "length"
-        while True:
-            if cancel.is_set():
-                reason = "cancelled"
-                break
-            if len(seq) > tgt.n_ctx:
-                reason = "context"
-                yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): "
-                                  "reply cut short")
+        while reason == "length":
+            if cancel.is_set() or len(seq) > tgt.n_ctx:
+                reason = "cancelled" if cancel.is_set() else "context"
                 break
             t0, llama0 = time.perf_counter(), self._llama_s()
-            try:
+            try:  # propose → verify
                 plan = self._plan(seq, settings, reply.n_generated)
                 proposal, notices = self._propose(seq, plan, settings, rng)
                 t1 = time.perf_counter()
@@ -148,24 +142,21 @@ class SpeculativeDecoder:
             t3 = time.perf_counter()
             position, text_at, now = reply.n_generated, len(reply.text), clock.now()
             out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
-            step = StepEvent(
-                len(proposal.tokens), verdict.accepted, t1 - t0, t3 - t1,
-                proposal.drafter if proposal.tokens else "none",
-                position, reply.n_generated - position, verdict.overlap, self.policy.label,
-                plan_size=plan.size, accepted_ranks=verdict.ranks, kind=proposal.kind,
-                reason=plan.reason, depth=proposal.depth)
+            step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
+                                    reply.n_generated - position)
             tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
             self.policy.observe(step)
-            out.append(step)
             t_first, t_last = (now if position == 0 else t_first), now
-            yield from out
+            yield from out  # emit
+            yield step
             if reply.done:
                 reason = reply.stop_reason or "eos"
+            elif reply.n_generated >= settings.max_tokens:
                 break
-            if reply.n_generated >= settings.max_tokens:
-                break
+        if reason == "context":
+            yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): reply cut short")
         self._settle(seq)
         yield from reply.flush()
         yield GenerationStats(
@@ -175,6 +166,30 @@ class SpeculativeDecoder:
         )
 
     # ------------------------------------------------------------------------ the parts
+
+    def _start(self, seq: list[int], cancel: threading.Event) -> int | None:
+        """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
+        policy and the drafters told. None when cancelled."""
+        for c in (self.target, self.draft):
+            if c is not None:
+                c.cancel = cancel
+        try:
+            reused = hold_prefix(self.target, seq)
+        except DecodeCancelled:
+            self._settle(seq)
+            return None
+        self.policy.begin(self._new_prompt_text(seq))
+        self._set_alive(self.drafters, seq)
+        return reused
+
+    def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
+                    verify_s: float, position: int, committed: int) -> StepEvent:
+        return StepEvent(
+            len(proposal.tokens), verdict.accepted, draft_s, verify_s,
+            proposal.drafter if proposal.tokens else "none", position, committed,
+            verdict.overlap, self.policy.label, plan_size=plan.size,
+            accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
+            depth=proposal.depth)
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
         self._alive = list(drafters)
@@ -213,13 +228,16 @@ class SpeculativeDecoder:
             return drafter.propose(req), []
         except DecodeCancelled:
             raise
-        except SpecchatError as e:  # the drafter drops out for this reply; the reply goes on
+        except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
+            # token it cannot read) drops it for this reply: a broken draft must not end a
+            # healthy target's reply. This step is the target's alone.
             failed = (e.drafter if isinstance(e, DraftFailed) else None) or drafter.name
             for d in self._alive:
                 d.settle(seq)
             self._set_alive([d for d in self._alive if d.name != failed])
-            msg = str(e) if isinstance(e, DraftFailed) else f"the {failed} drafter failed ({e})"
-            return Proposal("none"), [NoticeEvent(msg)]
+            who = "the draft" if failed in ("model", "tree") else f"the {failed} drafter"
+            return Proposal("none"), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
+                                                  "without it")]
 
     def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
                 rng: np.random.Generator) -> tuple[Verdict, float]:
@@ -233,7 +251,7 @@ class SpeculativeDecoder:
                 else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
         if settings.greedy:
-            v = verify_tree_greedy(np.argmax(rows, axis=1), proposal.tokens, proposal.parents)
+            v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
         else:
             v = verify_tree(_TargetRows(rows, settings), proposal.tokens, proposal.parents,
                             proposal.q, rng)

@@ -6,10 +6,11 @@ Sampled, one child per node (Leviathan et al. 2023, Alg. 1; Chen et al. 2023, Al
 token d, drawn from the drafter's distribution q, is kept with probability min(1, p(d) / q(d));
 at a rejection the target's token is drawn from the residual norm(max(0, p − q)).
 
-Sampled, several children per node: recursive rejection sampling (SpecInfer's multi-step
-speculative sampling, Miao et al. 2024, Alg. 2 / Thm. 4.2; without replacement: Jeon et al.
-2024, "Recursive Speculative Decoding", Eq. 3, and SpecTr, Sun et al. 2023). The children
-x₁…x_k of a node are tried in order against a target distribution that starts at p₁ = p:
+Sampled, several children per node: recursive rejection sampling — SpecInfer's multi-step
+speculative sampling for i.i.d. children (Miao et al., ASPLOS 2024, arXiv:2305.09781) and its
+without-replacement form (Jeon et al. 2024, "Recursive Speculative Decoding", arXiv:2402.14160;
+see also SpecTr, Sun et al. 2023). The rule, as implemented: the children x₁…x_k of a node
+are tried in order against a target distribution that starts at p₁ = p:
 
     keep x_i with probability min(1, p_i(x_i) / q_i(x_i));
     else p_{i+1} = norm(max(0, p_i − q_i))        (the residual, updated after each child)

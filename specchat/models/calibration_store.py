@@ -11,8 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from specchat.formats.gguf_file import split_parts
 from specchat.models.calibration import CalibrationResult
-from specchat.models.gguf_file import split_parts
 from specchat.paths import AppPaths
 
 _EDGE = 1 << 20

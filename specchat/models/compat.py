@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
+from specchat.formats.gguf_file import (
+    DamagedFile,
+    GgufHeader,
+    check_complete,
+    read_header,
+    split_parts,
+)
 from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
 from specchat.models.families import format_params, guess_family, smaller_siblings
-from specchat.models.gguf_file import GgufHeader, read_header, split_parts
 from specchat.models.progress import format_bytes
 from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import (
@@ -85,6 +91,9 @@ class ModelFacts:
 
 
 def facts_from_headers(label: str, headers: list[GgufHeader], note: str = "") -> ModelFacts:
+    """Raises :class:`DamagedFile` when a part is shorter than its tensor table says."""
+    for h in headers:
+        check_complete(h)
     return ModelFacts(label, headers[0], sum(h.n_params for h in headers),
                       sum(max(0, h.file_size - h.data_start) for h in headers), source_note=note)
 
@@ -146,6 +155,8 @@ class CompatReport:
 
     @property
     def headline(self) -> str:
+        if any(f.what == DAMAGED for f in self.findings):
+            return "damaged"
         return VERDICT_WORDS[self.verdict]
 
     @property
@@ -159,7 +170,12 @@ class CompatReport:
         return [f for f in self.findings if f.level is not Level.OK]
 
 
+DAMAGED = "damaged file"
+
+
 def unreadable(role: str, error: ModelFileError) -> Finding:
+    if isinstance(error, DamagedFile):
+        return Finding(Level.BAD, DAMAGED, f"the {role} is damaged: {error}")
     return Finding(Level.BAD, "file", f"the {role} cannot be read: {error} — pick a complete "
                    ".gguf model file")
 
@@ -201,15 +217,13 @@ def check_pair(target: ModelFacts, draft: ModelFacts, catalog: Catalog | None = 
 
 
 def vocab_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
-    for role, f in (("target", target), ("draft", draft)):
-        if f.header.metadata.get(TOKENS) is None:
-            return [Finding(Level.BAD, "vocabulary", f"the {role} has no vocabulary in its GGUF "
-                            "metadata, so its token ids cannot be matched")]
     out = compare_vocab(target.header, draft.header)
-    if any(f.level is Level.BAD for f in out):
-        if any(f.what == "tokenizer" for f in out if f.level is Level.BAD) and \
-                shared_tokens(target.header, draft.header) is None:
-            return [f for f in out if f.level is Level.BAD]
+    bad = [f for f in out if f.level is Level.BAD]
+    if bad:
+        if any(f.what == "vocabulary" for f in bad) or (
+                any(f.what == "tokenizer" for f in bad)
+                and shared_tokens(target.header, draft.header) is None):
+            return bad  # unusable, or tokens that cannot be matched: BOS/EOS mean nothing then
         # Different vocabularies: drafting goes through the tokens both have (TLI).
         return [cross_vocab_finding(target.header, draft.header,
                                     calibration_mass(target.header, draft.header))]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specchat.errors import FetchError
+from specchat.formats.gguf_file import split_parts
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,
@@ -17,8 +19,8 @@ from specchat.models.catalog import (
     Source,
 )
 from specchat.models.families import guess_family
-from specchat.models.gguf_file import split_parts
-from specchat.models.hub import HubFile, HubRef, params_of
+from specchat.models.hub import HubFile, HubRef, hub_config, list_gguf, params_of, parse_hub_ref
+from specchat.models.progress import format_bytes
 
 _SPLIT_SUFFIX = re.compile(r"-\d{5}-of-\d{5}$")
 _SLUG = re.compile(r"[^a-z0-9._-]+")
@@ -156,3 +158,29 @@ def source_to_dict(src: Source) -> dict[str, object]:
     if src.size is not None:
         d["size"] = src.size
     return d
+
+
+def hub_model(catalog: Catalog, ref_text: str) -> ModelEntry | None:
+    """A Hub reference as a catalog entry (choosing the file when the repo has only one)."""
+    ref = parse_hub_ref(ref_text)
+    if ref is None or ref_text in catalog.models:
+        return None
+    if ref.file and hub_config().offline:
+        return hub_entry(catalog, ref)  # no listing offline: the cache may still have it
+    listing = list_gguf(ref.repo, ref.revision)
+    models = [f for f in listing.files if not f.is_projector]
+    if ref.file is None:
+        if len(models) != 1:
+            names = "\n".join(f"  {ref.repo}:{f.name}  ({format_bytes(f.size or 0)})"
+                              for f in models)
+            raise FetchError(f"{ref.repo} has {len(models)} GGUF models; pick one:\n{names}"
+                             if models else f"{ref.repo} has no GGUF model files")
+        file = models[0]
+    else:
+        found = listing.find(ref.file)
+        if found is None:
+            raise FetchError(f"{ref.repo} has no file {ref.file} (see `specchat models files "
+                             f"{ref.repo}`)")
+        file = found
+    return hub_entry(catalog, HubRef(ref.repo, file.name, ref.revision), file,
+                     gated=bool(listing.gated))

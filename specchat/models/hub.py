@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import FetchError
-from specchat.models.gguf_file import split_parts
+from specchat.formats.gguf_file import split_parts
 
 _TRUE = {"1", "true", "yes", "on"}
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

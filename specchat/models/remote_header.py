@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specchat.errors import FetchError
-from specchat.models.gguf_file import GgufHeader, TruncatedHeader, read_header_bytes
+from specchat.formats.gguf_file import GgufHeader, TruncatedHeader, read_header_bytes
 from specchat.models.hub import hub_config, hub_errors, offline_message
 
 FIRST_BYTES = 2 << 20  # enough for most headers; grown ×4 when the vocabulary is larger

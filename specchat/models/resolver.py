@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError
+from specchat.formats.gguf_file import split_parts, validate
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,
@@ -19,7 +20,6 @@ from specchat.models.catalog import (
     PathSource,
     PypiSource,
 )
-from specchat.models.gguf_file import split_parts, validate
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.paths import AppPaths
 
@@ -81,11 +81,11 @@ class ModelResolver:
         entry = ref if isinstance(ref, ModelEntry) else model_from_ref(self.catalog, ref)
         st = self.state(entry)
         if st.present and st.path is not None:
-            validate(st.path)
+            validate(st.path, vocabulary=False)  # the loader checks the vocabulary
             return st.path
         src = entry.source
         if isinstance(src, PathSource):
-            validate(src.path)  # raises "model file not found: …"
+            validate(src.path, vocabulary=False)  # raises "model file not found: …"
             return src.path
         if not fetch:
             raise FetchError(f"model '{entry.id}' is not on disk: run `specchat models pull "
@@ -115,7 +115,7 @@ class ModelResolver:
             from specchat.models.hf_cache import download
 
             dest = download(src, report, cancel, self.paths.downloads_dir / "hf")
-        validate(dest)
+        validate(dest, vocabulary=False)
         return dest
 
     def remove(self, entry: ModelEntry) -> list[Path]:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from specchat.models.gguf_file import GgufHeader
-
-TOKENS = "tokenizer.ggml.tokens"
+from specchat.errors import ModelFileError
+from specchat.formats.gguf_file import TOKENS, GgufHeader, vocabulary_problem
 
 
 class Level(str, Enum):
@@ -34,6 +33,9 @@ class Finding:
 def tokens_of(h: GgufHeader) -> list[str]:
     toks = h.metadata.get(TOKENS)
     if toks is None:
+        if h.token_texts:  # read with texts, and there are none: the file has no vocabulary
+            raise ModelFileError(f"{h.path}: the model has no vocabulary ({TOKENS} is missing "
+                                 "from its metadata), so it cannot be paired or used")
         raise ValueError(f"{h.path}: header was read without token texts")
     return list(toks)
 
@@ -49,6 +51,11 @@ def _is_padding(text: str) -> bool:
 
 def compare_vocab(target: GgufHeader, draft: GgufHeader) -> list[Finding]:
     """Findings about the pair's vocabularies, worst first. No BAD finding → usable pair."""
+    unusable = [Finding(Level.BAD, "vocabulary", f"the {role} cannot be used: {problem}")
+                for role, h in (("target", target), ("draft", draft))
+                if (problem := vocabulary_problem(h)) is not None]
+    if unusable:  # e.g. no vocabulary, or one llama.cpp aborts on: nothing to compare
+        return unusable
     out: list[Finding] = []
     tm = target.metadata.get("tokenizer.ggml.model")
     dm = draft.metadata.get("tokenizer.ggml.model")

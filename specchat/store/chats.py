@@ -8,17 +8,16 @@ opened it; the app uses it from its UI thread only.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specchat.errors import StoreError
 from specchat.store.schema import migrate
+from specchat.store.stats import ReplyStats
 
 TITLE_CHARS = 48
 
@@ -41,7 +40,7 @@ class StoredMessage:
     role: str
     content: str
     fates: str | None
-    stats: dict[str, Any] | None
+    stats: ReplyStats | None
     status: str
     created: float
 
@@ -140,9 +139,9 @@ class ChatStore:
     # --- messages -------------------------------------------------------------------------
 
     def add_message(self, chat_id: int, role: str, content: str, *, fates: str | None = None,
-                    stats: dict[str, Any] | None = None, status: str = "done") -> int:
+                    stats: ReplyStats | None = None, status: str = "done") -> int:
         now = self.clock()
-        stats_json = json.dumps(stats, ensure_ascii=False, default=str) if stats else None
+        stats_json = stats.to_json() if stats else None
         with self._write() as c:
             seq = c.execute("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE chat_id = ?",
                             (chat_id,)).fetchone()[0]
@@ -167,11 +166,5 @@ def _summary(r: sqlite3.Row) -> ChatSummary:
 
 
 def _message(r: sqlite3.Row) -> StoredMessage:
-    stats = None
-    if r["stats"]:
-        try:
-            stats = json.loads(r["stats"])
-        except ValueError:
-            stats = None  # a damaged stats cell costs the numbers, not the message
     return StoredMessage(r["id"], r["chat_id"], r["seq"], r["role"], r["content"], r["fates"],
-                         stats if isinstance(stats, dict) else None, r["status"], r["created"])
+                         ReplyStats.from_json(r["stats"]), r["status"], r["created"])

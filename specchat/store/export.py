@@ -27,13 +27,13 @@ def _note(m: StoredMessage) -> str:
     parts = []
     if m.status != "done":
         parts.append(m.status)
-    s = m.stats or {}
-    if m.role == "assistant" and s.get("generated_tokens"):
-        parts.append(f"{s['generated_tokens']} tokens")
-        if s.get("decode_tps"):
-            parts.append(f"{s['decode_tps']:.1f} tok/s")
-        if s.get("alpha") is not None:
-            parts.append(f"α {s['alpha']:.2f}")
+    s = m.stats.generation if m.stats else None
+    if m.role == "assistant" and s is not None and s.generated_tokens:
+        parts.append(f"{s.generated_tokens} tokens")
+        if s.decode_tps:
+            parts.append(f"{s.decode_tps:.1f} tok/s")
+        if s.alpha is not None:
+            parts.append(f"α {s.alpha:.2f}")
     return ", ".join(parts)
 
 

@@ -1,19 +1,36 @@
 """The chat database's schema and its migrations, versioned with ``PRAGMA user_version``.
 
 Each migration moves the database from version ``i`` to ``i + 1`` inside one transaction, so a
-crash mid-upgrade leaves the old version intact. A database from a newer specchat is refused
+crash mid-upgrade leaves the old version intact. A migration is SQL, or a function of the
+connection where rows must be rewritten in Python. A database from a newer specchat is refused
 with a message rather than misread.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specchat.errors import StoreError
+from specchat.store.stats import upgrade_v1
 
-# Index i holds the SQL that upgrades version i to version i + 1. Append, never edit.
-MIGRATIONS: tuple[str, ...] = (
+Migration = str | Callable[[sqlite3.Connection], None]
+
+
+def _stats_v2(conn: sqlite3.Connection) -> None:
+    """The stats JSON of schema 1 (flat, with ad-hoc ``extra`` keys) as stats version 2."""
+    rows = conn.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL").fetchall()
+    for row_id, text in rows:
+        try:
+            new = json.dumps(upgrade_v1(json.loads(text)), ensure_ascii=False)
+        except (ValueError, TypeError):
+            continue  # a damaged cell stays as it was: unread, but not thrown away
+        conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (new, row_id))
+
+
+# Index i upgrades version i to version i + 1. Append, never edit.
+MIGRATIONS: tuple[Migration, ...] = (
     """
     CREATE TABLE chats (
         id       INTEGER PRIMARY KEY,
@@ -36,6 +53,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX chats_by_update ON chats(updated DESC);
     """,
+    _stats_v2,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -45,7 +63,7 @@ def user_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS,
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS,
             where: str = "the chat database") -> int:
     """Bring the database up to ``len(migrations)``; return the version it had before."""
     before = user_version(conn)
@@ -55,8 +73,12 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS,
     for version in range(before, len(migrations)):
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for statement in _statements(migrations[version]):
-                conn.execute(statement)
+            step = migrations[version]
+            if callable(step):
+                step(conn)
+            else:
+                for statement in _statements(step):
+                    conn.execute(statement)
             # PRAGMA takes no parameters; the value is our own integer.
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")

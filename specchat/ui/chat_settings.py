@@ -11,7 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specchat.config import UserConfig
+from specchat.engine.drafters import parse_names
 from specchat.engine.sampling import SamplerSettings
+from specchat.errors import SpecchatError
 
 GammaMode = Literal["pair", "fixed", "auto"]
 # What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.
@@ -85,5 +87,8 @@ def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str,
     if not 0 <= g <= MAX_GAMMA:  # the config file's range; 0 = no drafting
         raise ValueError(f"γ must be between 0 and {MAX_GAMMA}")
     if drafter not in DRAFTER_CHOICES:
-        raise ValueError(f"drafter must be one of {', '.join(DRAFTER_CHOICES)}, not {drafter!r}")
+        try:
+            drafter = ",".join(parse_names(drafter))
+        except SpecchatError as e:
+            raise ValueError(f"drafter: {e}") from None
     return ChatSettings(system_prompt, sampling, gamma_mode, g, drafter)  # type: ignore[arg-type]

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from specchat.engine.chat_template import Message
-from specchat.store import ChatStore, FateTrace, StoredMessage, title_from
+from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage, title_from
 
 
 @dataclass
 class Turn:
     role: str  # "user" | "assistant"
     trace: FateTrace
-    stats: dict[str, Any] | None = None
+    stats: ReplyStats | None = None
     status: str = "done"  # done | cancelled | error
 
     @property
@@ -67,5 +66,5 @@ class Conversation:
         store.add_message(self.chat_id, "assistant", turn.text, fates=turn.trace.encode(),
                           stats=turn.stats, status=turn.status)
 
-    def assistant_stats(self) -> Sequence[dict[str, Any]]:
+    def assistant_stats(self) -> Sequence[ReplyStats]:
         return [t.stats for t in self.turns if t.role == "assistant" and t.stats]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specchat.engine.events import (
     Event,
@@ -22,6 +22,7 @@ from specchat.engine.events import (
     TokenEvent,
 )
 from specchat.store.fates import FateTrace, Segment, merge_segments
+from specchat.store.stats import ReplyStats
 
 WINDOW_S = 1.0  # rolling window for tokens/s and the sparkline's α
 
@@ -167,26 +168,12 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def live_from_record(d: dict[str, object]) -> LiveStats:
+def live_from_record(r: ReplyStats) -> LiveStats:
     """The stats bar for a saved reply (the figures stored with the message)."""
-
-    def num(key: str) -> float | None:
-        v = d.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-    draft, verify = num("draft_s") or 0.0, num("verify_s") or 0.0
-    prompt, generated = num("prompt_tokens"), num("generated_tokens")
-    used = int(prompt + generated) if prompt is not None and generated is not None else None
-    ctx = num("ctx_size")
-    gamma = num("gamma")
-    mode = d.get("gamma_mode")
-    return LiveStats(tokens=int(generated or 0), tps=num("decode_tps") or None,
-                     alpha=num("alpha"), alpha_window=num("alpha"),
-                     tau=num("tau") if num("steps") else None,
-                     gamma=int(gamma) if gamma is not None else None,
-                     draft_share=draft / (draft + verify) if draft + verify > 0 else None,
-                     ctx_used=used, ctx_size=int(ctx) if ctx else None, final=True,
-                     gamma_mode=mode if isinstance(mode, str) and num("steps") else None)
+    g = r.generation
+    live = LiveStats.from_stats(g, g.prompt_tokens + g.generated_tokens, r.ctx_size or None,
+                                r.gamma)
+    return replace(live, gamma_mode=r.gamma_mode if g.steps else None)
 
 
 class Pace:

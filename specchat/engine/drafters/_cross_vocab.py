@@ -25,7 +25,7 @@ import numpy.typing as npt
 from specchat.engine.drafters import DraftFailed, DraftRequest, Proposal, fit_shape
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.sampling import Distribution, distribution
+from specchat.engine.sampling import Distribution, distribution, greedy_token
 from specchat.engine.verify import Verdict, children_of, one_hot
 
 _SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
@@ -220,8 +220,7 @@ class CrossVocabDraft(DraftModel):
         eog = self.target.model.is_eog
         while len(tokens) < gamma:
             if s.greedy:
-                j = int(np.argmax(row[vm.shared_draft]))
-                d = int(vm.shared_draft[j])
+                d = int(vm.shared_draft[greedy_token(row[vm.shared_draft])])  # checks NaN
                 t = int(vm.d2t[d])
                 q = one_hot(t)
                 top = _softmax_top(row, vm.shared_draft)

@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.drafters import (
-    DrafterEnv,
     DraftFailed,
     DraftRequest,
     Proposal,
@@ -28,30 +27,9 @@ from specchat.engine.drafters import (
     fit_shape,
     path_to,
 )
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.sampling import Distribution, distribution
+from specchat.engine.model import LlamaContext
+from specchat.engine.sampling import Distribution, distribution, greedy_token
 from specchat.engine.verify import Verdict, children_of, one_hot
-
-
-def shared_draft(env: DrafterEnv) -> DraftModel | None:
-    """The one DraftModel of an environment (drafters on the same draft share its cache)."""
-    if env.draft is None:
-        return None
-    dm = env.shared.get("draft_model")
-    if not isinstance(dm, DraftModel):
-        dm = env.shared["draft_model"] = _draft_for(env.target, env.draft, env.stepwise_draft)
-    return dm
-
-
-def _draft_for(target: LlamaContext, draft: LlamaContext, stepwise: bool) -> DraftModel:
-    """A draft of the same vocabulary, else one drafting through the shared tokens (TLI)."""
-    if isinstance(target.model, LlamaModel) and isinstance(draft.model, LlamaModel):
-        from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
-
-        vmap = cross_map(target.model, draft.model)
-        if vmap is not None:
-            return CrossVocabDraft(target, draft, vmap)
-    return DraftModel(target, draft, stepwise)
 
 
 def without(q: Distribution, token: int) -> Distribution | None:
@@ -66,8 +44,9 @@ def without(q: Distribution, token: int) -> Distribution | None:
 
 def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distribution]]:
     """Greedy decoding: a node's k children are the draft's k best tokens (ties by id)."""
+    first = greedy_token(row)  # checks the row (NaN logits are the draft's failure)
     if k == 1:
-        best = [int(np.argmax(row))]
+        best = [first]
     else:
         top = np.argpartition(-row, k - 1)[:k]
         best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))]
@@ -118,12 +97,10 @@ class DraftModel:
         dft = self.ctx
         bad = next((t for t in seq[self._readable:] if t >= dft.n_vocab), None)
         if bad is not None:
-            raise DraftFailed(f"the draft model cannot read token {bad}: it drafts no more "
-                              "in this reply")
+            raise DraftFailed(f"it cannot read token {bad}, which only the target knows")
         self._readable = len(seq)
-        if len(seq) + 1 > dft.n_ctx:
-            raise DraftFailed(f"the draft model's context window is full ({dft.n_ctx} "
-                              "tokens): it drafts no more in this reply")
+        if len(seq) > dft.n_ctx:
+            raise DraftFailed(f"its context window is full ({dft.n_ctx} tokens)")
         dft.drop_tree()
         cached = dft.tokens
         n = min(len(cached), len(seq))
@@ -159,7 +136,7 @@ class DraftModel:
         while True:
             top: Callable[[], float]
             if s.greedy:
-                d = int(np.argmax(row))
+                d = greedy_token(row)
                 q = one_hot(d)
                 top = self._softmax_top(row)
             else:
@@ -247,4 +224,4 @@ def _const(x: float) -> Callable[[], float]:
     return lambda: x
 
 
-__all__ = ["DraftModel", "depths", "draw_children", "shared_draft", "top_children", "without"]
+__all__ = ["DraftModel", "depths", "draw_children", "top_children", "without"]

@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -24,7 +23,7 @@ from textual.widgets import Footer, Static
 from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
-from specchat.store import FateTrace
+from specchat.store import FateTrace, ReplyStats
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.fate_style import legend
@@ -186,10 +185,9 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         if self.job is None or msg.job != self.job.id or self.job_widget is None:
             return
         s = msg.stats
-        stats: dict[str, Any] = {
-            **s.as_dict(), "decoder": self.engine.decoder.name, "gamma": msg.live.gamma,
-            "gamma_mode": msg.live.mode or self.settings.gamma_mode, "ctx_size": self.engine.n_ctx,
-            "pair": self.pair_label}
+        stats = ReplyStats(s, decoder=self.engine.decoder.name, gamma=msg.live.gamma,
+                           gamma_mode=msg.live.mode or self.settings.gamma_mode,
+                           ctx_size=self.engine.n_ctx, pair=self.pair_label)
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         self._end_reply(status, stats)
         self.stats_bar.show(msg.live, busy=False)
@@ -205,7 +203,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
                 "Something went wrong (a bug in specchat)",
                 f"{type(error).__name__}: {error}\nThe chat so far is saved; you can go on."))
 
-    def _end_reply(self, status: str, stats: dict[str, Any] | None) -> None:
+    def _end_reply(self, status: str, stats: ReplyStats | None) -> None:
         widget, self.job, self.job_widget = self.job_widget, None, None
         self.stats_bar.busy = False
         self.query_one(ChatInput).cursor_blink = True
@@ -266,8 +264,9 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         records = conversation.assistant_stats()
         bar = self.stats_bar
         bar.reset()
-        bar.set_history([r["alpha"] for r in records if r.get("alpha") is not None],
-                        [r["decode_tps"] for r in records if r.get("decode_tps")])
+        gens = [r.generation for r in records]
+        bar.set_history([g.alpha for g in gens if g.alpha is not None],
+                        [g.decode_tps for g in gens if g.decode_tps])
         if records:
             bar.show(live_from_record(records[-1]), busy=False, record=False)
         self.refresh_chat_list()

@@ -51,9 +51,11 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                                  allow_blank=False, id="gamma-mode", compact=True)
                     yield from _field("γ when fixed", "gamma", str(s.gamma))
                     yield Label("Drafter")
-                    yield Select([(label, value) for value, label in DRAFTER_CHOICES.items()],
-                                 value=s.drafter if s.drafter in DRAFTER_CHOICES else "model",
-                                 allow_blank=False, id="drafter", compact=True)
+                    choices = [(label, value) for value, label in DRAFTER_CHOICES.items()]
+                    if s.drafter not in DRAFTER_CHOICES:  # e.g. from --drafter tree,ngram
+                        choices.append((s.drafter.replace(",", ", then "), s.drafter))
+                    yield Select(choices, value=s.drafter, allow_blank=False, id="drafter",
+                                 compact=True)
                 if not self.has_draft:
                     yield Static("This model runs without a draft model: γ and the drafters "
                                  "that use one apply when you open a pair.",

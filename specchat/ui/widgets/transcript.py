@@ -15,26 +15,28 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
+from specchat.engine.events import GenerationStats
 from specchat.store.fates import Segment
+from specchat.store.stats import ReplyStats
 from specchat.ui.conversation import Turn
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
 
 
-def reply_summary(stats: dict[str, Any] | None, status: str) -> str:
+def reply_summary(stats: ReplyStats | None, status: str) -> str:
     """``128 tokens · 54.2 tok/s · α 0.72 · τ 2.81 · stopped``"""
-    s = stats or {}
+    s = stats.generation if stats else GenerationStats()
     parts = []
-    if s.get("generated_tokens"):
-        parts.append(f"{s['generated_tokens']} tokens")
-    if s.get("decode_tps"):
-        parts.append(f"{s['decode_tps']:.1f} tok/s")
-    if s.get("alpha") is not None:
-        parts.append(f"α {s['alpha']:.2f}")
-    if s.get("tau") is not None and s.get("steps"):
-        parts.append(f"τ {s['tau']:.2f}")
-    reason = s.get("stop_reason")
+    if s.generated_tokens:
+        parts.append(f"{s.generated_tokens} tokens")
+    if s.decode_tps:
+        parts.append(f"{s.decode_tps:.1f} tok/s")
+    if s.alpha is not None:
+        parts.append(f"α {s.alpha:.2f}")
+    if s.tau is not None and s.steps:
+        parts.append(f"τ {s.tau:.2f}")
+    reason = s.stop_reason
     if status == "cancelled":
         parts.append("stopped by you")
     elif status == "error":
@@ -80,8 +82,8 @@ class AssistantMessage(Vertical):
 
     def _header_text(self) -> Text:
         kinds = {s.kind for s in self.turn.trace.segments}
-        stats = self.turn.stats or {}
-        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(stats.get("steps"))
+        steps = self.turn.stats.generation.steps if self.turn.stats else 0
+        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(steps)
         mode = "speculative" if speculative else "plain"
         out = Text("Assistant", style="bold")
         if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
@@ -104,7 +106,7 @@ class AssistantMessage(Vertical):
         if first:
             self._header.update(self._header_text())
         return taller
-    def finish(self, status: str, stats: dict[str, Any] | None) -> None:
+    def finish(self, status: str, stats: ReplyStats | None) -> None:
         self.streaming = False
         self.turn.status = status
         self.turn.stats = stats
@@ -174,7 +176,7 @@ class Transcript(VerticalScroll):
         if widget.append(segments):  # only a taller reply can need scrolling
             self._follow(at_bottom)
 
-    def finish(self, widget: AssistantMessage, status: str, stats: dict[str, Any] | None) -> None:
+    def finish(self, widget: AssistantMessage, status: str, stats: ReplyStats | None) -> None:
         at_bottom = self.is_vertical_scroll_end
         widget.finish(status, stats)
         self._follow(at_bottom)

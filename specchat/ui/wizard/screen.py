@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, ContentSwitcher, Static
 from textual.worker import Worker, WorkerState
 
+import specchat.ui.wizard.jobs as jobs  # the module, not via the package (which imports this one)
 from specchat.config import load_config
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationOptions, CalibrationResult
@@ -31,7 +32,6 @@ from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import Level
 from specchat.paths import AppPaths
 from specchat.ui.widgets.transfers import TransferList
-from specchat.ui.wizard import jobs
 from specchat.ui.wizard.draft_step import DraftStep
 from specchat.ui.wizard.messages import (
     CalibrationDone,

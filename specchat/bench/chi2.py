@@ -1,4 +1,4 @@
-"""Pearson's χ² goodness of fit, for the exactness tests (no scipy needed).
+"""Pearson's χ² tests, for the exactness tests and `specchat prove` (no scipy needed).
 
 Cells whose expected count is under 5 are pooled into one, as the test's textbook condition asks.
 Critical values and p-values are exact: the χ² survival function is the regularized upper

@@ -1,0 +1,1 @@
+"""Leaf readers of on-disk formats (no specchat imports but errors): the GGUF header reader."""
