@@ -7,6 +7,9 @@ and the field; the app falls back to defaults rather than refusing to start.
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -46,95 +49,228 @@ class UserConfig:
 _TOP = {f.name: f for f in fields(UserConfig)}
 _SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop"}
 _OFFLOAD = {f.name for f in fields(OffloadSettings)}
+MAX_CTX = (1 << 32) - 1  # llama.cpp keeps n_ctx in 32 bits; the memory check judges the rest
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting's type and range, checked the same way for config.yaml and the CLI.
+
+    ``kind`` is int, float, str or bool; a bool is never a number (YAML reads ``true`` as one,
+    Python counts it as an int) and a float is never a whole number.
+    """
+
+    kind: type
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False  # None (YAML null) allowed
+    above: bool = False  # minimum itself excluded
+    why: str = ""  # what the value means, after the range
+
+    def describe(self) -> str:
+        what = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+        text = what[self.kind]
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            text += f" in {'(' if self.above else '['}{_num(lo)}, {_num(hi)}]"
+        elif lo is not None:
+            text += f" {'>' if self.above else '≥'} {_num(lo)}"
+        return text + (f" ({self.why})" if self.why else "")
+
+    def check(self, value: Any) -> Any:
+        """``value`` (a float for a float setting given as an int), or ValueError."""
+        if value is None and self.optional:
+            return None
+        ok = _is_kind(value, self.kind)
+        v = value
+        if ok and self.kind is float:
+            try:
+                v = float(value)
+            except OverflowError:  # a 400-digit int
+                ok = False
+        if ok and self.kind in (int, float):
+            lo, hi = self.minimum, self.maximum
+            ok = ((isinstance(v, int) or math.isfinite(v))
+                  and (lo is None or (v > lo if self.above else v >= lo))
+                  and (hi is None or v <= hi))
+        if not ok:
+            raise ValueError(f"must be {self.describe()}, not {_shown(value)}")
+        return v
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"  # as YAML spells it
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_kind(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+# Every setting but gamma (its own parser, _gamma) and the offload tables (OffloadSettings).
+SCHEMA: dict[str, Setting] = {
+    "default_pair": Setting(str, optional=True),
+    "default_model": Setting(str, optional=True),
+    "system_prompt": Setting(str),
+    "n_ctx": Setting(int, 0, MAX_CTX, why="0 = the model's training context"),
+    "n_threads": Setting(int, 0, why="0 = automatic"),
+    "ngram": Setting(bool),
+    "drafter": Setting(str, optional=True, why="drafter names, e.g. 'ngram,model'"),
+    "memory_check": Setting(bool),
+    "sampling.temperature": Setting(float, 0, why="0 = greedy"),
+    "sampling.top_k": Setting(int, 0, why="0 = off"),
+    "sampling.top_p": Setting(float, 0, 1, above=True),
+    "sampling.min_p": Setting(float, 0, 1),
+    "sampling.seed": Setting(int, 0, optional=True, why="none = a new one each reply"),
+    "sampling.max_tokens": Setting(int, 1, MAX_CTX),
+}
+
+
+def check_setting(name: str, value: Any) -> Any:
+    """The value checked against :data:`SCHEMA` (raises ValueError "must be …, not …")."""
+    return SCHEMA[name].check(value)
+
+
+def _gamma(value: Any) -> int | str:
+    """γ as the config stores it: a number, "auto", or "pair" (the pair's recommended γ)."""
+    if isinstance(value, bool) or not (
+            value in ("auto", "pair") or (isinstance(value, int) and 0 <= value <= 32)):
+        raise ValueError(f"must be 0-32, 'auto' or 'pair', not {_shown(value)}")
+    return value
+
+
+def _drafter(value: str | None) -> str | None:
+    """Drafter names, checked against the drafters there are."""
+    if value is None:
+        return None
+    from specchat.engine.drafters import parse_names
+    from specchat.errors import SpecchatError
+
+    try:
+        parse_names(value)
+    except SpecchatError as e:
+        raise ValueError(f"is wrong: {e}") from None
+    return value
 
 
 def load_config(path: Path) -> UserConfig:
     if not path.exists():
         return UserConfig()
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        doc = yaml.safe_load(text) or {}
+        lines = _key_lines(text)
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except (yaml.YAMLError, RecursionError, ValueError) as e:  # ValueError: a 5000-digit int
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
+
+    def bad(key: str, why: str) -> ConfigError:
+        """``why`` follows "setting 'KEY'"; one that starts with "!" is the whole message."""
+        line = lines.get(key) or lines.get(key.split(".")[0])
+        where = f"{path}:{line}" if line else str(path)
+        return ConfigError(f"{where}: {why[1:]}" if why.startswith("!")
+                           else f"{where}: setting '{key}' {why}")
+
     values: dict[str, Any] = {}
     for key, value in doc.items():
-        if key not in _TOP:
-            raise ConfigError(f"{path}: unknown setting '{key}'")
-        if key == "sampling":
-            values[key] = _sampling(path, value)
-        elif key in ("target_offload", "draft_offload"):
-            values[key] = _offload(path, key, value)
-        else:
-            values[key] = value
-    cfg = UserConfig(**values)
-    _check(path, cfg)
-    return cfg
+        if not isinstance(key, str) or key not in _TOP:
+            raise bad(str(key), f"!unknown setting {key!r} (known: {', '.join(_TOP)})")
+        try:
+            if key == "sampling":
+                values[key] = _sampling(value, bad)
+            elif key in ("target_offload", "draft_offload"):
+                values[key] = _offload(key, value, bad)
+            elif key == "gamma":
+                values[key] = _gamma(value)
+            elif key == "drafter":
+                values[key] = _drafter(check_setting(key, value))
+            else:
+                values[key] = check_setting(key, value)
+        except ValueError as e:
+            raise bad(key, str(e)) from None
+    return UserConfig(**values)
 
 
-def _sampling(path: Path, value: Any) -> SamplerSettings:
+def _key_lines(text: str) -> dict[str, int]:
+    """Each key's line (1-based), as "key" or "section.key", for messages."""
+    lines: dict[str, int] = {}
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return lines
+    for k, v in root.value:
+        name = str(k.value)
+        lines.setdefault(name, k.start_mark.line + 1)
+        if isinstance(v, yaml.MappingNode):
+            for k2, _ in v.value:
+                lines.setdefault(f"{name}.{k2.value}", k2.start_mark.line + 1)
+    return lines
+
+
+BadFn = Callable[[str, str], ConfigError]
+
+
+def _sampling(value: Any, bad: BadFn) -> SamplerSettings:
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: 'sampling' must be a mapping")
-    unknown = set(value) - _SAMPLING
-    if unknown:
-        raise ConfigError(f"{path}: unknown sampling setting '{sorted(unknown)[0]}'")
+        raise ValueError("must be a mapping")
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k not in _SAMPLING:
+            raise bad(f"sampling.{k}", f"!unknown sampling setting {k!r} (known: "
+                      + ", ".join(sorted(_SAMPLING)) + ")")
+        try:
+            out[k] = check_setting(f"sampling.{k}", v)
+        except ValueError as e:
+            raise bad(f"sampling.{k}", str(e)) from None
     try:
-        return SamplerSettings(**value).validate()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: sampling: {e}") from None
+        return SamplerSettings(**out).validate()
+    except ValueError as e:  # what the engine refuses beyond each field's own range
+        raise bad("sampling", str(e)) from None
 
 
-def _offload(path: Path, key: str, value: Any) -> OffloadSettings:
+def _offload(key: str, value: Any, bad: BadFn) -> OffloadSettings:
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: '{key}' must be a mapping (gpu_layers, main_gpu, flash_attn, "
-                          "kv_type)")
-    unknown = set(value) - _OFFLOAD
-    if unknown:
-        raise ConfigError(f"{path}: unknown setting '{key}.{sorted(unknown)[0]}'")
+        raise ValueError("must be a mapping (gpu_layers, main_gpu, flash_attn, kv_type)")
+    for k in value:
+        if k not in _OFFLOAD:
+            raise bad(f"{key}.{k}", f"!unknown setting '{key}.{k}' (known: "
+                      + ", ".join(sorted(_OFFLOAD)) + ")")
+        if isinstance(value[k], (list, dict)):
+            raise bad(f"{key}.{k}", "must be a single value")
     # YAML reads on/off as booleans: accept them for flash_attn.
     if isinstance(value.get("flash_attn"), bool):
         value = {**value, "flash_attn": "on" if value["flash_attn"] else "off"}
     try:
         return OffloadSettings(**value).validate()
-    except ValueError as e:
-        field_name = str(e).split(" ", 1)[0]
-        raise ConfigError(f"{path}: setting '{key}.{field_name}' {str(e).split(' ', 1)[1]}") from None
+    except (TypeError, ValueError) as e:
+        field_name, _, why = str(e).partition(" ")
+        if field_name not in _OFFLOAD:
+            raise bad(key, str(e)) from None
+        raise bad(f"{key}.{field_name}", why) from None
 
 
-def _check(path: Path, cfg: UserConfig) -> None:
-    def bad(name: str, why: str) -> ConfigError:
-        return ConfigError(f"{path}: setting '{name}' {why}")
-
-    for name in ("default_pair", "default_model"):
-        v = getattr(cfg, name)
-        if v is not None and not isinstance(v, str):
-            raise bad(name, "must be a name")
-    if not isinstance(cfg.system_prompt, str):
-        raise bad("system_prompt", "must be text")
-    if not isinstance(cfg.n_ctx, int) or isinstance(cfg.n_ctx, bool) or cfg.n_ctx < 0:
-        raise bad("n_ctx", "must be a whole number ≥ 0")
-    if not isinstance(cfg.n_threads, int) or cfg.n_threads < 0:
-        raise bad("n_threads", "must be a whole number ≥ 0")
-    if not (cfg.gamma in ("auto", "pair") or (isinstance(cfg.gamma, int) and 0 <= cfg.gamma <= 32)):
-        raise bad("gamma", "must be 0-32, 'auto' or 'pair'")
-    if not isinstance(cfg.ngram, bool):
-        raise bad("ngram", "must be true or false")
-    if cfg.drafter is not None:
-        from specchat.engine.drafters import parse_names
-        from specchat.errors import SpecchatError
-
-        if not isinstance(cfg.drafter, str):
-            raise bad("drafter", "must be drafter names, e.g. 'ngram,model'")
-        try:
-            parse_names(cfg.drafter)
-        except SpecchatError as e:
-            raise bad("drafter", f"is wrong: {e}") from None
-    if not isinstance(cfg.memory_check, bool):
-        raise bad("memory_check", "must be true or false")
+def cap_threads(n: int, cpus: int | None = None) -> tuple[int, str | None]:
+    """Threads no more than the machine's CPUs (llama.cpp crashes asked for 100,000), with a
+    note when capped."""
+    cpus = cpus or os.cpu_count() or 1
+    if n <= cpus:
+        return n, None
+    return cpus, f"{n} threads is more than this machine's {cpus} CPUs: using {cpus}"
 
 
 def save_config(path: Path, cfg: UserConfig) -> None:

@@ -47,7 +47,7 @@ def test_ask_json_lines_parse(home_dir: Path, tiny_target: Path) -> None:
         (["--model", "/nonexistent/model.gguf"], "model file not found: /nonexistent/model.gguf"),
         (["--model", "no-such-model"], "unknown model 'no-such-model'"),
         (["--pair", "dmeo"], "unknown pair 'dmeo' — did you mean demo?"),
-        (["--model", "x", "--temperature", "-2"], "temperature must be ≥ 0"),
+        (["--model", "x", "--temperature", "-2"], "--temperature must be a number ≥ 0"),
     ],
 )
 def test_bad_input_is_one_line_without_traceback(home_dir: Path, args: list[str],

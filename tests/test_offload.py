@@ -125,13 +125,13 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
     paths = AppPaths(tmp_path / "c", tmp_path / "d", tmp_path / "k")
     paths.config_dir.mkdir(parents=True)
     paths.config_file.write_text(
-        "n_threads: 3\nmemory_check: false\n"
+        "n_threads: 1\nmemory_check: false\n"
         "target_offload: {gpu_layers: 20, main_gpu: 1, kv_type: q8_0}\n"
         "draft_offload: {gpu_layers: all, flash_attn: off}\n")
     env = Env(paths)
     o = env.runtime_options(cli_args())
     assert (o.target.n_gpu_layers, o.target.main_gpu, o.target.fit_layers) == (20, 1, False)
-    assert (o.context.type_k, o.context.type_v, o.context.n_threads) == ("q8_0", "q8_0", 3)
+    assert (o.context.type_k, o.context.type_v, o.context.n_threads) == ("q8_0", "q8_0", 1)
     assert (o.draft.n_gpu_layers, o.draft.fit_layers, o.draft_ctx.flash_attn) == (-1, False, "off")
     assert o.draft_ctx.type_k == "f16" and o.memory_check is False
     o = env.runtime_options(cli_args("--gpu-layers", "auto", "--draft-gpu-layers", "2",

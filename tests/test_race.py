@@ -211,8 +211,8 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     (["race", "hi", "--prompt-from", "code"], "give a prompt or --prompt-from, not both"),
     (["race", "  "], "the prompt is empty"),
     (["race", "--prompt-from", "nope"], "no built-in prompt 'nope'"),
-    (["race", "hi", "--max-tokens", "0"], "max tokens must be ≥ 1"),
-    (["race", "hi", "--temperature", "-1"], "temperature must be ≥ 0"),
+    (["race", "hi", "--max-tokens", "0"], "--max-tokens must be a whole number in [1,"),
+    (["race", "hi", "--temperature", "-1"], "--temperature must be a number ≥ 0"),
 ])
 def test_race_cli_bad_input(argv: list[str], message: str, home: AppPaths,
                             capsys: pytest.CaptureFixture[str]) -> None:

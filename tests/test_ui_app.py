@@ -297,6 +297,8 @@ async def test_rename_delete_and_export_a_chat(tmp_path: Path, tiny_target: Path
         await pilot.press("ctrl+o")
         (exported,) = tmp_path.glob("specchat-*.md")
         assert exported.read_text().startswith("# first chat\n")
+        await pilot.press("ctrl+o")  # again: a second file, the first one is never overwritten
+        assert len(list(tmp_path.glob("specchat-*.md"))) == 2
         chat.query_one(ChatList).focus()
         await pilot.press("f2")
         await pilot.pause()

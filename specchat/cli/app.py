@@ -37,7 +37,8 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         model = config.default_model  # a single model configured instead of a pair
     first_run = (problem is None and not env.paths.config_file.exists() and args.pair is None
                  and model is None and not config.default_pair)
-    selection = select(env.catalog, args.pair, model, config.default_pair)
+    selection = select(env.catalog, args.pair, model, config.default_pair,
+                       getattr(args, "draft", None))
     options = env.runtime_options(args, config)
     env.paths.ensure()
     store = ChatStore.open(env.paths.chats_db)

@@ -21,8 +21,10 @@ from specchat.engine.events import (
     TokenEvent,
 )
 from specchat.engine.sampling import SamplerSettings
+from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime, select
+from specchat.textsafe import safe_json, safe_text
 
 
 def add_parser(sub: Any) -> None:
@@ -68,22 +70,22 @@ def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
     try:
         return base.with_(**changes).validate()
     except ValueError as e:
-        from specchat.errors import SpecchatError
-
         raise SpecchatError(str(e)) from None
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise SpecchatError("the prompt is empty: ask a question, e.g. specchat ask \"hello\"")
     settings = sampler_from_args(env, args)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
                            with_draft=not args.plain)
     for notice in runtime.plan.notices() if runtime.plan else []:
-        sys.stderr.write(f"[{notice}]\n")
+        sys.stderr.write(f"[{safe_text(notice)}]\n")
     try:
         for w in runtime.pair_warnings:
-            sys.stderr.write(f"specchat: note: {w.message}\n")
+            sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")
         decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
                                   drafters=env.drafters(args))
         engine = ChatEngine(decoder)
@@ -104,12 +106,12 @@ def _stream(events: Any, as_json: bool) -> GenerationStats | None:
     out = sys.stdout
     stats = None
     for ev in events:
-        if as_json:
-            out.write(json.dumps(event_json(ev), ensure_ascii=False) + "\n")
+        if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
+            out.write(safe_json(json.dumps(event_json(ev), ensure_ascii=False)) + "\n")
         elif isinstance(ev, TokenEvent):
-            out.write(ev.text)
+            out.write(safe_text(ev.text))
         elif isinstance(ev, NoticeEvent):
-            sys.stderr.write(f"[{ev.message}]\n")
+            sys.stderr.write(f"[{safe_text(ev.message)}]\n")
         out.flush()
         if isinstance(ev, GenerationStats):
             stats = ev

@@ -37,6 +37,7 @@ from specchat.engine.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime, select
+from specchat.textsafe import safe_text
 
 GAMMA_MAX = 10
 
@@ -99,7 +100,7 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         system = env.config.system_prompt or None
         load_before = os.getloadavg()
         started = time.time()
-        say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+        say = lambda m: print(safe_text(m), file=sys.stderr)  # noqa: E731
         recordings: list[tuple[int, list[RecordedTurn]]] = []
         for conv in convs:
             say(f"recording {conv.name}: " + " → ".join(p.category for p in conv.turns))
@@ -203,8 +204,8 @@ def _write(doc: dict[str, Any], out_dir: Path) -> int:
                                           encoding="utf-8")
     md = markdown(doc)
     (out_dir / "results.md").write_text(md, encoding="utf-8")
-    print(md)
+    print(safe_text(md))
     for line in headline(doc.get("live"), doc.get("replay")):
-        print(line, file=sys.stderr)
+        print(safe_text(line), file=sys.stderr)
     print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
     return 0

@@ -22,6 +22,7 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
 from specchat.runtime import Runtime, drafter_names, select
+from specchat.textsafe import safe_text
 
 
 def _numbers(kind: type, text: str) -> tuple[Any, ...]:
@@ -111,7 +112,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         load_before = os.getloadavg()
         started = time.time()
         ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
-        records = run_bench(runtime, prompts, cfg, lambda m: print(m, file=sys.stderr),
+        records = run_bench(runtime, prompts, cfg, lambda m: print(safe_text(m), file=sys.stderr),
                             ref.after_prompt if ref else None)
         rows = summarize(records)
         llama = ref.finish(rows) if ref else None
@@ -133,7 +134,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
                                               encoding="utf-8")
         md = _markdown(doc, rows, llama)
         (out_dir / "results.md").write_text(md, encoding="utf-8")
-        print(md)
+        print(safe_text(md))
         print(f"written: {out_dir / 'results.json'}, {out_dir / 'results.md'}", file=sys.stderr)
         if args.report:
             report = write_bench_report(doc, rows, args.report)

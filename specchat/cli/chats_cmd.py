@@ -10,7 +10,8 @@ from typing import Any
 
 from specchat.cli.common import Env
 from specchat.errors import SpecchatError
-from specchat.store import ChatStore, chat_to_markdown
+from specchat.store import ChatStore, chat_to_markdown, protected_files, write_export
+from specchat.textsafe import safe_text
 
 
 def add_parsers(sub: Any) -> None:
@@ -19,7 +20,9 @@ def add_parsers(sub: Any) -> None:
     ex = sub.add_parser("export", help="write a saved chat as Markdown")
     ex.add_argument("chat_id", type=int, metavar="CHAT_ID", help="from `specchat chats`")
     ex.add_argument("-o", "--output", type=Path, metavar="FILE",
-                    help="write to FILE instead of standard output")
+                    help="write to FILE instead of standard output (never over an existing "
+                    "file without --force)")
+    ex.add_argument("--force", action="store_true", help="replace FILE if it exists")
     ex.set_defaults(func=cmd_export)
 
 
@@ -38,7 +41,8 @@ def cmd_chats(env: Env, args: argparse.Namespace) -> int:
     sys.stdout.write(f"{'ID':>5}  {'UPDATED':16}  {'MSGS':>4}  {'PAIR':12}  TITLE\n")
     for c in chats:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
-        sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {c.pair[:12]:12}  {c.title}\n")
+        sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {safe_text(c.pair[:12]):12}  "
+                         f"{safe_text(c.title)}\n")
     return 0
 
 
@@ -49,11 +53,9 @@ def cmd_export(env: Env, args: argparse.Namespace) -> int:
     chat = store.get_chat(args.chat_id)
     text = chat_to_markdown(chat, store.messages(chat.id))
     if args.output is None:
-        sys.stdout.write(text)
+        sys.stdout.write(safe_text(text))  # a file keeps the exact text; a terminal must not obey it
         return 0
-    try:
-        args.output.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise SpecchatError(f"cannot write {args.output}: {e.strerror or e}") from None
-    sys.stderr.write(f"wrote {args.output}\n")
+    written = write_export(args.output, text, force=args.force,
+                           protected=protected_files(env.paths))
+    sys.stderr.write(f"wrote {written}\n")
     return 0

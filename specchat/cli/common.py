@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
-from specchat.config import UserConfig, load_config
+from specchat.config import UserConfig, cap_threads, check_setting, load_config
 from specchat.engine.drafters import names as drafter_names
 from specchat.engine.drafters import parse_names
 from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
@@ -53,13 +54,12 @@ class Env:
     def runtime_options(self, args: argparse.Namespace,
                         config: UserConfig | None = None) -> RuntimeOptions:
         config = config or self.config
-        threads = getattr(args, "threads", None)
-        if threads is not None and threads < 0:
-            raise SpecchatError("--threads must be 0 (automatic) or more")
-        ctx = ContextSettings(
-            n_ctx=getattr(args, "ctx_size", None) or config.n_ctx,
-            n_threads=threads or config.n_threads,
-        )
+        threads, note = cap_threads(getattr(args, "threads", None) or config.n_threads)
+        if note:
+            sys.stderr.write(f"specchat: note: {note}\n")
+        ctx_size = getattr(args, "ctx_size", None)
+        ctx = ContextSettings(n_ctx=config.n_ctx if ctx_size is None else ctx_size,
+                              n_threads=threads)
         target, draft = self.offload_settings(args, config)
         return RuntimeOptions(
             context=target.context_settings(ctx), target=target.model_settings(),
@@ -89,6 +89,29 @@ class Env:
         return parse_names(self.config.drafter) if self.config.drafter else None
 
 
+# Each option that sets a config setting, checked by the config's own schema.
+OPTION_SETTINGS = {
+    "ctx_size": ("--ctx-size", "n_ctx"), "threads": ("--threads", "n_threads"),
+    "temperature": ("--temperature", "sampling.temperature"),
+    "top_k": ("--top-k", "sampling.top_k"), "top_p": ("--top-p", "sampling.top_p"),
+    "min_p": ("--min-p", "sampling.min_p"), "seed": ("--seed", "sampling.seed"),
+    "max_tokens": ("--max-tokens", "sampling.max_tokens"),
+}
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    """Every option that mirrors a config setting, held to the same types and ranges."""
+    for dest, (flag, setting) in OPTION_SETTINGS.items():
+        value = getattr(args, dest, None)
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if v is None:
+                continue
+            try:
+                check_setting(setting, v)
+            except ValueError as e:
+                raise SpecchatError(f"{flag} {e}") from None
+
+
 def make_env() -> Env:
     return Env(app_paths())
 
@@ -101,7 +124,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "decoding)")
     p.add_argument("--draft", metavar="MODEL", help="a draft model for --model (catalog id or "
                    ".gguf path): speculative decoding with an ad-hoc pair")
-    p.add_argument("--ctx-size", type=int, metavar="N", help="context window in tokens")
+    p.add_argument("--ctx-size", type=int, metavar="N",
+                   help="context window in tokens (0 = the model's training context)")
     add_hardware_args(p)
 
 

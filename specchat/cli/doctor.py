@@ -12,6 +12,7 @@ from typing import Any
 from specchat import __version__
 from specchat.cli.common import Env, add_model_args
 from specchat.errors import SpecchatError
+from specchat.textsafe import safe_text
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +32,9 @@ def run(env: Env, args: argparse.Namespace) -> int:
     from specchat.cli.doctor_hardware import write_hardware, write_load_plan
     from specchat.engine.llama_lib import system_info
 
-    w = sys.stdout.write
+    def w(text: str) -> None:  # names and paths come from files: shown, never obeyed
+        sys.stdout.write(safe_text(text))
+
     w(f"specchat {__version__} on Python {platform.python_version()} ({platform.platform()})\n")
     for dist in ("llama-cpp-python", "textual", "huggingface-hub", "gguf", "numpy"):
         w(f"  {dist:18} {_version(dist)}\n")

@@ -19,6 +19,7 @@ from specchat.models.catalog import (
 from specchat.models.entries import hub_model
 from specchat.models.progress import TextProgress, format_bytes
 from specchat.models.resolver import model_from_ref
+from specchat.textsafe import safe_text
 
 
 def add_parser(sub: Any) -> None:
@@ -68,7 +69,8 @@ def cmd_list(env: Env, args: argparse.Namespace) -> int:
             size = f"({format_bytes(m.source.size)})"
         else:
             size = "-"
-        rows.append((m.id, "yes" if st.present else "no", size, describe_source(m.source)))
+        rows.append((safe_text(m.id), "yes" if st.present else "no", size,
+                     safe_text(describe_source(m.source))))
     w = [max(len(r[i]) for r in [*rows, head]) for i in range(4)]
     out.write("  ".join(h.ljust(w[i]) for i, h in enumerate(head)).rstrip() + "\n")
     for r in rows:
@@ -78,7 +80,7 @@ def cmd_list(env: Env, args: argparse.Namespace) -> int:
     for p in env.catalog.pairs.values():
         mark = " (default)" if p.id == default else ""
         gamma = f"  γ={p.gamma}" if p.gamma is not None else ""
-        out.write(f"  {p.id}{mark}: {p.target} ← {p.draft}{gamma}\n")
+        out.write(safe_text(f"  {p.id}{mark}: {p.target} ← {p.draft}{gamma}") + "\n")
     out.write(f"\nmodels folder: {env.paths.models_dir}  (sizes in brackets: not downloaded)\n")
     return 0
 
@@ -101,7 +103,7 @@ def cmd_files(env: Env, args: argparse.Namespace) -> int:
         size = format_bytes(f.size) if f.size else "?"
         note = " (vision projector: not a chat model)" if f.is_projector else ""
         parts = f" ({len(f.parts)} parts)" if len(f.parts) > 1 else ""
-        out.write(f"  {size:>9}  {f.quant or '-':8} {f.name}{parts}{note}\n")
+        out.write(safe_text(f"  {size:>9}  {f.quant or '-':8} {f.name}{parts}{note}") + "\n")
     first = next((f for f in listing.files if not f.is_projector), listing.files[0])
     out.write(f"\npull one with: specchat models pull {ref.repo}:{first.name}\n")
     return 0

@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specchat.cli.common import Env
+from specchat.config import cap_threads
 from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
 from specchat.models.progress import TextProgress
 from specchat.models.vocab_compat import Level
+from specchat.textsafe import safe_text
 
 MARKS = {Level.OK: "✓", Level.WARN: "!", Level.BAD: "✗"}
 
@@ -86,15 +88,16 @@ def compat_report(env: Env, target: ModelEntry, draft: ModelEntry) -> CompatRepo
 
 
 def print_report(r: CompatReport, out: TextIO) -> None:
+    lines = []  # names and metadata come from the files: shown, never obeyed (safe_text)
     for role, f in (("target", r.target), ("draft", r.draft)):
         if f is not None:
             note = f"  ({f.source_note})" if f.source_note else ""
-            out.write(f"{role:7} {f.label}: {f.describe()}{note}\n")
-    out.write(f"verdict: {r.headline}\n")
-    for f in r.findings:
-        out.write(f"  {MARKS[f.level]} {f.what}: {f.message}\n")
+            lines.append(f"{role:7} {f.label}: {f.describe()}{note}")
+    lines.append(f"verdict: {r.headline}")
+    lines += [f"  {MARKS[f.level]} {f.what}: {f.message}" for f in r.findings]
     if r.suggestions:
-        out.write("what to do instead:\n" + "".join(f"  - {s}\n" for s in r.suggestions))
+        lines += ["what to do instead:", *(f"  - {s}" for s in r.suggestions)]
+    out.write("".join(safe_text(line) + "\n" for line in lines))
 
 
 def cmd_check(env: Env, args: argparse.Namespace) -> int:
@@ -122,8 +125,10 @@ def run_calibration(env: Env, target: ModelEntry, draft: ModelEntry, tokens: int
     t_path = env.resolver.ensure(target, progress)
     d_path = env.resolver.ensure(draft, progress)
     _refuse_if_incompatible(check_files(t_path, d_path, env.catalog))
-    opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max,
-                              n_threads=env.config.n_threads)
+    threads, note = cap_threads(env.config.n_threads)
+    if note:
+        print(f"specchat: note: {note}", file=sys.stderr)
+    opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max, n_threads=threads)
     result = calibrate(t_path, d_path, opts, progress)
     where = save_calibration(env.paths, result)
     print(format_result(result))

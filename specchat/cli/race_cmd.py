@@ -24,6 +24,7 @@ from specchat.race.runner import RaceSetup, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime, drafter_names, select
+from specchat.textsafe import safe_text
 
 DEFAULT_MAX_TOKENS = 128
 
@@ -88,7 +89,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         spec = runtime.decoder(gamma=env.gamma(args), ngram=env.ngram(args),
                                drafters=env.drafters(args))
         result = run_race(runtime, setup, spec,
-                          progress=lambda m: print(f"[{m}]", file=sys.stderr))
+                          progress=lambda m: print(f"[{safe_text(m)}]", file=sys.stderr))
     finally:
         runtime.close()
     out = sys.stdout
@@ -99,7 +100,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         written = write_race_report(result, args.report)
         print(f"report: {written.markdown}, {written.charts[0]}", file=sys.stderr)
     if result.is_bug:  # scripts (and CI) must see it, not only a person reading the output
-        print(f"specchat: error: {result.verdict()}", file=sys.stderr)
+        print(f"specchat: error: {safe_text(result.verdict())}", file=sys.stderr)
         return 1
     return 0
 
@@ -125,8 +126,8 @@ def replay_bars(result: RaceResult, out: TextIO, width: int = 30) -> None:
 def print_result(result: RaceResult, out: TextIO) -> None:
     for title, run in (("plain", result.plain), ("speculative", result.spec)):
         print(f"── {title} " + "─" * (60 - len(title)), file=out)
-        print(run.text.rstrip(), file=out)
+        print(safe_text(run.text.rstrip()), file=out)
         print(file=out)
     print("\n".join(cumulative_chart(result.plain, result.spec)), file=out)
     print(file=out)
-    print("\n".join(result.summary_lines()), file=out)
+    print(safe_text("\n".join(result.summary_lines())), file=out)

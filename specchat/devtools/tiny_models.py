@@ -8,6 +8,7 @@ acceptance rate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def write_tiny_model(
     chat_template: str | None = CHATML_TEMPLATE,
     name: str = "tiny",
     keep_layers: int | None = None,
+    weights_hook: Callable[[dict[str, np.ndarray]], None] | None = None,
     with_vocabulary: bool = True,
     output_rows: dict[int, float] | None = None,
 ) -> Path:
@@ -110,6 +112,8 @@ def write_tiny_model(
     than its target (the GPU check's bench pair). ``with_vocabulary=False`` leaves the
     tokenizer out of the metadata (a broken file, for tests); ``output_rows`` fills rows of the
     output matrix with a value (``{10: nan}``: token 10's logit is NaN, a broken model).
+    ``weights_hook`` may change the weights in place before they are written (a model made to
+    say something in particular).
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -130,6 +134,8 @@ def write_tiny_model(
         weights = {k: v for k, v in weights.items()
                    if not k.startswith("blk.") or int(k.split(".")[1]) < keep_layers}
 
+    if weights_hook is not None:
+        weights_hook(weights)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
     w.add_context_length(spec.n_ctx_train)

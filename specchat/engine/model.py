@@ -214,8 +214,11 @@ class LlamaContext:
         params.n_batch = params.n_ubatch = min(settings.n_batch, n_ctx)
         params.n_seq_max = max(1, settings.n_seq_max)
         params.kv_unified = True  # else each sequence gets only n_ctx / n_seq_max cells
-        params.n_threads = settings.n_threads or default_threads()
-        params.n_threads_batch = settings.n_threads_batch or params.n_threads
+        # Never more threads than CPUs: it only slows decoding, and llama.cpp asked for
+        # 100,000 crashes the process (the CLI says so when it caps a setting).
+        cpus = os.cpu_count() or 1
+        params.n_threads = min(settings.n_threads or default_threads(), cpus)
+        params.n_threads_batch = min(settings.n_threads_batch or params.n_threads, cpus)
         for name, value, known in (("flash attention", settings.flash_attn, _FLASH),
                                    ("K cache type", settings.type_k, KV_CACHE_TYPES),
                                    ("V cache type", settings.type_v, KV_CACHE_TYPES)):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from specchat.textsafe import safe_text
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -100,7 +102,7 @@ class TextProgress:
         start = self._started.setdefault(p.task, now)
         if p.failed:
             if self.tty and p.task in self._started:
-                self.stream.write("\r\x1b[2K" + f"{p.task}: failed\n")
+                self.stream.write("\r\x1b[2K" + safe_text(f"{p.task}: failed") + "\n")
                 self.stream.flush()
             self._started.pop(p.task, None)
             return
@@ -109,7 +111,7 @@ class TextProgress:
         if not self.tty and not p.finished and now - self._last < 5:
             return  # logs and pipes get a line every few seconds, not a flood
         self._last = now
-        line = describe(p, now - start)
+        line = safe_text(describe(p, now - start))  # tasks name files: shown, never obeyed
         if self.tty:
             self.stream.write("\r\x1b[2K" + line + ("\n" if p.finished else ""))
         else:

@@ -27,6 +27,7 @@ from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime
 from specchat.ui.generation import ReplyJob, run_reply
 from specchat.ui.messages import LoadProgress, RuntimeReady
+from specchat.ui.safe_content import guard_textual_content
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
 from specchat.ui.screens.race import RaceScreen
@@ -71,6 +72,7 @@ class SpecchatApp(App[int]):
 
     def __init__(self, services: AppServices, race: RaceSetup | None = None) -> None:
         super().__init__()
+        guard_textual_content()  # model and file text is shown, never obeyed by the terminal
         self.services = services
         self.start_race = race  # open the race screen on this prompt once the models load
         self.runtime: Runtime | None = None

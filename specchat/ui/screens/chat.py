@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -24,6 +24,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.store import FateTrace, ReplyStats
+from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.fate_style import legend
@@ -112,7 +113,7 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         yield Footer()
 
     def _topbar(self) -> Text:
-        return Text(f"specchat · {self.conversation.title}")  # a title is text, not markup
+        return Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
 
     def on_mount(self) -> None:
         self.refresh_chat_list()
@@ -248,6 +249,12 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self.job = self.job_widget = None
 
     # --- actions ----------------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        # Esc and a key typed within Textual's ESCDELAY arrive as Alt+key (the message box
+        # handles its own): still a stop, wherever the focus is.
+        if event.key.startswith("alt+") and event.is_printable:
+            self.action_stop()
 
     def action_stop(self) -> None:
         if self.job is not None and not self.job.cancel.is_set():

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from textual.widgets import Static
 
 from specchat.errors import SpecchatError
-from specchat.store import chat_to_markdown, export_filename
+from specchat.store import chat_to_markdown, export_filename, unused_path, write_export
 from specchat.ui.conversation import Conversation
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
 from specchat.ui.widgets.chat_list import ChatList
@@ -111,8 +111,8 @@ class ChatHistoryMixin(_Base):
         try:
             store = self.services.store
             chat = store.get_chat(chat_id)
-            path = self.services.export_dir / export_filename(chat)
-            path.write_text(chat_to_markdown(chat, store.messages(chat_id)), encoding="utf-8")
+            path = write_export(unused_path(self.services.export_dir / export_filename(chat)),
+                                chat_to_markdown(chat, store.messages(chat_id)))  # never over a file
         except (SpecchatError, OSError) as e:
             self.notify(f"Export failed: {e}", severity="error", timeout=10, markup=False)
             return

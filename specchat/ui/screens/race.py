@@ -28,6 +28,7 @@ from specchat.race.result import RaceResult, gamma_trace_text
 from specchat.race.runner import RaceCancelled, RaceSetup, run_race
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime
+from specchat.textsafe import safe_text
 from specchat.ui.keys import RACE_KEYS, bindings
 from specchat.ui.messages import RaceFailed, RacePairOpened, RaceProgress, RaceRecorded
 from specchat.ui.screens.race_pickers import PairPicker, PromptPicker
@@ -83,7 +84,7 @@ class RaceScreen(Screen[None]):
 
     def _header(self) -> Text:
         out = Text()
-        out.append(f"Race · {self.runtime.selection.label}", "bold")
+        out.append(f"Race · {safe_text(self.runtime.selection.label)}", "bold")
         out.append(f" · {HEADER}: plain first, then speculative, each with the whole machine; "
                    "same prompt, seed and sampler; warm-up not timed", "dim")
         return out
@@ -93,7 +94,7 @@ class RaceScreen(Screen[None]):
         kind = f"[{s.category}] " if s.category else ""
         first = s.prompt.strip().splitlines()[0] if s.prompt.strip() else ""
         mode = "greedy" if s.settings.greedy else f"T={s.settings.temperature:g}"
-        return Text(f"Prompt {kind}{first[:150]}  ({mode}, seed {s.settings.seed}, "
+        return Text(f"Prompt {safe_text(kind + first[:150])}  ({mode}, seed {s.settings.seed}, "
                     f"≤{s.settings.max_tokens} tokens)")
 
     def _spec_title(self) -> str:

@@ -3,7 +3,9 @@
 Most terminals send the same byte for Enter and Shift+Enter; Ctrl+J is a distinct byte
 everywhere, and Textual's kitty-protocol support delivers Shift+Enter where the terminal can
 tell them apart (xterm's modifyOtherKeys form arrives as ``shift+\r``). Alt+Enter is not
-offered: Textual reads ESC CR as a plain Enter.
+offered: Textual reads ESC CR as a plain Enter. For the same reason Alt+letter is read as Esc
+then the letter (someone typing right after pressing Esc to stop a reply), and keys typed
+faster than they are handled are inserted together (a paste the terminal types out).
 """
 
 from __future__ import annotations
@@ -25,8 +27,35 @@ class ChatInput(TextArea):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          **kwargs)  # type: ignore[arg-type]
+        self._typed: list[str] = []  # printable keys not inserted yet (see _on_key)
+
+    def flush_typed(self) -> None:
+        """Insert the characters typed since the last insert, all at once."""
+        if self._typed:
+            text, self._typed = "".join(self._typed), []
+            start, end = self.selection
+            self._replace_via_keyboard(text, start, end)
+            # The box may have grown with the text: keep the cursor in view once laid out.
+            self.call_after_refresh(self.scroll_cursor_visible)
 
     async def _on_key(self, event: events.Key) -> None:
+        if event.key.startswith("alt+") and event.is_printable:
+            # Textual reads Esc and a key typed within ESCDELAY (100 ms) as Alt+key: the Esc
+            # would be lost, and with it the stop of a reply. No Alt+letter is bound here, so
+            # it is taken as what was typed: Esc, then the key.
+            self.app.simulate_key("escape")
+        if event.is_printable and event.character and event.key not in NEWLINE_KEYS \
+                and event.key != "enter" and not self.read_only:
+            # A paste the terminal types out (no bracketed paste) is one key per character:
+            # inserted one by one, each insert re-wraps the whole line (100k characters took
+            # minutes). Keys queued together are inserted together, after the queue empties.
+            event.stop()
+            event.prevent_default()
+            if not self._typed:
+                self.call_later(self.flush_typed)
+            self._typed.append(event.character)
+            return
+        self.flush_typed()  # anything else acts on the text as typed so far
         if event.key == "enter":
             event.stop()
             event.prevent_default()

@@ -11,11 +11,12 @@ from textual.message import Message
 from textual.widgets import Label, ListItem, ListView
 
 from specchat.store import ChatSummary
+from specchat.textsafe import safe_text
 
 
 class ChatItem(ListItem):
     def __init__(self, chat: ChatSummary) -> None:
-        super().__init__(Label(chat.title, markup=False))
+        super().__init__(Label(safe_text(chat.title), markup=False))
         self.chat = chat
 
 

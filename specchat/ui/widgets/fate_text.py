@@ -17,6 +17,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from specchat.store.fates import Segment
+from specchat.textsafe import safe_text
 from specchat.ui.fate_style import STYLES
 
 BLOCK_CHARS = 400
@@ -33,7 +34,7 @@ def split_blocks(segments: Iterable[Segment], show_rejected: bool,
         if seg.rejected and not show_rejected:
             continue
         style = STYLES[seg.kind]
-        text = seg.text
+        text = safe_text(seg.text)  # the model's text, shown, never obeyed by the terminal
         while text:
             current = blocks[-1]
             cut = text.find("\n", max(0, BLOCK_CHARS - len(current)))

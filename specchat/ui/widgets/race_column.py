@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from specchat.engine.events import Event, GenerationStats, RejectedEvent, StepEvent, TokenEvent
 from specchat.store import FateTrace
+from specchat.textsafe import safe_text
 from specchat.ui.widgets.fate_text import FateText
 
 
@@ -31,7 +32,7 @@ class RaceColumn(Vertical):
         self.finished_at: float | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(self.title_text), classes="race-title")
+        yield Static(Text(safe_text(self.title_text)), classes="race-title")
         with VerticalScroll(classes="race-text"):
             yield FateText([], self.show_rejected)
         yield Static(self.figures(0.0), classes="race-figures")
@@ -42,7 +43,7 @@ class RaceColumn(Vertical):
 
     def set_title(self, title: str) -> None:
         self.title_text = title
-        self.query_one(".race-title", Static).update(Text(title))
+        self.query_one(".race-title", Static).update(Text(safe_text(title)))
 
     def reset(self) -> None:
         self.reset_state()

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
+from specchat.textsafe import safe_text
 from specchat.ui.live import LiveStats
 
 HISTORY = 240  # points kept per sparkline
@@ -100,7 +101,8 @@ class StatsBar(Vertical):
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="tps-spark", classes="spark")
             yield Label("γ", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="gamma-spark", classes="spark")
-            yield Label(f"{self.backend} · {self.models}", id="stats-models", markup=False)
+            yield Label(safe_text(f"{self.backend} · {self.models}"), id="stats-models",
+                        markup=False)
 
     def _line(self) -> Text:
         return stats_line(self.stats, self.gamma_mode, self.speculative, self.busy)

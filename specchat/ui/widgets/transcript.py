@@ -18,6 +18,7 @@ from textual.widgets import Markdown, Static
 from specchat.engine.events import GenerationStats
 from specchat.store.fates import Segment
 from specchat.store.stats import ReplyStats
+from specchat.textsafe import safe_text
 from specchat.ui.conversation import Turn
 from specchat.ui.widgets.fate_text import FateText
 
@@ -51,7 +52,7 @@ def reply_summary(stats: ReplyStats | None, status: str) -> str:
 class UserMessage(Static):
     def __init__(self, turn: Turn) -> None:
         body = Text("You\n", style="bold")
-        body.append(turn.text)
+        body.append(safe_text(turn.text))
         super().__init__(body, classes="message user")
         self.turn = turn
 
@@ -126,7 +127,7 @@ class AssistantMessage(Vertical):
     def _apply_view(self) -> None:
         markdown = self.view == "markdown" and not self.streaming and bool(self.turn.text)
         if markdown and self._markdown is None:
-            self._markdown = Markdown(self.turn.text, classes="markdown")
+            self._markdown = Markdown(safe_text(self.turn.text), classes="markdown")
             self.mount(self._markdown, after=self._fates)
         if self._markdown is not None:
             self._markdown.display = markdown

@@ -12,6 +12,7 @@ from textual.app import App
 from specchat.models.calibration import CalibrationOptions
 from specchat.models.catalog import PairEntry
 from specchat.paths import AppPaths
+from specchat.ui.safe_content import guard_textual_content
 from specchat.ui.wizard.screen import WizardScreen
 
 
@@ -20,6 +21,7 @@ class WizardApp(App[PairEntry | None]):
 
     def __init__(self, paths: AppPaths, calibration: CalibrationOptions | None = None) -> None:
         super().__init__()
+        guard_textual_content()  # file names and metadata are shown, never obeyed
         self.paths = paths
         self.calibration = calibration
 
