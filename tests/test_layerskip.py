@@ -204,3 +204,42 @@ def test_race_and_bench_run_the_layerskip_drafter(home: AppPaths, deep: Path, tm
     assert rc == 0, capsys.readouterr()
     doc = json.loads((tmp_path / "b" / "results.json").read_text())
     assert "layerskip" in json.dumps(doc)
+
+
+def test_an_adhoc_target_gets_its_draft_in_the_models_folder(home: AppPaths, deep: Path) -> None:
+    from specchat.models.resolver import ModelResolver, model_from_ref
+    from specchat.models.self_draft import make_layerskip_draft
+
+    cat = load_catalog()
+    target = model_from_ref(cat, str(deep))  # its id is the file's path
+    made = make_layerskip_draft(ModelResolver(cat, home), target, "0,5")
+    assert made.path.parent == home.models_dir and made.path.name == "deep-layerskip.gguf"
+    assert made.kept == (0, 5) and made.size == made.path.stat().st_size
+
+
+def test_the_app_settings_choose_layerskip_through_the_runtime(home: AppPaths, deep: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    from specchat.models.resolver import ModelResolver
+    from specchat.runtime import Runtime, select
+    from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
+    from specchat.ui.services import runtime_decoder
+
+    assert "layerskip" in DRAFTER_CHOICES
+    cat = load_catalog()
+    rt = Runtime.open(select(cat, model=str(deep)), ModelResolver(cat, home))
+    try:
+        # No cut yet: the app's one drafter setting falls back to plain decoding.
+        assert isinstance(runtime_decoder(rt, ChatSettings(drafter="layerskip")), PlainDecoder)
+    finally:
+        rt.close()
+    assert main(["models", "self-draft", str(deep), "--layers", "0-3"]) == 0
+    capsys.readouterr()
+    cat = load_catalog(home.user_catalog)
+    rt = Runtime.open(select(cat, model=str(deep)), ModelResolver(cat, home))
+    try:
+        dec = runtime_decoder(rt, ChatSettings(drafter="layerskip"))
+        assert isinstance(dec, SpeculativeDecoder)
+        assert [d.name for d in dec.drafters] == ["layerskip"]
+    finally:
+        rt.close()

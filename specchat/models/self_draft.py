@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specchat.errors import ModelFileError
 from specchat.models.catalog import Catalog, DerivedSource, ModelEntry
-from specchat.models.entries import self_draft_entry, unique_id
+from specchat.models.entries import file_slug, self_draft_entry, unique_id
 from specchat.models.layer_cut import open_source, parse_layers, write_cut
 from specchat.models.layer_search import SearchOptions, SearchResult, format_layers, search
 from specchat.models.progress import ProgressFn, no_progress
@@ -96,7 +96,9 @@ def make_layerskip_draft(resolver: ModelResolver, target: ModelEntry, layers: st
         kept = parse_layers(layers, src.n_layer)
     cat = resolver.catalog
     old = layerskip_entry(cat, target)
-    new_id = old.id if old is not None else unique_id(cat, f"{target.id}-layerskip")
+    # An ad-hoc target's id is its path: the draft's id (and file name) is made from its name.
+    stem = file_slug(Path(target.id).name) if "/" in target.id else target.id
+    new_id = old.id if old is not None else unique_id(cat, f"{stem}-layerskip")
     filename = f"{new_id}.gguf"
     entry = ModelEntry(
         id=new_id, name=f"{target.name} → {len(kept)} of {src.n_layer} blocks (layer-skip)",
