@@ -36,6 +36,7 @@ class UserConfig:
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
+    theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
 
     def to_yaml(self) -> str:
         d = asdict(self)
@@ -126,8 +127,8 @@ SCHEMA: dict[str, Setting] = {
     "n_ctx": Setting(int, 0, MAX_CTX, why="0 = the model's training context"),
     "n_threads": Setting(int, 0, why="0 = automatic"),
     "ngram": Setting(bool),
-    "drafter": Setting(str, optional=True, why="drafter names, e.g. 'ngram,model'"),
     "memory_check": Setting(bool),
+    "theme": Setting(str, optional=True),
     "sampling.temperature": Setting(float, 0, why="0 = greedy"),
     "sampling.top_k": Setting(int, 0, why="0 = off"),
     "sampling.top_p": Setting(float, 0, 1, above=True),
@@ -150,18 +151,19 @@ def _gamma(value: Any) -> int | str:
     return value
 
 
-def _drafter(value: str | None) -> str | None:
-    """Drafter names, checked against the drafters there are."""
-    if value is None:
-        return None
+def _drafter(value: Any) -> str | None:
+    """Drafter names, comma-separated ("ngram,model"), as ``--drafter`` takes them."""
     from specchat.engine.drafters import parse_names
     from specchat.errors import SpecchatError
 
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be drafter names such as 'ngram,model', not {_shown(value)}")
     try:
-        parse_names(value)
+        return ",".join(parse_names(value))
     except SpecchatError as e:
         raise ValueError(f"is wrong: {e}") from None
-    return value
 
 
 def load_config(path: Path) -> UserConfig:
@@ -199,7 +201,7 @@ def load_config(path: Path) -> UserConfig:
             elif key == "gamma":
                 values[key] = _gamma(value)
             elif key == "drafter":
-                values[key] = _drafter(check_setting(key, value))
+                values[key] = _drafter(value)
             else:
                 values[key] = check_setting(key, value)
         except ValueError as e:

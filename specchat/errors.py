@@ -44,7 +44,17 @@ class Cancelled(SpecchatError):
 
 
 class StoreError(SpecchatError):
-    """The chat database cannot be opened, is too new, or has no such chat."""
+    """The chat database cannot be opened or written, is too new, or has no such chat.
+
+    ``kind`` says what went wrong so the app can keep what was not saved and retry:
+    ``full`` (disk full), ``locked`` (another program is writing), ``corrupt`` (a damaged
+    file: ``specchat chats --repair``), ``readonly``, ``owned`` (the chat is open in another
+    specchat), ``missing`` (no such chat) or ``other``.
+    """
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class BadLogitsError(SpecchatError):

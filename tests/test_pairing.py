@@ -19,7 +19,12 @@ from specchat.models.entries import file_slug, hub_entry, path_entry
 from specchat.models.families import guess_family, params_value
 from specchat.models.hub import HubRef
 from specchat.models.local_files import find_local_models
-from specchat.models.pairing import draft_candidates, save_pair, self_draft_options
+from specchat.models.pairing import (
+    draft_candidates,
+    save_pair,
+    self_draft_options,
+    suggest_pair_name,
+)
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.user_catalog import update_user_catalog
 from specchat.models.vocab_compat import Level
@@ -130,3 +135,15 @@ def test_save_pair_validates_the_name(home: AppPaths, tiny_target: Path) -> None
         save_pair(home, cat, "Bad Name!", t, t)
     pair, merged = save_pair(home, cat, "ok+name", t, t, gamma=2)
     assert merged.pair("ok+name") == pair and pair.gamma == 2
+
+
+def test_suggested_pair_names_say_model_and_sizes_not_file_names() -> None:
+    cat = load_catalog()
+    target = path_entry(cat, Path("/m/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
+    assert target.id == "qwen2.5-coder-1.5b-instruct-q4_k_m-2"  # the catalog has the first
+    draft = path_entry(cat, Path("/m/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+    assert suggest_pair_name(cat, target, draft) == "qwen2.5-coder-1.5b+0.5b"
+    assert suggest_pair_name(cat, cat.model("gemma-3-4b-it-q4_k_m"),
+                             cat.model("gemma-3-270m-it-q8_0")) == "gemma-3-4b+270m"
+    nameless = path_entry(cat, Path("/m/mymodel-Q8_0.gguf"))
+    assert suggest_pair_name(cat, nameless, entry("x")) == "mymodel+draft"

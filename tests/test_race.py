@@ -204,7 +204,7 @@ def test_race_cli(tiny_target: Path, tiny_draft: Path, home: AppPaths, tmp_path:
     assert "── plain" in out and "── speculative" in out and "cumulative tokens over time" in out
     assert "outputs identical ✓" in out
     assert re.search(r"speedup [\d.]+×\s+α [\d.]+\s+τ [\d.]+\s+γ 3×", out)
-    assert (tmp_path / "rep" / "race.png").is_file() and (tmp_path / "rep" / "report.md").is_file()
+    assert (tmp_path / "rep" / "race.svg").is_file() and (tmp_path / "rep" / "report.md").is_file()
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -1,44 +1,72 @@
-"""Report writers: PNGs that open with the right size, Markdown with the right structure."""
+"""Report writers: SVG charts that parse as XML with every label whole, Markdown with the right
+structure."""
 
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 from race_helpers import fixed_result
 
 from specchat.bench.report import summarize
 from specchat.engine.events import SpecDetail
 from specchat.report.bench_report import write_bench_report
-from specchat.report.charts import nice_ticks
-from specchat.report.font import render, text_size
+from specchat.report.charts import PALETTE, SPEC_COLOUR, Series, bar_chart, nice_ticks
 from specchat.report.markdown import fence
-from specchat.report.png import encode_png, write_png
 from specchat.report.race_report import write_race_report
 
-
-def test_png_round_trips_through_pillow(tmp_path: Path) -> None:
-    rgb = np.zeros((3, 5, 3), dtype=np.uint8)
-    rgb[0, 0] = (255, 0, 0)
-    rgb[2, 4] = (1, 2, 3)
-    img = Image.open(write_png(tmp_path / "x.png", rgb))
-    assert img.format == "PNG" and img.size == (5, 3) and img.mode == "RGB"
-    assert np.array_equal(np.asarray(img), rgb)
-    with pytest.raises(ValueError):
-        encode_png(np.zeros((3, 5), dtype=np.uint8))
+SVG = "{http://www.w3.org/2000/svg}"
 
 
-def test_font_and_ticks() -> None:
-    assert text_size("ab", 2) == (22, 14)
-    mask = render("T", 1)
-    assert mask[0].all() and mask[1:, 2].all() and not mask[1:, 0].any()  # a T
-    assert np.array_equal(render("a"), render("A")) and render("α").any()
+def svg_texts(path: Path, role: str | None = None) -> list[str]:
+    """The text elements of an SVG file (parsed as XML: it must be well-formed), by class."""
+    root = ET.parse(path).getroot()
+    assert root.tag == f"{SVG}svg"
+    return [t.text or "" for t in root.iter(f"{SVG}text")
+            if role is None or t.get("class") == role]
+
+
+def test_ticks() -> None:
     assert nice_ticks(37) == [0, 10, 20, 30, 40]
     assert nice_ticks(0.8) == pytest.approx([0, 0.2, 0.4, 0.6, 0.8])
     assert nice_ticks(0) == [0.0, 1.0]
+
+
+def test_bar_chart_keeps_every_label_whole_and_escapes_text(tmp_path: Path) -> None:
+    cats = ["math", "math_reasoning", "retrieval-augmented generation", "all"]
+    series = [Series("plain", PALETTE[0], values=[10.0, 12.5, None, 11.0]),
+              Series("draft γ=3 <fixed> & \"fast\"", PALETTE[1], values=[20.0, 18.0, 9.0, 16.0])]
+    path = bar_chart(cats, series, "Tokens/s per category", "tokens/s",
+                     "Spec-Bench category").write(tmp_path / "c.svg")
+    assert svg_texts(path, "category") == cats  # distinct, in full, in order
+    assert svg_texts(path, "legend") == ["plain", "draft γ=3 <fixed> & \"fast\""]
+    assert svg_texts(path, "title") == ["Tokens/s per category"]
+    assert svg_texts(path, "y-label") == ["tokens/s"]
+    assert svg_texts(path, "x-label") == ["Spec-Bench category"]
+    assert "0" in svg_texts(path, "tick") and "20" in svg_texts(path, "tick")
+    root = ET.parse(path).getroot()
+    bars = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]
+    assert len(bars) == 7  # one per value, none for None
+    heights = {r.find(f"{SVG}title").text: float(r.get("height")) for r in bars}
+    plain_math = heights["math · plain: 10"]
+    assert heights["math · draft γ=3 <fixed> & \"fast\": 20"] == pytest.approx(2 * plain_math, abs=0.2)
+
+
+def test_long_category_names_slant_instead_of_overlapping(tmp_path: Path) -> None:
+    short = bar_chart(["qa", "math"], [Series("a", PALETTE[0], values=[1.0, 2.0])], "t",
+                      "y").write(tmp_path / "s.svg")
+    many = [f"category_number_{i}" for i in range(12)]
+    long = bar_chart(many, [Series("a", PALETTE[0], values=[1.0] * 12)], "t",
+                     "y").write(tmp_path / "l.svg")
+
+    def rotated(path: Path) -> list[bool]:
+        return [t.get("transform") is not None for t in ET.parse(path).getroot().iter(f"{SVG}text")
+                if t.get("class") == "category"]
+
+    assert rotated(short) == [False, False] and all(rotated(long))
+    assert svg_texts(long, "category") == many
 
 
 def md_tables(md: str) -> list[list[str]]:
@@ -59,11 +87,17 @@ def md_tables(md: str) -> list[list[str]]:
 
 def test_race_report(tmp_path: Path) -> None:
     written = write_race_report(fixed_result(), tmp_path / "r")
-    img = Image.open(written.charts[0])
-    img.load()
-    assert img.size == (900, 520)
-    pixels = np.asarray(img)
-    assert (pixels == (0, 158, 115)).all(axis=2).sum() > 100  # the speculative line is drawn
+    chart = written.charts[0]
+    assert chart.name == "race.svg"
+    root = ET.parse(chart).getroot()
+    assert (root.get("width"), root.get("height")) == ("900", "520")
+    lines = {p.get("data-series"): p for p in root.iter(f"{SVG}polyline")}
+    assert len(lines) == 2 and all(k.startswith(("plain ", "speculative ")) for k in lines)
+    spec = next(p for k, p in lines.items() if k.startswith("speculative"))
+    assert spec.get("stroke") == SPEC_COLOUR and len(spec.get("points").split()) == 1 + 2 * 10
+    assert svg_texts(chart, "x-label") == ["time since start (s)"]
+    assert svg_texts(chart, "y-label") == ["tokens generated"]
+    assert [t.split()[0] for t in svg_texts(chart, "legend")] == ["plain", "speculative"]
     md = written.markdown.read_text(encoding="utf-8")
     headings = re.findall(r"^(#+) (.*)$", md, flags=re.M)
     assert [h for _, h in headings] == ["specchat race — tiny", "Prompt (Spec-Bench qa)",
@@ -71,7 +105,7 @@ def test_race_report(tmp_path: Path) -> None:
     [table] = md_tables(md)
     assert table[2].startswith("| plain | 10 |") and table[3].startswith("| speculative | 10 |")
     assert "outputs identical ✓" in md and "![Cumulative tokens over time" in md
-    assert "(race.png)" in md
+    assert "(race.svg)" in md
     assert md.count("```text") == 2
 
 
@@ -94,10 +128,12 @@ def test_bench_report(tmp_path: Path) -> None:
            "load_avg_before": (0.5, 0, 0), "load_avg_after": (0.6, 0, 0)}
     written = write_bench_report(doc, rows, tmp_path / "b")
     names = [p.name for p in written.charts]
-    assert names == ["tokens-per-s-T0.png", "alpha-T0.png", "tokens-per-s-T0_7.png",
-                     "alpha-T0_7.png"]
+    assert names == ["tokens-per-s-T0.svg", "alpha-T0.svg", "tokens-per-s-T0_7.svg",
+                     "alpha-T0_7.svg"]
     for p in written.charts:
-        assert Image.open(p).size == (900, 520)
+        assert svg_texts(p, "category") == ["coding", "writing", "all"]
+    assert svg_texts(written.charts[0], "legend") == ["plain", "draft γ=3", "draft γ=5"]
+    assert svg_texts(written.charts[1], "legend") == ["draft γ=3", "draft γ=5"]
     md = written.markdown.read_text(encoding="utf-8")
     assert re.findall(r"^## (.*)$", md, flags=re.M) == ["greedy", "T = 0.7"]
     for name in names:

@@ -180,8 +180,8 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
                "--report", str(out / "report")])
     assert rc == 0
     assert {p.name for p in (out / "report").iterdir()} == {
-        "report.md", "tokens-per-s-T0.png", "alpha-T0.png", "tokens-per-s-T0_7.png",
-        "alpha-T0_7.png"}
+        "report.md", "tokens-per-s-T0.svg", "alpha-T0.svg", "tokens-per-s-T0_7.svg",
+        "alpha-T0_7.svg"}
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert len(doc["records"]) == 2 * 2 * 3  # temperatures × prompts × (plain, γ 1, γ 3)
     rows = {(r["temperature"], r["mode"], r["gamma"], r["category"]): r for r in doc["rows"]}

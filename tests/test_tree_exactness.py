@@ -140,12 +140,15 @@ def test_control_the_residual_of_the_first_child_only_fails(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Another wrong rule: each child judged against p − q₁ (SpecInfer's i.i.d. rule applied to
     children drawn without replacement, whose q changes from child to child)."""
-    calls: dict[int, Distribution] = {}
     real = verify.next_residual
+    last: dict[str, Distribution | None] = {"residual": None, "q1": None}
 
     def first_q_only(p: Distribution, q: Distribution) -> Distribution:
-        first = calls.setdefault(id(p), q)
-        return real(p, first)
+        # A p that is the residual just returned belongs to the same node: keep its first q.
+        q1 = last["q1"] if p is last["residual"] and last["q1"] is not None else q
+        r = real(p, q1)
+        last["residual"], last["q1"] = r, q1
+        return r
 
     monkeypatch.setattr(verify, "next_residual", first_q_only)
     m = Markov(seed=4, s=T1)

@@ -315,3 +315,33 @@ def test_the_draft_model_is_prefilled_only_when_first_asked(target: LlamaModel,
     run = run_to_end(SpeculativeDecoder(tc, dc, FixedGamma(3), ["ngram", "model"]), prompt,
                      GREEDY)
     assert any(s.drafter == "model" for s in run.steps) and dc.tokens[: len(prompt)] == prompt
+
+
+def test_the_drafter_setting_in_the_config_file(tmp_path: Path) -> None:
+    from specchat.config import load_config
+    from specchat.errors import ConfigError
+
+    path = tmp_path / "config.yaml"
+    path.write_text("drafter: ngram, model\n")
+    assert load_config(path).drafter == "ngram,model"
+    path.write_text("ngram: true\n")  # the old key is still read
+    assert load_config(path).ngram is True and load_config(path).drafter is None
+    path.write_text("gamma: 3\ndrafter: medusa\n")
+    with pytest.raises(ConfigError, match=r"config.yaml:2: setting 'drafter' is wrong: unknown "
+                       r"drafter 'medusa' \(choose from model, ngram, tree\)"):
+        load_config(path)
+
+
+def test_drafter_before_or_after_the_command(tiny_target: Path, tiny_draft: Path,
+                                             home: object, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    import json
+
+    from specchat.cli.main import main
+
+    for argv in (["--drafter", "tree", "ask", "hi"], ["ask", "hi", "--drafter", "tree"]):
+        rc = main([*argv, "--model", str(tiny_target), "--draft", str(tiny_draft), "--gamma",
+                   "8", "--temperature", "0", "--max-tokens", "12", "--json", "--threads", "1"])
+        assert rc == 0
+        steps = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert any(s.get("type") == "step" and s.get("kind") == "tree" for s in steps)

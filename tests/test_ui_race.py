@@ -74,7 +74,7 @@ async def test_race_screen_fills_both_columns_and_checks_identity(
         await pilot.press("e")
         await pilot.pause()
         reports = list(tmp_path.glob("race-*/report.md"))
-        assert len(reports) == 1 and (reports[0].parent / "race.png").is_file()
+        assert len(reports) == 1 and (reports[0].parent / "race.svg").is_file()
         await pilot.press("r")  # run again: records and replays anew
         await wait_for(pilot, lambda: screen.state == "done", timeout=60)
         assert screen.job == 2 and screen.result is not result

@@ -118,3 +118,17 @@ def test_settings_screen(snap_compare: Any, tmp_path: Path, tiny_target: Path) -
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_help_keys_page_at_80x24(snap_compare: Any, tmp_path: Path, tiny_target: Path) -> None:
+    """The smallest supported terminal: the box fits and section titles wrap, never cut."""
+    app, _ = snapshot_app(tmp_path, tiny_target)
+
+    async def run_before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+        await pilot.press("right")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

@@ -26,13 +26,14 @@ from specchat.engine.events import (
 from specchat.engine.llama_lib import backend_name
 from specchat.engine.plain import PlainDecoder
 from specchat.paths import AppPaths
+from specchat.session.controller import ChatSession
+from specchat.session.conversation import Conversation, Turn
+from specchat.session.live import EventBatcher, Pace, live_from_record
+from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, run_reply
 from specchat.store import ChatStore, FateTrace, ReplyStats
 from specchat.ui.chat_settings import ChatSettings, parse_settings
-from specchat.ui.conversation import Conversation, Turn
-from specchat.ui.generation import ReplyJob, run_reply
 from specchat.ui.keys import CHAT_KEYS, display
-from specchat.ui.live import EventBatcher, Pace, live_from_record
-from specchat.ui.messages import LoadProgress, ReplyChunk, ReplyFinished, StatsUpdate
+from specchat.ui.messages import LoadProgress, ReplyProgress
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.stats_bar import sparkline
 
@@ -155,9 +156,13 @@ def test_sparkline_scale_is_fixed() -> None:
 
 
 def test_stats_updates_coalesce_and_load_progress_keeps_finished_steps() -> None:
-    saved = live_from_record(ReplyStats())
-    older, newer = StatsUpdate(1, saved), StatsUpdate(1, saved)
-    assert older.can_replace(newer) and not older.can_replace(StatsUpdate(2, newer.stats))
+    def stats(job: int) -> ReplyProgress:
+        return ReplyProgress(ReplyFigures(job, live_from_record(ReplyStats())))
+
+    older, newer = stats(1), stats(1)
+    assert older.can_replace(newer) and not older.can_replace(stats(2))
+    chunk = ReplyProgress(ReplyChunk(1, [], []))
+    assert not chunk.can_replace(newer) and not older.can_replace(chunk)
     from specchat.models.progress import Progress
 
     going, done = LoadProgress(Progress("fetch", 1, 10)), LoadProgress(Progress("fetch", 10, 10,
@@ -175,7 +180,7 @@ def test_a_fast_reply_posts_a_bounded_number_of_ui_messages(tiny_target: Path) -
                        pace=Pace(fastest=60.0, slowest=60.0))
         stats = run_reply(job, engine, posted.append, stats_interval=60.0)
         # One batch for the whole reply, however many events: the UI is never flooded.
-        assert [type(m) for m in posted] == [ReplyChunk, ReplyFinished]
+        assert [type(m) for m in posted] == [ReplyChunk, ReplyDone]
         chunk = posted[0]
         assert isinstance(chunk, ReplyChunk)
         trace = FateTrace()
@@ -214,7 +219,7 @@ def test_a_stalled_decoder_still_shows_its_tokens(tiny_target: Path) -> None:
         assert any(isinstance(m, ReplyChunk) for m in posted), "tokens held back while stalled"
         release.set()
         worker.join(10)
-        assert isinstance(posted[-1], ReplyFinished)
+        assert isinstance(posted[-1], ReplyDone)
     finally:
         release.set()
         runtime.close()
@@ -275,17 +280,15 @@ def test_saving_over_a_broken_config_keeps_the_old_file(tmp_path: Path) -> None:
 
 def test_conversation_messages_and_saving(tmp_path: Path) -> None:
     store = ChatStore.open(tmp_path / "c.db")
-    conv = Conversation()
-    user = Turn.user("What is 2+2?")
-    conv.turns.append(user)
-    conv.save_user(store, user, "demo")
-    assert conv.chat_id is not None and conv.title == "What is 2+2?"
-    failed = Turn("assistant", FateTrace(), status="error")
-    conv.turns.append(failed)
+    session = ChatSession(store, "demo")
+    conv = session.conversation
+    conv.turns.append(Turn.user("What is 2+2?"))
+    conv.title = "What is 2+2?"
+    conv.turns.append(Turn("assistant", FateTrace(), status="error"))  # failed, no text
     stats = ReplyStats(GenerationStats(generated_tokens=1, accepted=1, stop_reason="cancelled"))
-    stopped = Turn("assistant", FateTrace.plain("Four", "a"), stats, "cancelled")
-    conv.turns.append(stopped)
-    conv.save_assistant(store, stopped)
+    conv.turns.append(Turn("assistant", FateTrace.plain("Four", "a"), stats, "cancelled"))
+    session.flush()
+    assert conv.chat_id is not None and store.get_chat(conv.chat_id).title == "What is 2+2?"
     assert conv.engine_messages("Be brief.") == [
         Message("system", "Be brief."), Message("user", "What is 2+2?"),
         Message("assistant", "Four")]

@@ -103,7 +103,7 @@ async def pair_two_hub_models(hub: LocalHub, home: AppPaths, tiny_target: Path,
         await pilot.click("#continue")
         await until(pilot, lambda: wizard(pilot).step == "step-save", "the save step")
         name = wizard(pilot).query_one("#save-name", Input)
-        assert name.value.startswith("tiny-chat-1b-f32+")
+        assert name.value == "tiny-chat-1b+100m"  # the model and sizes, not the file names
         name.value = "tiny-hub"
         await pilot.click("#save")
         await until(pilot, lambda: app.return_value is not None, "the saved pair", timeout=10)
@@ -173,3 +173,92 @@ async def self_draft_flow(home: AppPaths) -> None:
     draft = cat.model(pair.draft)
     assert (home.models_dir / draft.source.filename).exists()
     assert cat.model(pair.target).source.path.name == "tiny-F32.gguf"
+
+
+BIG = TinySpec(n_embd=128, n_head=4, n_head_kv=4, n_layer=3, n_ff=256, seed=5)
+
+
+def test_draft_step_takes_a_local_path_and_never_offers_a_larger_draft(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, small_draft: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(tiny_target.read_bytes())
+    write_tiny_model(folder / "qwen2.5-coder-7b-instruct-q4_k_m.gguf", BIG)  # same vocabulary
+    elsewhere = tmp_path / "elsewhere"  # not scanned: reachable only by typing its path
+    elsewhere.mkdir()
+    draft = elsewhere / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    draft.write_bytes(small_draft.read_bytes())
+    monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(folder))
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no models from this machine's cache
+    asyncio.run(local_path_draft_flow(home, draft))
+
+
+async def local_path_draft_flow(home: AppPaths, draft: Path) -> None:
+    app = WizardApp(home, QUICK)
+    async with app.run_test(size=(120, 40)) as pilot:
+        ol = wizard(pilot).query_one("#target-list", OptionList)
+        await until(pilot, lambda: len([o for o in ol.options if o.id and
+                                         o.id.startswith("local:")]) == 2, "the local files")
+        target = next(o.id for o in ol.options if o.id and o.id.startswith("local:")
+                      and "1.5b" in str(o.prompt))
+        await choose(pilot, "#target-list", target)
+        await until(pilot, lambda: wizard(pilot).step == "step-draft", "the draft step")
+        step = wizard(pilot).query_one("#step-draft")
+        big = next(i for i, c in enumerate(step.candidates) if "7b" in c.entry.id)
+        assert step.candidates[big].too_large
+        drafts = wizard(pilot).query_one("#draft-list", OptionList)
+        assert drafts.get_option(f"cand:{big}").disabled
+        # nothing suitable: nothing highlighted, and the focus is in the box, not the list
+        assert drafts.highlighted is None
+        assert app.focused is wizard(pilot).query_one("#draft-input", Input)
+        await pilot.press("enter")  # a bare Enter in the empty box picks nothing
+        await pilot.pause(0.2)
+        assert wizard(pilot).step == "step-draft"
+        await type_into(pilot, "#draft-input", str(draft))
+        await until(pilot, lambda: wizard(pilot).step == "step-check", "check the typed file")
+        assert "Verdict: compatible" in str(wizard(pilot).query_one("#check-report",
+                                                                       Static).render())
+        await pilot.click("#skip")
+        await until(pilot, lambda: wizard(pilot).step == "step-save", "the save step")
+        assert wizard(pilot).query_one("#save-name", Input).value == "qwen2.5-coder-1.5b+0.5b"
+        await pilot.click("#save")
+        await until(pilot, lambda: app.return_value is not None, "the saved pair", timeout=10)
+    pair = app.return_value
+    assert pair is not None and pair.id == "qwen2.5-coder-1.5b+0.5b"
+    assert load_catalog(home.user_catalog).model(pair.draft).source.path == draft.resolve()
+
+
+def test_draft_checks_answer_quickly_when_the_hub_cannot_be_reached(
+        tmp_path: Path, home: AppPaths, tiny_target: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(tiny_target.read_bytes())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there: every Hub request is refused
+    monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(folder))
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asyncio.run(unreachable_hub_flow(home))
+
+
+async def unreachable_hub_flow(home: AppPaths) -> None:
+    app = WizardApp(home, QUICK)
+    async with app.run_test(size=(120, 40)) as pilot:
+        ol = wizard(pilot).query_one("#target-list", OptionList)
+        await until(pilot, lambda: any(o.id == "local:0" for o in ol.options), "the local file")
+        await choose(pilot, "#target-list", "local:0")
+        # a hang guard, not a timing: before, each of the family's Hub drafts waited ~25 s
+        await until(pilot, lambda: wizard(pilot).step == "step-draft", "the draft step", 30)
+        reasons = [c.reason for c in wizard(pilot).query_one("#step-draft").candidates]
+        assert sum(r.startswith("could not check: cannot reach the Hub") for r in reasons) == 1
+        assert "not checked: the Hub cannot be reached" in reasons

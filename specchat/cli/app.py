@@ -14,7 +14,7 @@ from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime, RuntimeOptions, Selection, select
-from specchat.store import ChatStore
+from specchat.store.repair import open_for_app
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.loading import LOADING_TASK
 from specchat.ui.services import AppServices, PairOpener
@@ -41,7 +41,7 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
                        getattr(args, "draft", None))
     options = env.runtime_options(args, config)
     env.paths.ensure()
-    store = ChatStore.open(env.paths.chats_db)
+    store, store_problem = open_for_app(env.paths.chats_db)  # damaged: repaired, said in the app
     first = opener(selection, env.resolver, options)
 
     def open_pair(pair_id: str) -> PairOpener:
@@ -64,6 +64,7 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
     return AppServices(store=store, config=config, open_runtime=first.open_runtime,
                        label=first.label, pair_gamma=first.pair_gamma,
                        config_path=env.paths.config_file, config_problem=problem,
+                       store_problem=store_problem,
                        open_pair=open_pair, paths=env.paths, first_run=first_run,
                        race_pairs=race_pairs, open_race_pair=open_race_pair)
 
@@ -92,4 +93,7 @@ def launch(env: Env, args: argparse.Namespace, race: RaceSetup | None = None) ->
     finally:
         app.shutdown_engine()
         services.store.close()
+    if app.rescued is not None:
+        sys.stderr.write(f"specchat: some messages could not be saved in the chat database; "
+                         f"they are in {app.rescued}\n")
     return app.return_code or 0

@@ -140,12 +140,14 @@ def event_json(ev: Event) -> dict[str, Any]:
                 "position": ev.position, "t": round(ev.t, 6)}
     if isinstance(ev, RejectedEvent):
         return {"type": "rejected", "id": ev.token_id, "text": ev.text, "position": ev.position,
-                "p": ev.p, "q": ev.q}
+                "p": ev.p, "q": ev.q, "branch": ev.branch}
     if isinstance(ev, StepEvent):
         return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
                 "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
                 "position": ev.position, "committed": ev.committed,
-                "overlap": list(ev.overlap), "mode": ev.mode}
+                "overlap": list(ev.overlap), "mode": ev.mode, "kind": ev.kind,
+                "depth": ev.depth, "plan_size": ev.plan_size,
+                "accepted_ranks": list(ev.accepted_ranks), "reason": ev.reason}
     if isinstance(ev, NoticeEvent):
         return {"type": "notice", "message": ev.message}
     return {"type": "stats", **ev.as_dict()}

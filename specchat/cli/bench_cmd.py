@@ -79,7 +79,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="results folder (default: bench-results/<date-time>)")
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="also write report.md with PNG charts (tokens/s and α per category) "
+                   help="also write report.md with SVG charts (tokens/s and α per category) "
                    "to DIR")
     p.add_argument("--llama-bin", type=Path, metavar="DIR",
                    help="also run llama.cpp's llama-speculative-simple and llama-bench from DIR")

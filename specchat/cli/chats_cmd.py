@@ -1,4 +1,5 @@
-"""``specchat chats`` (list saved chats) and ``specchat export CHAT_ID`` (a chat as Markdown)."""
+"""``specchat chats`` (list saved chats; ``--repair`` a damaged database) and ``specchat export
+CHAT_ID`` (a chat as Markdown)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from typing import Any
 from specchat.cli.common import Env
 from specchat.errors import SpecchatError
 from specchat.store import ChatStore, chat_to_markdown, protected_files, write_export
+from specchat.store.repair import repair
 from specchat.textsafe import safe_text
 
 
 def add_parsers(sub: Any) -> None:
     ls = sub.add_parser("chats", help="list saved chats (ids for `specchat export`)")
+    ls.add_argument("--repair", action="store_true",
+                    help="recover a damaged chat database: keep a copy of it, move every "
+                         "readable chat and message into a fresh one")
     ls.set_defaults(func=cmd_chats)
     ex = sub.add_parser("export", help="write a saved chat as Markdown")
     ex.add_argument("chat_id", type=int, metavar="CHAT_ID", help="from `specchat chats`")
@@ -33,6 +38,10 @@ def _open(env: Env) -> ChatStore | None:
 
 
 def cmd_chats(env: Env, args: argparse.Namespace) -> int:
+    if getattr(args, "repair", False):
+        report = repair(env.paths.chats_db)
+        sys.stdout.write(f"{report.describe()}\n")
+        return 0
     store = _open(env)
     chats = store.list_chats() if store else []
     if not chats:
@@ -43,6 +52,10 @@ def cmd_chats(env: Env, args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
         sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {safe_text(c.pair[:12]):12}  "
                          f"{safe_text(c.title)}\n")
+    if store is not None and (problem := store.check()) is not None:
+        sys.stderr.write(f"specchat: warning: the chat database {store.path} is damaged "
+                         f"({problem[:120]}): `specchat chats --repair` keeps a copy and "
+                         "recovers what it can\n")
     return 0
 
 

@@ -49,7 +49,7 @@ def add_parser(sub: Any) -> None:
                    help="draft tokens per step (default: the pair's recommended γ)")
     add_drafter_args(p)
     p.add_argument("--report", type=Path, metavar="DIR",
-                   help="write report.md and race.png (cumulative tokens over time) to DIR")
+                   help="write report.md and race.svg (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",
                    help="print the results at once instead of replaying the race")
     p.add_argument("--ui", action="store_true", help="open the app on its race screen")

@@ -33,7 +33,16 @@ from pathlib import Path
 
 from specchat.errors import Cancelled, FetchError
 from specchat.models.catalog import HfSource
-from specchat.models.hub import HubConfig, hub_config, hub_errors, offline_message, transport_errors
+from specchat.models.hub import (
+    NO_RETRY,
+    HubConfig,
+    file_metadata,
+    hub_config,
+    hub_errors,
+    lookup_timeout,
+    offline_message,
+    transport_errors,
+)
 from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress
 
 RETRIES = 4  # consecutive failed attempts (no byte received) before giving up
@@ -90,12 +99,12 @@ def download(src: HfSource, report: ProgressFn = no_progress,
 
 def _download_file(cfg: HubConfig, repo: str, name: str, revision: str, sha256: str | None,
                    report: ProgressFn, cancel: threading.Event | None, work: Path) -> Path:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub import hf_hub_download, hf_hub_url
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     url = hf_hub_url(repo, name, revision=revision, endpoint=cfg.endpoint)
     with hub_errors(repo, name):
-        meta = get_hf_file_metadata(url, endpoint=cfg.endpoint, retry_on_errors=True)
+        meta = file_metadata(url)
     if not meta.commit_hash or not meta.etag:
         raise FetchError(f"{cfg.endpoint} did not answer like the Hugging Face Hub for "
                          f"{repo}/{name} (is HF_ENDPOINT right?)")
@@ -128,7 +137,7 @@ def _download_file(cfg: HubConfig, repo: str, name: str, revision: str, sha256: 
             os.replace(tmp, blob)
     with hub_errors(repo, name):  # links snapshots/<commit>/<name> -> the blob, writes the ref
         return Path(hf_hub_download(repo, name, revision=revision, cache_dir=cfg.cache_dir,
-                                    endpoint=cfg.endpoint))
+                                    endpoint=cfg.endpoint, etag_timeout=lookup_timeout()))
 
 
 def _host(url: str) -> str:
@@ -137,13 +146,20 @@ def _host(url: str) -> str:
     return urlsplit(url).netloc
 
 
+class _Busy(Exception):
+    """A status worth another try (rate limit, server error)."""
+
+
 def _fetch(url: str, headers: dict[str, str], part: Path, size: int | None, task: str,
            report: ProgressFn, cancel: threading.Event | None) -> None:
     """Bring ``part`` to ``size`` bytes, resuming from what it holds; retry network failures."""
     from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
     from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff
 
-    retryable: tuple[type[BaseException], ...] = (*transport_errors(), ConnectionError)
+    # retried here, quietly and resuming; huggingface_hub's own retries would log to the screen
+    retryable: tuple[type[BaseException], ...] = (*transport_errors(), ConnectionError,
+                                                  _Busy)
     have = part.stat().st_size if part.exists() else 0
     if size is None or have > size:
         part.unlink(missing_ok=True)  # unknown size: no safe resume; too big: not ours
@@ -154,9 +170,14 @@ def _fetch(url: str, headers: dict[str, str], part: Path, size: int | None, task
         h = dict(headers, **({"Range": f"bytes={have}-"} if have else {}))
         h["Accept-Encoding"] = "identity"
         try:
-            with http_stream_backoff("GET", url, headers=h, retry_on_exceptions=(),
+            with http_stream_backoff("GET", url, headers=h, **NO_RETRY,
                                      timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
-                hf_raise_for_status(resp)
+                try:
+                    hf_raise_for_status(resp)
+                except HfHubHTTPError as e:
+                    if resp.status_code in (429, 500, 502, 503, 504):
+                        raise _Busy(f"the Hub answered {resp.status_code}") from e
+                    raise
                 if have and resp.status_code != 206:
                     have = 0  # the server ignored Range: start over rather than corrupt
                 with part.open("ab" if have else "wb") as f:

@@ -15,11 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specchat.errors import FetchError
 from specchat.formats.gguf_file import split_parts
 
 _TRUE = {"1", "true", "yes", "on"}
+# Every small Hub request (a listing, a file's metadata, a header's first MB) waits at most this
+# long for a connection or a reply, and is tried once: a Hub that cannot be reached must be
+# reported in seconds, not after huggingface_hub's five back-offs (~25 s per request, minutes
+# over a list of drafts), whose "Retrying in 8s" log lines would also land on the user's screen.
+# HF_HUB_ETAG_TIMEOUT, huggingface_hub's own knob for such requests, overrides it.
+LOOKUP_TIMEOUT_S = 6.0
+NO_RETRY: dict[str, Any] = {"retry_on_exceptions": (), "retry_on_status_codes": ()}
 _REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _QUANT_RE = re.compile(r"(?i)(?:^|[-_.])((?:IQ|Q)\d(?:_[A-Z0-9]+)*|F16|F32|BF16)(?=[-_.]|$)")
 _PARAMS_RE = re.compile(r"(?i)(?:^|[-_.])(\d+(?:\.\d+)?)([BM])(?=[-_.]|$)")
@@ -134,6 +142,27 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     return (lib.TransportError,)
 
 
+def lookup_timeout() -> float:
+    try:
+        return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or LOOKUP_TIMEOUT_S)
+    except ValueError:
+        return LOOKUP_TIMEOUT_S
+
+
+class HubUnreachable(FetchError):
+    """The Hub could not be reached at all (no connection, or no answer in time): every other
+    look-up would fail the same way, so callers going through a list stop at the first."""
+
+
+def file_metadata(url: str) -> Any:
+    """``get_hf_file_metadata`` (HEAD on the resolve URL) tried once, within the look-up
+    timeout; call inside :func:`hub_errors`."""
+    from huggingface_hub import get_hf_file_metadata
+
+    return get_hf_file_metadata(url, endpoint=hub_config().endpoint, timeout=lookup_timeout(),
+                                retry_on_errors=False)
+
+
 @contextmanager
 def hub_errors(repo: str, what: str = "") -> Iterator[None]:
     """Turn huggingface_hub's exceptions into one-line :class:`FetchError` messages."""
@@ -174,7 +203,7 @@ def hub_errors(repo: str, what: str = "") -> Iterator[None]:
         status = e.response.status_code if e.response is not None else "an error"
         raise FetchError(f"the Hub answered {status} for {subject}; try again later") from None
     except transport_errors() as e:
-        raise FetchError(f"cannot reach the Hub at {cfg.endpoint} for {subject} ({_short(e)}); "
+        raise HubUnreachable(f"cannot reach the Hub at {cfg.endpoint} for {subject} ({_short(e)}); "
                          "offline? Set HF_HUB_OFFLINE=1 to use only files already downloaded"
                          ) from None
 
@@ -204,7 +233,8 @@ def list_gguf(repo: str, revision: str = "main") -> RepoListing:
                          "Hub)")
     with hub_errors(repo):
         info = HfApi(endpoint=cfg.endpoint).model_info(repo, revision=revision,
-                                                       files_metadata=True)
+                                                       files_metadata=True,
+                                                       timeout=lookup_timeout())
     sizes: dict[str, int | None] = {}
     shas: dict[str, str | None] = {}
     for s in info.siblings or []:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specchat.config import load_config, save_config
 from specchat.errors import Cancelled, CatalogError, FetchError, ModelFileError
-from specchat.models.catalog import Catalog, HfSource, ModelEntry, PairEntry
+from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PairEntry
 from specchat.models.compat import (
     WONT_PAY_RATIO,
     CompatReport,
@@ -22,6 +22,7 @@ from specchat.models.compat import (
 )
 from specchat.models.entries import pair_slug, path_entry
 from specchat.models.families import guess_family
+from specchat.models.hub import HubUnreachable, quant_of
 from specchat.models.local_files import LocalModel
 from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress
 from specchat.models.quantize import SELF_DRAFT_QUANTS, estimated_size
@@ -41,6 +42,20 @@ class DraftCandidate:
     report: CompatReport | None = None
 
     @property
+    def too_large(self) -> bool:
+        """Not smaller than the target: drafting with it can only be slower."""
+        ratio = self.report.size_ratio if self.report else None
+        return ratio is not None and ratio >= 1
+
+    @property
+    def suitable(self) -> bool:
+        """Checked, fits, and small enough to pay: the only kind a bare Enter may pick."""
+        if self.level not in (Level.OK, Level.WARN):
+            return False
+        ratio = self.report.size_ratio if self.report else None
+        return ratio is None or ratio < WONT_PAY_RATIO
+
+    @property
     def rank(self) -> tuple[int, int, float]:
         order = {Level.OK: 0, Level.WARN: 1, None: 2, Level.BAD: 3}[self.level]
         ratio = self.report.size_ratio if self.report and self.report.size_ratio else 1.0
@@ -49,7 +64,8 @@ class DraftCandidate:
 
 def _summary(report: CompatReport) -> str:
     if report.problems:
-        return report.problems[0].message
+        worst = max(report.problems, key=lambda f: (f.level is Level.BAD, f.what == "size"))
+        return worst.message
     ratio = report.size_ratio
     return "compatible: same vocabulary" + (f", {ratio:.2f}× the target's size" if ratio else "")
 
@@ -90,19 +106,49 @@ def draft_candidates(resolver: ModelResolver, target: ModelEntry, target_facts: 
             why = f"another family ({m.family})" if m.family else "not checked"
             later.append(DraftCandidate(m, None, f"{why}: pick it to check", False))
     out: list[DraftCandidate] = []
+    hub_down = False  # after one "cannot reach the Hub", the rest would only wait to fail too
     for i, (entry, path) in enumerate(todo):
         if cancel is not None and cancel.is_set():
             raise Cancelled("cancelled")
         report(Progress("checking drafts", i, len(todo), unit="models"))
-        out.append(check_candidate(resolver, target_facts, entry, path))
+        if hub_down and path is None and _needs_hub(resolver, entry):
+            out.append(DraftCandidate(entry, None, "not checked: the Hub cannot be reached",
+                                      False))
+            continue
+        try:
+            out.append(_check(resolver, target_facts, entry, path))
+        except HubUnreachable as e:
+            hub_down = True
+            out.append(DraftCandidate(entry, None, f"could not check: {e}", False))
     report(Progress("checking drafts", len(todo), len(todo), unit="models", finished=True))
     return sorted(out + later, key=lambda c: c.rank)
+
+
+def _needs_hub(resolver: ModelResolver, entry: ModelEntry) -> bool:
+    if resolver.state(entry).present:
+        return False
+    src = entry.source
+    if isinstance(src, DerivedSource):
+        base = resolver.catalog.models.get(src.base)
+        return base is not None and _needs_hub(resolver, base)
+    return isinstance(src, HfSource)
 
 
 def check_candidate(resolver: ModelResolver, target_facts: ModelFacts, entry: ModelEntry,
                     path: Path | None = None) -> DraftCandidate:
     try:
+        return _check(resolver, target_facts, entry, path)
+    except HubUnreachable as e:
+        return DraftCandidate(entry, None, f"could not check: {e}", path is not None)
+
+
+def _check(resolver: ModelResolver, target_facts: ModelFacts, entry: ModelEntry,
+           path: Path | None) -> DraftCandidate:
+    """Like :func:`check_candidate`, but a Hub that cannot be reached is raised."""
+    try:
         facts = facts_for_path(path, entry.id) if path else facts_for_entry(resolver, entry)
+    except HubUnreachable:
+        raise
     except (FetchError, ModelFileError, CatalogError) as e:
         return DraftCandidate(entry, None, f"could not check: {e}", path is not None)
     r = check_pair(target_facts, facts, resolver.catalog)
@@ -134,9 +180,25 @@ def self_draft_options(target: ModelFacts) -> list[SelfDraftOption]:
 
 
 def suggest_pair_name(catalog: Catalog, target: ModelEntry, draft: ModelEntry) -> str:
+    """``<target's model and size>+<draft's size>``, e.g. ``qwen2.5-coder-1.5b+0.5b``: what
+    a person would call the pair, not the file names (quant, "-instruct", a clash counter)."""
     tail = draft.params or "draft"
-    base = pair_slug(f"{target.id}+{tail}")
+    base = pair_slug(f"{model_name(target)}+{tail}")
     return _unique_pair(catalog, base)
+
+
+def model_name(entry: ModelEntry) -> str:
+    """The entry's id up to its size (``qwen2.5-coder-1.5b-instruct-q4_k_m-2`` →
+    ``qwen2.5-coder-1.5b``), or without its quantization when the id names no size."""
+    size = entry.params.lower()
+    m = re.search(rf"(?:^|[-_.]){re.escape(size)}(?=[-_.]|$)", entry.id) if size else None
+    if m:
+        return entry.id[: m.end()]
+    quant = quant_of(entry.id).lower()
+    cut = entry.id.rfind(quant) if quant else -1
+    if cut <= 0:
+        return entry.id
+    return entry.id[:cut].rstrip("-_.") or entry.id
 
 
 def _unique_pair(catalog: Catalog, base: str) -> str:

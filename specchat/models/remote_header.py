@@ -11,7 +11,14 @@ from pathlib import Path
 
 from specchat.errors import FetchError
 from specchat.formats.gguf_file import GgufHeader, TruncatedHeader, read_header_bytes
-from specchat.models.hub import hub_config, hub_errors, offline_message
+from specchat.models.hub import (
+    NO_RETRY,
+    file_metadata,
+    hub_config,
+    hub_errors,
+    lookup_timeout,
+    offline_message,
+)
 
 FIRST_BYTES = 2 << 20  # enough for most headers; grown ×4 when the vocabulary is larger
 MAX_HEADER = 160 << 20
@@ -19,7 +26,7 @@ MAX_HEADER = 160 << 20
 
 def read_remote_header(repo: str, name: str, revision: str = "main", *,
                        token_texts: bool = True) -> GgufHeader:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
     cfg = hub_config()
@@ -27,7 +34,7 @@ def read_remote_header(repo: str, name: str, revision: str = "main", *,
         raise FetchError(offline_message(f"{repo}/{name}", cfg))
     url = hf_hub_url(repo, name, revision=revision, endpoint=cfg.endpoint)
     with hub_errors(repo, name):
-        meta = get_hf_file_metadata(url, endpoint=cfg.endpoint, retry_on_errors=True)
+        meta = file_metadata(url)
         headers = build_hf_headers()
         if _host(meta.location) != _host(url):
             headers.pop("authorization", None)
@@ -57,7 +64,8 @@ def _read_range(url: str, headers: dict[str, str], start: int, end: int) -> byte
     h = dict(headers, Range=f"bytes={start}-{end - 1}")
     h["Accept-Encoding"] = "identity"
     out = bytearray()
-    with http_stream_backoff("GET", url, headers=h) as resp:
+    with http_stream_backoff("GET", url, headers=h, timeout=lookup_timeout(),
+                             **NO_RETRY) as resp:
         hf_raise_for_status(resp)
         skip = start if resp.status_code == 200 else 0
         for chunk in resp.iter_bytes():

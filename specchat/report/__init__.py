@@ -1,1 +1,1 @@
-"""Reports on disk: Markdown plus PNG charts, drawn without any imaging library."""
+"""Reports on disk: Markdown plus SVG charts, written as text without any imaging library."""

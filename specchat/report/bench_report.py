@@ -1,4 +1,4 @@
-"""``specchat bench --report DIR``: ``report.md`` plus, per temperature, a PNG of tokens/s per
+"""``specchat bench --report DIR``: ``report.md`` plus, per temperature, an SVG chart of tokens/s per
 category (plain and every speculative mode) and one of α per category."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Any
 
 from specchat.bench.report import ALL, markdown
 from specchat.report.charts import PALETTE, Series, bar_chart
-from specchat.report.png import write_png
 from specchat.report.race_report import REPORT, Written
 
 
@@ -57,13 +56,14 @@ def write_bench_report(doc: dict[str, Any], rows: Sequence[dict[str, Any]],
         name = "greedy" if temp == 0 else f"T = {temp:g}"
         parts.append(f"## {name}")
         tps = bar_chart(cats, _series(at, cats, "tok_s", False),
-                        f"Tokens/s per category ({name})", "tokens/s")
-        charts.append(write_png(folder / f"tokens-per-s-{tag}.png", tps.pixels))
+                        f"Tokens/s per category ({name})", "tokens/s", "Spec-Bench category")
+        charts.append(tps.write(folder / f"tokens-per-s-{tag}.svg"))
         parts.append(f"![Tokens/s per category, {name}]({charts[-1].name})")
         spec = _series(at, cats, "alpha", True)
         if spec:
-            alpha = bar_chart(cats, spec, f"α per category ({name})", "acceptance rate α")
-            charts.append(write_png(folder / f"alpha-{tag}.png", alpha.pixels))
+            alpha = bar_chart(cats, spec, f"α per category ({name})", "acceptance rate α",
+                              "Spec-Bench category")
+            charts.append(alpha.write(folder / f"alpha-{tag}.svg"))
             parts.append(f"![α per category, {name}]({charts[-1].name})")
         parts.append(markdown(at, f"Figures ({name})").strip())
     md = folder / REPORT

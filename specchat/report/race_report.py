@@ -1,4 +1,4 @@
-"""A race on disk: ``report.md`` (setup, figures, both outputs) and ``race.png`` (cumulative
+"""A race on disk: ``report.md`` (setup, figures, both outputs) and ``race.svg`` (cumulative
 tokens over time, both runs)."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from specchat.race.result import RaceResult, gamma_trace_text
 from specchat.race.timeline import RaceTimeline
 from specchat.report.charts import PLAIN_COLOUR, SPEC_COLOUR, Series, step_chart
 from specchat.report.markdown import fence, quote, table
-from specchat.report.png import write_png
 
-CHART = "race.png"
+CHART = "race.svg"
 REPORT = "report.md"
 
 
@@ -70,13 +69,14 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
 
 def write_race_report(result: RaceResult, folder: Path) -> Written:
     folder.mkdir(parents=True, exist_ok=True)
-    canvas = step_chart(
+    chart = step_chart(
         [Series(f"plain {result.plain.tok_s:.1f} tok/s", PLAIN_COLOUR,
                 cumulative_points(result.plain)),
          Series(f"speculative {result.spec.tok_s:.1f} tok/s", SPEC_COLOUR,
                 cumulative_points(result.spec))],
-        f"Cumulative tokens over time - {result.pair}", "time since start (s)", "tokens")
-    png = write_png(folder / CHART, canvas.pixels)
+        f"Cumulative tokens over time — {result.pair}", "time since start (s)",
+        "tokens generated")
+    svg = chart.write(folder / CHART)
     md = folder / REPORT
     md.write_text(race_markdown(result), encoding="utf-8")
-    return Written(md, (png,))
+    return Written(md, (svg,))

@@ -1,13 +1,27 @@
 """Chats in SQLite (``<data>/chats.sqlite3``): one row per chat, one per message.
 
-WAL mode with ``synchronous=NORMAL``: each message is its own committed transaction, so a
-crash or a kill loses at most the reply still being generated, and readers (``specchat
-export`` while the app runs) never block the writer. A connection belongs to the thread that
-opened it; the app uses it from its UI thread only.
+WAL mode with ``synchronous=NORMAL``: each write is its own committed transaction, and readers
+(``specchat export`` while the app runs) never block the writer. A reply is written while it
+streams (status ``interrupted`` until it ends), so a kill keeps what was shown. A connection
+belongs to the thread that opened it; the app uses it from its UI thread only.
+
+Every SQLite failure leaves here as a :class:`StoreError` whose ``kind`` says what happened
+(disk full, locked, damaged, read-only...), never as ``sqlite3.Error``: the app keeps what it
+could not save and tries again. Writes wait at most ``busy_timeout`` for another writer, so a
+lock held elsewhere costs a fraction of a second, not a frozen screen.
+
+Ownership: while the app shows a chat it owns it (a ``chat_owners`` row with its token and a
+heartbeat). Another specchat opening the same chat sees the owner and opens it read-only, so
+two instances never interleave one chat's turns. An owner whose process is gone (same host),
+or whose heartbeat is older than ``LEASE_S``, no longer counts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +34,8 @@ from specchat.store.schema import migrate
 from specchat.store.stats import ReplyStats
 
 TITLE_CHARS = 48
+BUSY_TIMEOUT_S = 0.5  # another writer's transaction is milliseconds; a lock held longer fails
+LEASE_S = 120.0  # an owner not heard from for this long has gone (the app renews every 30 s)
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,43 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Another running specchat that writes a chat."""
+
+    host: str
+    pid: int
+
+    def describe(self) -> str:
+        here = self.host == socket.gethostname()
+        return f"process {self.pid}" if here else f"process {self.pid} on {self.host}"
+
+
+# SQLite's primary result codes (sqlite3 names them only from Python 3.11 on).
+SQLITE_READONLY, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = (
+    8, 5, 6, 11, 13, 26)
+
+
+def describe_sqlite_error(e: sqlite3.Error, path: Path | str, doing: str) -> StoreError:
+    """One line for the user, and the kind the app acts on."""
+    code = getattr(e, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(e)
+    if primary == SQLITE_FULL or "database or disk is full" in text:
+        return StoreError(f"{doing}: the disk is full ({path})", "full")
+    if primary in (SQLITE_BUSY, SQLITE_LOCKED) or "locked" in text:
+        return StoreError(f"{doing}: the chat database is busy (another program is writing "
+                          f"to {path})", "locked")
+    if primary in (SQLITE_CORRUPT, SQLITE_NOTADB) or "malformed" in text \
+            or "not a database" in text:
+        return StoreError(f"{doing}: the chat database {path} is damaged ({text}); "
+                          "`specchat chats --repair` keeps a copy and recovers what it can",
+                          "corrupt")
+    if primary == SQLITE_READONLY or "readonly" in text:
+        return StoreError(f"{doing}: the chat database {path} is read-only", "readonly")
+    return StoreError(f"{doing}: {text} ({path})")
+
+
 class ChatStore:
     def __init__(self, conn: sqlite3.Connection, path: Path,
                  clock: Callable[[], float] = time.time) -> None:
@@ -58,83 +111,197 @@ class ChatStore:
         self.path = path
         self.clock = clock
         self.journal_mode = ""
+        self.read_only = False
+        self.token = secrets.token_hex(8)  # this store's identity as a chat's owner
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.owned: set[int] = set()
 
     @classmethod
-    def open(cls, path: Path, clock: Callable[[], float] = time.time) -> ChatStore:
+    def open(cls, path: Path, clock: Callable[[], float] = time.time,
+             busy_timeout: float = BUSY_TIMEOUT_S, read_only: bool = False) -> ChatStore:
+        if read_only:
+            try:
+                return cls._open(path, clock, busy_timeout, "mode=ro")
+            except StoreError:
+                # On a read-only file system SQLite cannot make the WAL's -shm file: read the
+                # file as it is (nothing else can be writing it there).
+                return cls._open(path, clock, busy_timeout, "mode=ro&immutable=1")
+        return cls._open(path, clock, busy_timeout, None)
+
+    @classmethod
+    def _open(cls, path: Path, clock: Callable[[], float], busy_timeout: float,
+              uri_query: str | None) -> ChatStore:
+        read_only = uri_query is not None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-            conn.row_factory = sqlite3.Row
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
+            if uri_query is not None:
+                conn = sqlite3.connect(f"{path.resolve().as_uri()}?{uri_query}", uri=True,
+                                       isolation_level=None, timeout=busy_timeout)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"cannot open the chat database {path}: {e}") from None
+        conn.row_factory = sqlite3.Row
         try:
-            migrate(conn, where=f"the chat database {path}")
-        except sqlite3.DatabaseError as e:
+            mode = "" if read_only else conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            if read_only:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            else:
+                migrate(conn, where=f"the chat database {path}")
+        except sqlite3.Error as e:
             conn.close()
-            raise StoreError(f"the chat database {path} is not readable: {e}") from None
+            raise describe_sqlite_error(e, path, "cannot open the chat history") from None
         except StoreError:
             conn.close()
             raise
         store = cls(conn, path, clock)
+        store.read_only = read_only
         # Not "wal" on file systems without shared memory: still correct, readers just wait.
         store.journal_mode = str(mode).lower()
         return store
 
     def close(self) -> None:
+        for chat_id in list(self.owned):
+            with contextlib.suppress(StoreError):  # the next owner ignores a gone pid's row
+                self.release(chat_id)
         self.conn.close()
 
+    def check(self) -> str | None:
+        """SQLite's own quick integrity check: None when fine, else what it found."""
+        try:
+            rows = self.conn.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as e:
+            return str(e)
+        found = [str(r[0]) for r in rows]
+        return None if found == ["ok"] else "; ".join(found[:3])
+
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _read(self, doing: str = "cannot read the chat history") -> Iterator[sqlite3.Connection]:
+        try:
+            yield self.conn
+        except sqlite3.Error as e:
+            raise describe_sqlite_error(e, self.path, doing) from None
+
+    @contextmanager
+    def _write(self, doing: str = "not saved") -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StoreError(f"{doing}: the chat database {self.path} is open read-only",
+                             "readonly")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
-            raise StoreError(f"cannot write the chat database {self.path}: {e}") from None
+            raise describe_sqlite_error(e, self.path, doing) from None
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
+            self.conn.execute("COMMIT")  # a full disk often shows only here
+        except BaseException as e:
+            if self.conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back itself
+                    self.conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise describe_sqlite_error(e, self.path, doing) from None
             raise
-        else:
-            self.conn.execute("COMMIT")
 
     # --- chats ----------------------------------------------------------------------------
 
     def create_chat(self, title: str, pair: str = "") -> int:
         now = self.clock()
-        with self._write() as c:
+        with self._write("the chat was not saved") as c:
             cur = c.execute("INSERT INTO chats (title, pair, created, updated) VALUES (?,?,?,?)",
                             (title or "New chat", pair, now, now))
-        return int(cur.lastrowid or 0)
+            chat_id = int(cur.lastrowid or 0)
+            self._own(c, chat_id, now)
+        self.owned.add(chat_id)
+        return chat_id
 
     def list_chats(self) -> list[ChatSummary]:
-        rows = self.conn.execute(
-            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
-            "FROM chats c ORDER BY c.updated DESC, c.id DESC").fetchall()
+        with self._read("cannot list the saved chats") as c:
+            rows = c.execute(
+                "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
+                "FROM chats c ORDER BY c.updated DESC, c.id DESC").fetchall()
         return [_summary(r) for r in rows]
 
     def get_chat(self, chat_id: int) -> ChatSummary:
-        row = self.conn.execute(
-            "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
-            "FROM chats c WHERE c.id = ?", (chat_id,)).fetchone()
+        with self._read("cannot open the chat") as c:
+            row = c.execute(
+                "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
+                "FROM chats c WHERE c.id = ?", (chat_id,)).fetchone()
         if row is None:
-            raise StoreError(f"no chat with id {chat_id} (see `specchat chats`)")
+            raise StoreError(f"no chat with id {chat_id} (see `specchat chats`)", "missing")
         return _summary(row)
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         title = " ".join(title.split())
         if not title:
             raise StoreError("a chat's title cannot be empty")
-        with self._write() as c:
+        with self._write("the chat was not renamed") as c:
             cur = c.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
         if cur.rowcount == 0:
-            raise StoreError(f"no chat with id {chat_id}")
+            raise StoreError(f"no chat with id {chat_id}", "missing")
 
     def delete_chat(self, chat_id: int) -> None:
-        with self._write() as c:
+        with self._write("the chat was not deleted") as c:
+            self._check_owner(c, chat_id)
             c.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        self.owned.discard(chat_id)
+
+    # --- owning a chat --------------------------------------------------------------------
+
+    def claim(self, chat_id: int) -> Owner | None:
+        """Own ``chat_id`` for writing; return the other specchat that owns it, if one does."""
+        now = self.clock()
+        with self._write("the chat could not be opened for writing") as c:
+            other = self._live_owner(c, chat_id)
+            if other is None:
+                self._own(c, chat_id, now)
+        if other is None:
+            self.owned.add(chat_id)
+        return other
+
+    def release(self, chat_id: int) -> None:
+        self.owned.discard(chat_id)
+        if self.read_only:
+            return
+        with self._write("the chat was not released") as c:
+            c.execute("DELETE FROM chat_owners WHERE chat_id = ? AND token = ?",
+                      (chat_id, self.token))
+
+    def renew(self) -> None:
+        """The heartbeat that keeps this store's chats its own (the app calls it on a timer)."""
+        if not self.owned or self.read_only:
+            return
+        with self._write("the chat's owner mark was not renewed") as c:
+            c.execute("UPDATE chat_owners SET seen = ? WHERE token = ?",
+                      (self.clock(), self.token))
+
+    def owner_of(self, chat_id: int) -> Owner | None:
+        """The other running specchat that owns ``chat_id``, if any (no write)."""
+        with self._read() as c:
+            return self._live_owner(c, chat_id)
+
+    def _own(self, c: sqlite3.Connection, chat_id: int, now: float) -> None:
+        c.execute("INSERT OR REPLACE INTO chat_owners (chat_id, token, host, pid, seen) "
+                  "VALUES (?,?,?,?,?)", (chat_id, self.token, self.host, self.pid, now))
+
+    def _live_owner(self, c: sqlite3.Connection, chat_id: int) -> Owner | None:
+        row = c.execute("SELECT token, host, pid, seen FROM chat_owners WHERE chat_id = ?",
+                        (chat_id,)).fetchone()
+        if row is None or row["token"] == self.token:
+            return None
+        if self.clock() - float(row["seen"]) > LEASE_S:
+            return None
+        if row["host"] == self.host and not process_alive(int(row["pid"])):
+            return None
+        return Owner(str(row["host"]), int(row["pid"]))
+
+    def _check_owner(self, c: sqlite3.Connection, chat_id: int) -> None:
+        other = self._live_owner(c, chat_id)
+        if other is not None:
+            raise StoreError(f"this chat is open in another specchat ({other.describe()})",
+                             "owned")
 
     # --- messages -------------------------------------------------------------------------
 
@@ -143,6 +310,7 @@ class ChatStore:
         now = self.clock()
         stats_json = stats.to_json() if stats else None
         with self._write() as c:
+            self._check_owner(c, chat_id)
             seq = c.execute("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE chat_id = ?",
                             (chat_id,)).fetchone()[0]
             try:
@@ -153,12 +321,42 @@ class ChatStore:
             except sqlite3.IntegrityError as e:
                 raise StoreError(f"cannot save the message: {e}") from None
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+            if chat_id in self.owned:
+                c.execute("UPDATE chat_owners SET seen = ? WHERE chat_id = ? AND token = ?",
+                          (now, chat_id, self.token))
         return int(cur.lastrowid or 0)
 
+    def update_message(self, message_id: int, content: str, *, fates: str | None = None,
+                       stats: ReplyStats | None = None, status: str = "done") -> None:
+        """Rewrite a message saved earlier (a reply checkpointed while it streamed)."""
+        now = self.clock()
+        with self._write() as c:
+            row = c.execute("SELECT chat_id FROM messages WHERE id = ?",
+                            (message_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"no message with id {message_id}", "missing")
+            self._check_owner(c, int(row["chat_id"]))
+            c.execute("UPDATE messages SET content = ?, fates = ?, stats = ?, status = ? "
+                      "WHERE id = ?", (content, fates, stats.to_json() if stats else None, status,
+                                     message_id))
+            c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, row["chat_id"]))
+
     def messages(self, chat_id: int) -> list[StoredMessage]:
-        rows = self.conn.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY seq",
-                                 (chat_id,)).fetchall()
+        with self._read("cannot read the chat's messages") as c:
+            rows = c.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY seq",
+                             (chat_id,)).fetchall()
         return [_message(r) for r in rows]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _summary(r: sqlite3.Row) -> ChatSummary:

@@ -54,6 +54,35 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX chats_by_update ON chats(updated DESC);
     """,
     _stats_v2,
+    # 3: a reply is written while it streams, as 'interrupted' until it ends (so a kill keeps
+    # it, marked); SQLite cannot widen a CHECK in place, hence the copy. chat_owners says
+    # which running specchat writes a chat, so two instances never interleave its turns.
+    """
+    CREATE TABLE messages_v2 (
+        id       INTEGER PRIMARY KEY,
+        chat_id  INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+        seq      INTEGER NOT NULL,
+        role     TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+        content  TEXT NOT NULL,
+        fates    TEXT,
+        stats    TEXT,
+        status   TEXT NOT NULL DEFAULT 'done'
+                 CHECK (status IN ('done', 'cancelled', 'error', 'interrupted')),
+        created  REAL NOT NULL,
+        UNIQUE (chat_id, seq)
+    );
+    INSERT INTO messages_v2 (id, chat_id, seq, role, content, fates, stats, status, created)
+        SELECT id, chat_id, seq, role, content, fates, stats, status, created FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_v2 RENAME TO messages;
+    CREATE TABLE chat_owners (
+        chat_id  INTEGER PRIMARY KEY REFERENCES chats(id) ON DELETE CASCADE,
+        token    TEXT NOT NULL,              -- one per open ChatStore
+        host     TEXT NOT NULL,
+        pid      INTEGER NOT NULL,
+        seen     REAL NOT NULL               -- last heartbeat (time.time())
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -83,7 +112,8 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIO
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except sqlite3.Error as e:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise StoreError(f"{where}: upgrade to schema version {version + 1} failed: {e}") \
                 from None
     return before

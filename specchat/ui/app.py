@@ -2,9 +2,10 @@
 
 The pairing wizard opens first on a first run (nothing configured yet) and from the chat screen
 (F3); a pair it saves becomes the default and the app reopens on it. Other screens are pushed
-onto this app the way the settings and help screens are. Every worker is the app's (Textual
-tells a worker's state only to its owner), so failures of every kind arrive at one sink,
-:meth:`SpecchatApp.on_worker_state_changed`, and become a message, never a traceback.
+onto this app the way the settings and help screens are. Each worker belongs to the screen
+that shows its work (the chat screen's reply, the race's recording, the wizard's jobs; the
+app's own: opening the models), catches what its job raises and posts a typed
+:class:`WorkerFailed` to its owner: one error sink each, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ from pathlib import Path
 from textual import work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.theme import Theme
+from textual.worker import get_current_worker
 
-from specchat.engine.chat import ChatEngine
 from specchat.engine.llama_lib import backend_name
 from specchat.errors import SpecchatError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.race.runner import RaceSetup
 from specchat.runtime import Runtime
-from specchat.ui.generation import ReplyJob, run_reply
-from specchat.ui.messages import LoadProgress, RuntimeReady
+from specchat.ui.messages import LoadProgress, RuntimeReady, WorkerFailed
 from specchat.ui.safe_content import guard_textual_content
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.loading import LOADING_TASK, LoadFailedScreen, LoadingScreen
@@ -55,7 +55,8 @@ COMMANDS = (
      "pair_models"),
     ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
      "race"),
-    ("Keys", "Every key and what the colours mean", "help"),
+    ("Help: what the numbers mean, and every key",
+     "α, τ, γ, the token colours, the planner; then the keys (F1)", "help"),
 )
 
 
@@ -77,10 +78,12 @@ class SpecchatApp(App[int]):
         self.start_race = race  # open the race screen on this prompt once the models load
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
+        self.rescued: Path | None = None  # unsaved messages written here on quitting
 
     # --- opening the models -----------------------------------------------------------------
 
     def on_mount(self) -> None:
+        self._use_saved_theme()
         if self.services.first_run and self.services.paths is not None:
             self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO),
                              self._first_pair_chosen)
@@ -132,6 +135,12 @@ class SpecchatApp(App[int]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load")
     def open_models(self) -> None:
+        try:
+            self._open_models()
+        except Exception as e:  # said on the load-failed screen
+            self.post_message(WorkerFailed(0, e))
+
+    def _open_models(self) -> None:
         # Fetching can take minutes and cannot be interrupted (pip, the quantizer), so it runs
         # in a daemon thread: quitting mid-download must not wait for the download to end.
         worker = get_current_worker()
@@ -175,9 +184,8 @@ class SpecchatApp(App[int]):
             self.push_screen(RaceScreen(self.services, msg.runtime, self.start_race))
             self.start_race = None
 
-    def _load_failed(self, error: BaseException) -> None:
-        message = str(error) if isinstance(error, SpecchatError) else \
-            f"{type(error).__name__}: {error} (a bug in specchat)"
+    def on_worker_failed(self, msg: WorkerFailed) -> None:
+        message = msg.text
 
         def after(choice: str | None) -> None:
             if choice == "retry":  # the failed screen has been dismissed
@@ -190,34 +198,32 @@ class SpecchatApp(App[int]):
             self.pop_screen()
         self.push_screen(LoadFailedScreen(self.services.label, message), after)
 
-    # --- replies ----------------------------------------------------------------------------
+    # --- theme (Ctrl+P → Theme), remembered in the config ----------------------------------
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="reply")
-    def generate_reply(self, job: ReplyJob, engine: ChatEngine, screen: ChatScreen) -> None:
-        """Runs in a thread; results go to ``screen`` as messages (thread-safe posting)."""
-        try:
-            run_reply(job, engine, screen.post_message)
-        finally:
-            screen.idle.set()
+    def _use_saved_theme(self) -> None:
+        name = self.services.config.theme
+        if name and name in self.available_themes:
+            self.theme = name
+        elif name:
+            self.notify(f"unknown theme '{name}' in the settings: using the default one",
+                        severity="warning", markup=False)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
 
-    # --- the one error sink -----------------------------------------------------------------
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state != WorkerState.ERROR:
+    def _theme_changed(self, theme: Theme) -> None:
+        if theme.name == self.services.config.theme:
             return
-        error = event.worker.error or RuntimeError("unknown error")
-        if event.worker.group == "load":
-            self._load_failed(error)
-        elif event.worker.group == "reply" and self.chat is not None:
-            self.chat.reply_failed(error)
-        else:
-            self.notify(f"{type(error).__name__}: {error}", title="Error", severity="error",
-                        markup=False)
+        try:
+            self.services.save_theme(theme.name)
+        except SpecchatError as e:
+            self.notify(str(e), severity="error", markup=False)
 
     # --- command palette --------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":  # Textual's key panel; "Keys" alone read like our help
+                command = command._replace(title="Key panel (side)")
+            yield command
         if isinstance(screen, ChatScreen):
             for title, help_text, action in COMMANDS:
                 yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
@@ -236,6 +242,7 @@ class SpecchatApp(App[int]):
             self.chat.cancel_for_exit()
             self.chat.idle.wait(SHUTDOWN_WAIT_S)
             self.chat.save_partial_reply()
+            self.rescued = self.chat.rescued or self.rescued
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None

@@ -47,7 +47,7 @@ RACE_KEYS: tuple[Key, ...] = (
     Key("p", "pick_prompt", "Prompt", "Switch prompt: a built-in one or your own"),
     Key("s", "swap_pair", "Pair", "Race another pair (pairs whose models are on disk)"),
     Key("x", "toggle_rejected", "Drafts", "Show or hide the rejected draft tokens"),
-    Key("e", "export", "Export", "Write report.md and race.png to a new folder"),
+    Key("e", "export", "Export", "Write report.md and race.svg to a new folder"),
     Key("space", "skip", "Skip", "Skip the replay to the end"),
     Key("escape", "back", "Back", "Back to the chat"),
 )

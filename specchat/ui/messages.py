@@ -1,7 +1,10 @@
 """Typed messages from the worker threads to the UI thread (the one way back, thread-safe).
 
-Stats and load progress replace each other in the queue (``can_replace``): if the UI falls
-behind, it draws only the newest figures. Reply chunks carry text and never replace each other.
+Every worker (chat reply, race, wizard, model loading) follows one pattern: a ``@work(thread=
+True, exit_on_error=False)`` method of the screen (or app) that owns it, which catches what the
+job raises and posts :class:`WorkerFailed`, its owner's one error sink. Stats and load progress
+replace each other in the queue (``can_replace``): if the UI falls behind, it draws only the
+newest figures. Reply chunks carry text and never replace each other.
 """
 
 from __future__ import annotations
@@ -10,38 +13,38 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from specchat.engine.events import GenerationStats
+from specchat.errors import SpecchatError
 from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
-from specchat.store.fates import Segment
-from specchat.ui.live import LiveStats
+from specchat.session.worker import ReplyFigures, ReplyUpdate
 
 
 @dataclass
-class ReplyChunk(Message):
-    """New text of the reply being generated, with fates, and any notices from the engine."""
+class WorkerFailed(Message, bubble=False):  # for its owner only: not the app's if a screen's
+    """A worker's job raised (or stopped, cancelled): its owner says so, never a traceback."""
 
     job: int
-    segments: list[Segment]
-    notices: list[str]
+    error: BaseException
+    cancelled: bool = False
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.error, SpecchatError):
+            return str(self.error)
+        return f"{type(self.error).__name__}: {self.error} (a bug in specchat)"
 
 
 @dataclass
-class StatsUpdate(Message):
-    job: int
-    stats: LiveStats
+class ReplyProgress(Message, bubble=False):
+    """An update from the reply worker (text, figures, the end) for the chat session."""
+
+    update: ReplyUpdate
 
     def can_replace(self, message: Message) -> bool:
         # ``message`` is the newer one, queued behind this: draw only the newest figures.
-        return isinstance(message, StatsUpdate) and message.job == self.job
-
-
-@dataclass
-class ReplyFinished(Message):
-    job: int
-    stats: GenerationStats
-    live: LiveStats
+        return (isinstance(self.update, ReplyFigures) and isinstance(message, ReplyProgress)
+                and isinstance(message.update, ReplyFigures) and message.update.job == self.update.job)
 
 
 @dataclass
@@ -72,12 +75,6 @@ class RaceProgress(Message):
 class RaceRecorded(Message):
     job: int
     result: RaceResult
-
-
-@dataclass
-class RaceFailed(Message):
-    job: int
-    message: str
 
 
 @dataclass

@@ -50,6 +50,7 @@ class AppServices:
     pair_gamma: int | None = None  # the pair's recommended γ, for γ mode "pair"
     config_path: Path | None = None  # where settings are saved (None: not saved)
     config_problem: str | None = None  # why the config file could not be read, if it couldn't
+    store_problem: str | None = None  # what happened to the chat database at start (repaired...)
     backend: str | None = None  # "CPU", "CUDA", "Metal"...; None: ask llama.cpp
     export_dir: Path = field(default_factory=Path.cwd)
     make_decoder: DecoderFactory = runtime_decoder
@@ -84,6 +85,17 @@ class AppServices:
             raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
                 from None
         return note
+
+    def save_theme(self, theme: str) -> None:
+        """Remember the theme picked in the app for the next start (a config file that could
+        not be read is left alone, as for the default pair)."""
+        self.config = self.config.with_(theme=theme)
+        if self.config_path is not None and not self.config_problem:
+            try:
+                save_config(self.config_path, self.config)
+            except OSError as e:
+                raise ConfigError(f"cannot save the theme to {self.config_path}: "
+                                  f"{e.strerror or e}") from None
 
     def first_run_done(self) -> None:
         """Write the settings file, so the next start opens the chat, not the wizard."""

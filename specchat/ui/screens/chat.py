@@ -1,9 +1,11 @@
 """The chat screen: transcript, message box, stats bar, past chats; replies in a worker thread.
 
-One reply runs at a time, in the app's ``generate_reply`` thread worker, with its own cancel
-event. Its events come back to this screen as ReplyChunk / StatsUpdate / ReplyFinished
-messages; failures go to the app's error sink, which calls :meth:`ChatScreen.reply_failed`.
-Each message is saved the moment it is complete, so a crash loses at most the reply in flight.
+The chat and its reply belong to a :class:`ChatSession` (Textual-free): this screen hands it
+what the user does and what the reply worker posts, and draws the view updates it returns.
+One reply runs at a time, in this screen's ``generate`` thread worker, with its own cancel
+event; its updates come back as :class:`ReplyProgress` messages, a failure as
+:class:`WorkerFailed`. What could not be saved stays on screen, marked in the top bar, and a
+timer retries it.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from rich.text import Text
-from textual import events, on
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -23,16 +27,25 @@ from textual.widgets import Footer, Static
 from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
-from specchat.store import FateTrace, ReplyStats
+from specchat.session.controller import (
+    ChatSession,
+    Ended,
+    Failed,
+    Figures,
+    Notice,
+    SaveState,
+    Streamed,
+)
+from specchat.session.conversation import Conversation
+from specchat.session.live import live_from_record
+from specchat.session.worker import ReplyJob, run_reply
+from specchat.store import ReplyStats
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
-from specchat.ui.conversation import Conversation, Turn
 from specchat.ui.fate_style import legend
-from specchat.ui.generation import ReplyJob
 from specchat.ui.keys import CHAT_KEYS, bindings
-from specchat.ui.live import live_from_record
-from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
-from specchat.ui.screens.chat_history import ChatHistoryMixin
+from specchat.ui.messages import ReplyProgress, WorkerFailed
+from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.race import RaceScreen
@@ -42,6 +55,8 @@ from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
+
+TICK_S = 5.0  # how often unsaved turns are retried (and the chat's ownership renewed)
 
 
 def short_name(name: str) -> str:
@@ -58,7 +73,7 @@ def pair_names(target: str, draft: str) -> str:
     return f"{' '.join(t)} ← {' '.join(d[n:])}"
 
 
-class ChatScreen(ChatHistoryMixin, Screen[None]):
+class ChatScreen(Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
 
     def __init__(self, services: AppServices, runtime: Runtime, backend: str) -> None:
@@ -69,18 +84,30 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         self.settings = services.settings()
         self.engine = ChatEngine(services.make_decoder(runtime, self.settings))
         self._engine_stale = False
-        self.conversation = Conversation()
+        self.session = ChatSession(services.store, runtime.selection.label)
+        self.history = ChatHistory(self, self.session, services, self.when_idle,
+                                   self._opened, self._retitled)
         self.view = "markdown"
         self.show_rejected = False
-        self.job: ReplyJob | None = None
         self.job_widget: AssistantMessage | None = None
-        self._jobs = 0
         self._after_reply: Callable[[], None] | None = None
         self.idle = threading.Event()  # set while no reply is being generated
         self.idle.set()
         self._ui_clock: tuple[float, float] | None = None  # (thread CPU, wall) at last chunk
+        self.unsaved = 0
+        self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
+        self._saved_on_exit = False
+        self._shown_topbar = ""
 
     # --- layout -----------------------------------------------------------------------------
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.session.conversation
+
+    @property
+    def job(self) -> ReplyJob | None:
+        return self.session.job
 
     @property
     def pair_label(self) -> str:
@@ -113,14 +140,31 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
         yield Footer()
 
     def _topbar(self) -> Text:
-        return Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
+        out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
+        if self.session.owner is not None:
+            out.append("  · read-only: open in another specchat", "bold yellow")
+        if self.unsaved:
+            n = self.unsaved
+            out.append(f"  · {n} message{'s' if n > 1 else ''} not saved yet (retrying)",
+                       "bold red")
+        return out
+
+    def _retitled(self) -> None:
+        text = self._topbar()
+        self._shown_topbar = text.plain
+        self.query_one("#topbar", Static).update(text)
 
     def on_mount(self) -> None:
+        self._shown_topbar = self._topbar().plain
         self.refresh_chat_list()
         self.query_one(ChatInput).focus()
+        self.set_interval(TICK_S, self._tick)
         if self.services.config_problem:
             self.notify(f"{self.services.config_problem}; using default settings",
                         title="Settings not loaded", severity="warning", timeout=10, markup=False)
+        if self.services.store_problem:
+            self.notify(self.services.store_problem, title="Chat history", severity="warning",
+                        timeout=20, markup=False)
 
     @property
     def transcript(self) -> Transcript:
@@ -130,123 +174,132 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def stats_bar(self) -> StatsBar:
         return self.query_one(StatsBar)
 
-    # --- sending and generating --------------------------------------------------------------
+    def refresh_chat_list(self) -> None:
+        self.history.refresh()
 
-    @on(ChatInput.Submitted)
-    def send(self, event: ChatInput.Submitted) -> None:
-        if self.job is not None:
-            self.notify("Still replying: press Esc to stop it first.", severity="warning")
-            return
-        self.query_one(ChatInput).clear()
-        self.send_text(event.text)
+    # --- drawing what the session says ------------------------------------------------------
 
-    def send_text(self, text: str) -> None:
-        if self._engine_stale:
-            self.engine = ChatEngine(self.services.make_decoder(self.runtime, self.settings))
-            self._engine_stale = False
-            self.stats_bar.speculative = self.speculative
-        new_chat = self.conversation.chat_id is None
-        user = Turn.user(text)
-        self.conversation.turns.append(user)
-        self._save(lambda: self.conversation.save_user(self.services.store, user,
-                                                       self.pair_label))
-        messages = self.conversation.engine_messages(self.settings.system_prompt)
-        reply = Turn("assistant", FateTrace())
-        self.conversation.turns.append(reply)
-        self.transcript.add_user(user)
-        self.job_widget = self.transcript.add_reply(reply)
-        self._jobs += 1
-        self.job = ReplyJob(self._jobs, messages, self.settings.sampling)
-        self.idle.clear()
-        self._ui_clock = None
-        self.query_one(ChatInput).cursor_blink = False  # a redraw twice a second, saved
-        self.stats_bar.show(self.stats_bar.stats, busy=True, record=False)
-        self.app.generate_reply(self.job, self.engine, self)  # type: ignore[attr-defined]
-        if new_chat:
-            self.query_one("#topbar", Static).update(self._topbar())
-            self.refresh_chat_list()
+    def render_views(self, views: list[Any]) -> None:
+        for v in views:
+            if isinstance(v, Streamed):
+                self._streamed(v)
+            elif isinstance(v, Figures):
+                self.stats_bar.show(v.stats, busy=v.busy)
+            elif isinstance(v, Ended):
+                self._ended(v)
+            elif isinstance(v, Notice):
+                severity = v.severity if v.severity in ("warning", "error") else "information"
+                self.notify(v.text, title=v.title, severity=severity,  # type: ignore[arg-type]
+                            timeout=10 if severity != "information" else 5, markup=False)
+            elif isinstance(v, Failed):
+                self.app.push_screen(ErrorDialog(v.title, v.text))
+            elif isinstance(v, SaveState):
+                self.unsaved = v.unsaved
+                self.transcript.mark_unsaved(self.session.unsaved_turns())
+                if self._topbar().plain != self._shown_topbar:  # (read-only may have changed)
+                    self._retitled()
 
-    def on_reply_chunk(self, msg: ReplyChunk) -> None:
-        if self.job is None or msg.job != self.job.id or self.job_widget is None:
+    def _streamed(self, v: Streamed) -> None:
+        job = self.session.job
+        if job is None or self.job_widget is None:
             return
         # This thread's CPU time since the last chunk is what drawing costs: pace by it.
         cpu, wall = time.thread_time(), time.monotonic()
         if self._ui_clock is not None:
-            self.job.pace.observe(cpu - self._ui_clock[0], wall - self._ui_clock[1])
+            job.pace.observe(cpu - self._ui_clock[0], wall - self._ui_clock[1])
         self._ui_clock = (cpu, wall)
-        self.transcript.append(self.job_widget, msg.segments)
-        for notice in msg.notices:
-            self.notify(notice, severity="warning", timeout=8, markup=False)
+        self.transcript.append(self.job_widget, v.segments)
 
-    def on_stats_update(self, msg: StatsUpdate) -> None:
-        if self.job is not None and msg.job == self.job.id:
-            self.stats_bar.show(msg.stats, busy=True)
-
-    def on_reply_finished(self, msg: ReplyFinished) -> None:
-        if self.job is None or msg.job != self.job.id or self.job_widget is None:
-            return
-        s = msg.stats
-        stats = ReplyStats(s, decoder=self.engine.decoder.name, gamma=msg.live.gamma,
-                           gamma_mode=msg.live.mode or self.settings.gamma_mode,
-                           ctx_size=self.engine.n_ctx, pair=self.pair_label)
-        status = "cancelled" if s.stop_reason == "cancelled" else "done"
-        self._end_reply(status, stats)
-        self.stats_bar.show(msg.live, busy=False)
-
-    def reply_failed(self, error: BaseException) -> None:
-        """Called by the app's error sink when the reply worker raised."""
-        if self.job is not None:
-            self._end_reply("error", None)
-        if isinstance(error, SpecchatError):
-            self.app.push_screen(ErrorDialog("The reply could not be generated", str(error)))
-        else:
-            self.app.push_screen(ErrorDialog(
-                "Something went wrong (a bug in specchat)",
-                f"{type(error).__name__}: {error}\nThe chat so far is saved; you can go on."))
-
-    def _end_reply(self, status: str, stats: ReplyStats | None) -> None:
-        widget, self.job, self.job_widget = self.job_widget, None, None
+    def _ended(self, v: Ended) -> None:
+        widget, self.job_widget = self.job_widget, None
         self.stats_bar.busy = False
         self.query_one(ChatInput).cursor_blink = True
         if widget is not None:
-            self.transcript.finish(widget, status, stats)
-            turn = widget.turn
-            if turn.text or status == "cancelled":
-                self._save(lambda: self.conversation.save_assistant(self.services.store, turn))
-            else:
-                self.conversation.turns.remove(turn)
+            if v.dropped:
                 widget.remove()
+            else:
+                self.transcript.finish(widget, v.turn.status, v.turn.stats)
         self.refresh_chat_list()
         if self._after_reply is not None:
             then, self._after_reply = self._after_reply, None
             then()
 
-    def _save(self, write: Callable[[], None]) -> None:
+    def _tick(self) -> None:
+        self.render_views(self.session.tick())
+
+    # --- sending and generating --------------------------------------------------------------
+
+    @on(ChatInput.Submitted)
+    def send(self, event: ChatInput.Submitted) -> None:
+        if self.send_text(event.text):
+            self.query_one(ChatInput).clear()
+
+    def send_text(self, text: str) -> bool:
+        """Send ``text`` and start the reply; False (the text stays in the box) if refused."""
+        if self._engine_stale and self.session.job is None:
+            self.engine = ChatEngine(self.services.make_decoder(self.runtime, self.settings))
+            self._engine_stale = False
+            self.stats_bar.speculative = self.speculative
+        new_chat = self.conversation.chat_id is None and not self.conversation.turns
+        meta = ReplyStats(decoder=self.engine.decoder.name, gamma_mode=self.settings.gamma_mode,
+                          ctx_size=self.engine.n_ctx, pair=self.pair_label)
+        views = self.session.send(text, self.settings.system_prompt, self.settings.sampling,
+                                  meta)
+        job, reply = self.session.job, self.session.reply
+        if job is None or reply is None or self.job_widget is not None:
+            self.render_views(views)
+            return False
+        self.transcript.add_user(self.conversation.turns[-2])
+        self.job_widget = self.transcript.add_reply(reply)
+        self.idle.clear()
+        self._ui_clock = None
+        self.query_one(ChatInput).cursor_blink = False  # a redraw twice a second, saved
+        self.stats_bar.show(self.stats_bar.stats, busy=True, record=False)
+        self.generate(job, self.engine)
+        self.render_views(views)
+        if new_chat:
+            self._retitled()
+            self.refresh_chat_list()
+        return True
+
+    @work(thread=True, exit_on_error=False, group="reply")
+    def generate(self, job: ReplyJob, engine: ChatEngine) -> None:
+        """The reply, in a thread: updates go to this screen as messages (thread-safe)."""
         try:
-            write()
-        except SpecchatError as e:
-            self.notify(f"Not saved: {e}", title="Chat history", severity="error", timeout=10,
-                        markup=False)
+            run_reply(job, engine, lambda u: self.post_message(ReplyProgress(u)))
+        except Exception as e:  # the session says it, in a dialog; never a traceback
+            self.post_message(WorkerFailed(job.id, e))
+        finally:
+            self.idle.set()
+
+    def on_reply_progress(self, msg: ReplyProgress) -> None:
+        self.render_views(self.session.apply(msg.update))
+
+    def on_worker_failed(self, msg: WorkerFailed) -> None:
+        self.render_views(self.session.failed(msg.job, msg.error))
 
     def when_idle(self, then: Callable[[], None]) -> None:
         """Run ``then`` now, or after stopping the reply in flight (Ctrl+N, opening a chat)."""
-        if self.job is None:
+        if self.session.job is None:
             then()
             return
         self._after_reply = then
         self.action_stop()
 
     def cancel_for_exit(self) -> None:
-        if self.job is not None:
-            self.job.cancel.set()
+        self.session.cancel()
 
     def save_partial_reply(self) -> None:
-        """On quitting mid-reply (after the worker stopped): keep what was shown, as stopped."""
-        widget = self.job_widget
-        if self.job is not None and widget is not None and widget.turn.text:
-            widget.turn.status = "cancelled"
-            self._save(lambda: self.conversation.save_assistant(self.services.store, widget.turn))
-        self.job = self.job_widget = None
+        """On quitting (after the worker stopped): keep what was shown, as stopped; whatever
+        still cannot be saved goes to a Markdown file (``rescued``)."""
+        if self._saved_on_exit:
+            return
+        self._saved_on_exit = True
+        self.session.stop_for_exit()
+        paths = self.services.paths
+        folder = paths.chats_db.parent if paths is not None else self.services.export_dir
+        self.rescued = self.session.rescue(folder)
+        self.session.close()
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -257,15 +310,19 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
             self.action_stop()
 
     def action_stop(self) -> None:
-        if self.job is not None and not self.job.cancel.is_set():
-            self.job.cancel.set()
+        if self.session.cancel():
             self.notify("Stopping the reply…", timeout=2, markup=False)
 
     def action_new_chat(self) -> None:
-        self.when_idle(lambda: self.show_conversation(Conversation()))
+        self.when_idle(lambda: self._opened(self.session.new_chat()))
 
-    def show_conversation(self, conversation: Conversation) -> None:
-        self.conversation = conversation
+    def _opened(self, views: list[Any]) -> None:
+        self.show_conversation()
+        self.render_views(views)
+        self._retitled()
+
+    def show_conversation(self) -> None:
+        conversation = self.conversation
         self.transcript.show_turns(conversation.turns)
         self.query_one("#topbar", Static).update(self._topbar())
         records = conversation.assistant_stats()
@@ -292,6 +349,30 @@ class ChatScreen(ChatHistoryMixin, Screen[None]):
     def _apply_view(self) -> None:
         self.transcript.set_view(self.view, self.show_rejected)
         self.query_one("#legend", Static).update(legend(self.show_rejected, self.view))
+
+    # --- past chats (chat_history.py) --------------------------------------------------------
+
+    def on_chat_list_open(self, msg: ChatList.Open) -> None:
+        self.history.open(msg.chat_id)
+
+    def open_chat(self, chat_id: int) -> None:
+        """Show a saved chat now (no reply may be running)."""
+        self.history.open_now(chat_id)
+
+    def on_chat_list_rename(self, msg: ChatList.Rename) -> None:
+        self.history.rename(msg.chat_id, msg.title)
+
+    def on_chat_list_delete(self, msg: ChatList.Delete) -> None:
+        self.history.delete(msg.chat_id, msg.title)
+
+    def action_rename_chat(self) -> None:
+        self.history.rename_current()
+
+    def action_delete_chat(self) -> None:
+        self.history.delete_current()
+
+    def action_export(self) -> None:
+        self.history.export()
 
     def action_toggle_chats(self) -> None:
         sidebar = self.query_one("#sidebar")

@@ -1,112 +1,121 @@
-"""Past chats on the chat screen: the side list, opening, renaming, deleting, exporting."""
+"""Past chats on the chat screen: the side list, opening, renaming, deleting, exporting.
+
+A helper the chat screen owns (not a base class): it knows the screen only as a Textual
+screen plus the two callbacks it is given, so this module does not import chat.py.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
-from textual.widgets import Static
+from textual.screen import Screen
 
 from specchat.errors import SpecchatError
+from specchat.session.controller import ChatSession
 from specchat.store import chat_to_markdown, export_filename, unused_path, write_export
-from specchat.ui.conversation import Conversation
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
+from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_list import ChatList
 
-if TYPE_CHECKING:
-    from specchat.ui.screens.chat import ChatScreen
 
-    _Base = ChatScreen
-else:
-    _Base = object
+class ChatHistory:
+    def __init__(self, screen: Screen[Any], session: ChatSession, services: AppServices,
+                 when_idle: Callable[[Callable[[], None]], None],
+                 opened: Callable[[list[Any]], None], retitled: Callable[[], None]) -> None:
+        self.screen = screen
+        self.session = session
+        self.services = services
+        self.when_idle = when_idle  # run after the reply in flight stops
+        self.opened = opened  # the session now shows another chat: redraw (with its views)
+        self.retitled = retitled  # the current chat has a new title
 
+    def _notify(self, text: str, **kw: Any) -> None:
+        self.screen.notify(text, markup=False, **kw)
 
-class ChatHistoryMixin(_Base):
-    def refresh_chat_list(self) -> None:
+    def refresh(self) -> None:
         try:
-            chats = self.services.store.list_chats()
+            chats = self.session.summaries()
         except SpecchatError as e:
-            self.notify(str(e), title="Chat history", severity="error", markup=False)
+            self._notify(str(e), title="Chat history", severity="error")
             return
-        self.query_one(ChatList).show(chats, self.conversation.chat_id)
+        self.screen.query_one(ChatList).show(chats, self.session.conversation.chat_id)
 
-    # Handlers by name, not @on: the decorator only registers on MessagePump classes.
-    def on_chat_list_open(self, msg: ChatList.Open) -> None:
-        if msg.chat_id != self.conversation.chat_id:
-            self.when_idle(lambda: self.open_chat(msg.chat_id))
+    def open(self, chat_id: int) -> None:
+        if chat_id != self.session.conversation.chat_id:
+            self.when_idle(lambda: self.open_now(chat_id))
 
-    def open_chat(self, chat_id: int) -> None:
+    def open_now(self, chat_id: int) -> None:
         try:
-            conversation = Conversation.load(self.services.store, chat_id)
+            views = self.session.open_chat(chat_id)
         except SpecchatError as e:
-            self.notify(str(e), title="Cannot open the chat", severity="error", markup=False)
+            self._notify(str(e), title="Cannot open the chat", severity="error", timeout=10)
             return
-        self.show_conversation(conversation)
+        self.opened(views)
 
     # --- rename -----------------------------------------------------------------------------
 
-    def on_chat_list_rename(self, msg: ChatList.Rename) -> None:
-        self._ask_rename(msg.chat_id, msg.title)
-
-    def action_rename_chat(self) -> None:
-        if self.conversation.chat_id is None:
-            self.notify("This chat is not saved yet: send a message first.", markup=False)
+    def rename_current(self) -> None:
+        c = self.session.conversation
+        if c.chat_id is None:
+            self._notify("This chat is not saved yet: send a message first.")
             return
-        self._ask_rename(self.conversation.chat_id, self.conversation.title)
+        self.rename(c.chat_id, c.title)
 
-    def _ask_rename(self, chat_id: int, title: str) -> None:
+    def rename(self, chat_id: int, title: str) -> None:
         def done(new_title: str | None) -> None:
             if not new_title:
                 return
             try:
-                self.services.store.rename_chat(chat_id, new_title)
+                if chat_id == self.session.conversation.chat_id:
+                    self.session.rename(new_title)
+                else:
+                    self.services.store.rename_chat(chat_id, new_title)
             except SpecchatError as e:
-                self.notify(str(e), severity="error", markup=False)
+                self._notify(str(e), severity="error")
                 return
-            if chat_id == self.conversation.chat_id:
-                self.conversation.title = " ".join(new_title.split())
-                self.query_one("#topbar", Static).update(self._topbar())
-            self.refresh_chat_list()
+            self.retitled()
+            self.refresh()
 
-        self.app.push_screen(PromptDialog("Rename the chat", title), done)
+        self.screen.app.push_screen(PromptDialog("Rename the chat", title), done)
 
     # --- delete -----------------------------------------------------------------------------
 
-    def on_chat_list_delete(self, msg: ChatList.Delete) -> None:
-        self._ask_delete(msg.chat_id, msg.title)
+    def delete_current(self) -> None:
+        c = self.session.conversation
+        if c.chat_id is not None:
+            self.delete(c.chat_id, c.title)
 
-    def action_delete_chat(self) -> None:
-        if self.conversation.chat_id is not None:
-            self._ask_delete(self.conversation.chat_id, self.conversation.title)
-
-    def _ask_delete(self, chat_id: int, title: str) -> None:
+    def delete(self, chat_id: int, title: str) -> None:
         def done(yes: bool | None) -> None:
             if not yes:
                 return
-            if chat_id == self.conversation.chat_id:
+            if chat_id == self.session.conversation.chat_id:
                 self.when_idle(lambda: self._delete(chat_id, current=True))
             else:
                 self._delete(chat_id, current=False)
 
-        self.app.push_screen(ConfirmDialog(f"Delete “{title}” and all its messages?"), done)
+        self.screen.app.push_screen(ConfirmDialog(f"Delete “{title}” and all its messages?"),
+                                    done)
 
     def _delete(self, chat_id: int, current: bool) -> None:
         try:
-            self.services.store.delete_chat(chat_id)
+            views = self.session.delete_chat(chat_id)
         except SpecchatError as e:
-            self.notify(str(e), severity="error", markup=False)
+            self._notify(str(e), severity="error", timeout=10)
             return
         if current:
-            self.show_conversation(Conversation())
+            self.opened(views)
         else:
-            self.refresh_chat_list()
-        self.notify("Chat deleted.", timeout=3, markup=False)
+            self.refresh()
+        self._notify("Chat deleted.", timeout=3)
 
     # --- export -----------------------------------------------------------------------------
 
-    def action_export(self) -> None:
-        chat_id = self.conversation.chat_id
+    def export(self) -> None:
+        chat_id = self.session.conversation.chat_id
         if chat_id is None:
-            self.notify("Nothing to export yet: send a message first.", markup=False)
+            self._notify("Nothing to export yet: send a message first.")
             return
         try:
             store = self.services.store
@@ -114,6 +123,6 @@ class ChatHistoryMixin(_Base):
             path = write_export(unused_path(self.services.export_dir / export_filename(chat)),
                                 chat_to_markdown(chat, store.messages(chat_id)))  # never over a file
         except (SpecchatError, OSError) as e:
-            self.notify(f"Export failed: {e}", severity="error", timeout=10, markup=False)
+            self._notify(f"Export failed: {e}", severity="error", timeout=10)
             return
-        self.notify(f"Saved {path}", title="Exported to Markdown", timeout=8, markup=False)
+        self._notify(f"Saved {path}", title="Exported to Markdown", timeout=8)

@@ -30,7 +30,7 @@ from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
 from specchat.ui.keys import RACE_KEYS, bindings
-from specchat.ui.messages import RaceFailed, RacePairOpened, RaceProgress, RaceRecorded
+from specchat.ui.messages import RacePairOpened, RaceProgress, RaceRecorded, WorkerFailed
 from specchat.ui.screens.race_pickers import PairPicker, PromptPicker
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.race_column import RaceColumn
@@ -148,10 +148,8 @@ class RaceScreen(Screen[None]):
             self.post_message(RaceRecorded(job, result))
         except RaceCancelled:
             pass
-        except SpecchatError as e:
-            self.post_message(RaceFailed(job, str(e)))
         except Exception as e:  # shown, never a traceback
-            self.post_message(RaceFailed(job, f"{type(e).__name__}: {e} (a bug in specchat)"))
+            self.post_message(WorkerFailed(job, e))
         finally:
             self.idle.set()
 
@@ -159,9 +157,9 @@ class RaceScreen(Screen[None]):
         if msg.job == self.job and self.state == "recording":
             self._summary(Text(f"Recording… {msg.text}"))
 
-    def on_race_failed(self, msg: RaceFailed) -> None:
+    def on_worker_failed(self, msg: WorkerFailed) -> None:
         if msg.job == self.job:
-            self._failed(msg.message)
+            self._failed(msg.text)
 
     def _failed(self, message: str) -> None:
         self.idle.set()
@@ -271,11 +269,8 @@ class RaceScreen(Screen[None]):
         self.idle.wait()  # a cancelled recording lets go of the old models first
         try:
             runtime = self.services.open_race_pair(pair)
-        except SpecchatError as e:
-            self.post_message(RaceFailed(self.job, str(e)))
-            return
         except Exception as e:
-            self.post_message(RaceFailed(self.job, f"{type(e).__name__}: {e}"))
+            self.post_message(WorkerFailed(self.job, e))
             return
         if not self.post_message(RacePairOpened(runtime)):
             runtime.close()

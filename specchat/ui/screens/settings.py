@@ -1,4 +1,4 @@
-"""The settings screen: system prompt, sampling, max tokens, seed, γ and n-gram drafting.
+"""The settings screen: system prompt, sampling, max tokens, seed, γ and the drafter.
 
 Dismisses with the new :class:`ChatSettings` (saved to the config file by the caller), or None
 when cancelled. A bad value keeps the screen open with a one-line reason.

@@ -16,8 +16,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
+from specchat.session.live import LiveStats
 from specchat.textsafe import safe_text
-from specchat.ui.live import LiveStats
 
 HISTORY = 240  # points kept per sparkline
 SPARK_WIDTH = 16  # three sparklines and the models' names share one line

@@ -2,7 +2,8 @@
 
 A reply streams in as token-fate text (see fate_text.py: only its last block is redrawn).
 When it is complete it can be shown as Markdown instead; the Markdown widget is built once, from
-the final text, the first time it is needed.
+the final text, the first time it is needed. The widgets read their :class:`Turn` and draw the
+segments they are given; only the chat session changes a turn.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from specchat.engine.events import GenerationStats
+from specchat.session.conversation import Turn
 from specchat.store.fates import Segment
 from specchat.store.stats import ReplyStats
 from specchat.textsafe import safe_text
-from specchat.ui.conversation import Turn
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
@@ -42,6 +43,8 @@ def reply_summary(stats: ReplyStats | None, status: str) -> str:
         parts.append("stopped by you")
     elif status == "error":
         parts.append("failed")
+    elif status == "interrupted":
+        parts.append("interrupted: specchat was closed while it was written")
     elif reason == "length":
         parts.append("max tokens reached")
     elif reason == "context":
@@ -62,10 +65,13 @@ class AssistantMessage(Vertical):
 
     def __init__(self, turn: Turn, *, streaming: bool, view: str, show_rejected: bool) -> None:
         super().__init__(classes="message assistant")
-        self.turn = turn
+        self.turn = turn  # read only
         self.streaming = streaming
         self.view = view
         self.show_rejected = show_rejected
+        self._kinds = {seg.kind for seg in turn.trace.segments}
+        self._status = turn.status
+        self._stats = turn.stats
         self._fates = FateText(turn.trace.segments, show_rejected, classes="fates")
         self._header = Static(self._header_text(), classes="who")
         self._meta = Static(self._meta_text(), classes="meta")
@@ -82,35 +88,34 @@ class AssistantMessage(Vertical):
     # --- what the header and summary say ---------------------------------------------------
 
     def _header_text(self) -> Text:
-        kinds = {s.kind for s in self.turn.trace.segments}
-        steps = self.turn.stats.generation.steps if self.turn.stats else 0
-        speculative = bool(kinds & {"a", "c", "b", "x"}) or bool(steps)
+        steps = self._stats.generation.steps if self._stats else 0
+        speculative = bool(self._kinds & {"a", "c", "b", "x"}) or bool(steps)
         mode = "speculative" if speculative else "plain"
         out = Text("Assistant", style="bold")
-        if self.turn.trace.segments or not self.streaming:  # known once tokens arrive
+        if self._kinds or not self.streaming:  # known once tokens arrive
             out.append(f"  {mode}", style="dim")
         if self.streaming:
             out.append("  generating… (Esc stops)", style="dim italic")
         return out
 
     def _meta_text(self) -> str:
-        return "" if self.streaming else reply_summary(self.turn.stats, self.turn.status)
+        return "" if self.streaming else reply_summary(self._stats, self._status)
 
     # --- streaming --------------------------------------------------------------------------
 
     def append(self, segments: Iterable[Segment]) -> bool:
         """Add streamed text; return whether the message got taller."""
         segments = list(segments)
-        first = not self.turn.trace.segments
-        self.turn.trace.extend(segments)
+        first = not self._kinds
+        self._kinds |= {seg.kind for seg in segments}
         taller = self._fates.append(segments)
         if first:
             self._header.update(self._header_text())
         return taller
+
     def finish(self, status: str, stats: ReplyStats | None) -> None:
         self.streaming = False
-        self.turn.status = status
-        self.turn.stats = stats
+        self._status, self._stats = status, stats
         self._header.update(self._header_text())
         self._meta.update(self._meta_text())
         self._apply_view()
@@ -181,6 +186,13 @@ class Transcript(VerticalScroll):
         at_bottom = self.is_vertical_scroll_end
         widget.finish(status, stats)
         self._follow(at_bottom)
+
+    def mark_unsaved(self, turns: Iterable[Turn]) -> None:
+        """Messages not in the database yet get a red edge (the top bar says how many)."""
+        pending = {id(t) for t in turns}
+        for w in self.query(".message"):
+            turn = getattr(w, "turn", None)
+            w.set_class(turn is not None and id(turn) in pending, "-unsaved")
 
     def set_view(self, view: str, show_rejected: bool) -> None:
         self.view, self.show_rejected = view, show_rejected

@@ -1,12 +1,17 @@
-"""Step 2: choose a draft — compatible ones first, each with its reason; a Hub repo; or a draft
-made from the target itself."""
+"""Step 2: choose a draft — compatible ones first, each with its reason; a file on this
+computer; a Hub repo; or a draft made from the target itself.
+
+Only a suitable draft (checked, compatible, small enough to pay) is ever highlighted for a bare
+Enter; with none, the focus goes to the input box instead of the list. Drafts that are not
+smaller than the target cannot be picked at all."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
@@ -51,7 +56,7 @@ class DraftStep(Vertical):
 
     @dataclass
     class Picked(Message):
-        choice: str  # "cand:<n>", "hub:<file>", "self:<quant>", "back"
+        choice: str  # "cand:<n>", "hub:<file>", "path:<path>", "self:<quant>", "back"
 
     @dataclass
     class RepoRequested(Message):
@@ -66,7 +71,7 @@ class DraftStep(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="draft-title", classes="hint")
         yield OptionList(id="draft-list")
-        yield Input(placeholder="or a draft from a Hub repo: org/name, then Enter",
+        yield Input(placeholder="or a Hub repo (org/name) or /path/to/draft.gguf, then Enter",
                     id="draft-input")
 
     def populate(self, target: ModelFacts, candidates: list[DraftCandidate],
@@ -77,18 +82,18 @@ class DraftStep(Vertical):
             (f"  ({target.architecture}, {target.n_vocab} tokens"
              f"{'; ' + target.source_note if target.source_note else ''})\n", "dim"),
             "A draft must share the target's vocabulary and be much smaller. Compatible ones "
-            "come first; the others say why not."))
+            "come first; the others say why not. Or type a Hub repo id or a .gguf path below."))
         self._render_list()
 
     def _render_list(self) -> None:
         options: list[Option | None] = []
         for i, c in enumerate(self.candidates):
             options.append(Option(candidate_label(c), id=f"cand:{i}",
-                                  disabled=c.level is Level.BAD))
-        if not any(c.level in (Level.OK, Level.WARN) for c in self.candidates):
-            options.insert(0, Option(Text("No compatible draft on disk or in the catalog yet: "
-                                          "try a Hub repo below, or make one from the target.",
-                                          style="yellow"), disabled=True))
+                                  disabled=c.level is Level.BAD or c.too_large))
+        if not any(c.suitable for c in self.candidates):
+            options.insert(0, Option(Text("No suitable draft on disk or in the catalog yet: "
+                                          "type a Hub repo or a .gguf path below, or make one "
+                                          "from the target.", style="yellow"), disabled=True))
         options += [None, Option(Text("Make a draft from the target itself", style="bold"),
                                  disabled=True)]
         for o in self.self_drafts:
@@ -97,8 +102,13 @@ class DraftStep(Vertical):
             options.append(Option(label, id=f"self:{o.quant}", disabled=not o.pays))
         ol = self.query_one(OptionList)
         ol.set_options(options)
-        ol.highlighted = next((i for i, o in enumerate(ol.options) if not o.disabled), None)
-        ol.focus()
+        ol.highlighted = next((i for i, o in enumerate(ol.options)
+                               if o.id and o.id.startswith("cand:")
+                               and self.candidates[int(o.id[5:])].suitable), None)
+        if ol.highlighted is None:
+            self.query_one("#draft-input", Input).focus()
+        else:
+            ol.focus()
 
     def update_candidate(self, c: DraftCandidate) -> None:
         for i, old in enumerate(self.candidates):
@@ -107,7 +117,7 @@ class DraftStep(Vertical):
                 if self.listing is None:
                     ol = self.query_one(OptionList)
                     ol.replace_option_prompt(f"cand:{i}", candidate_label(c))
-                    if c.level is Level.BAD:
+                    if c.level is Level.BAD or c.too_large:
                         ol.disable_option(f"cand:{i}")
                 return
         self.candidates.append(c)
@@ -126,10 +136,23 @@ class DraftStep(Vertical):
         self.listing = None
         self._render_list()
 
+    def on_key(self, event: events.Key) -> None:
+        if event.key in ("up", "down") and isinstance(self.screen.focused, Input):
+            ol = self.query_one(OptionList)  # from the box into the list, as in the target step
+            ol.focus()
+            if ol.highlighted is None:
+                ol.action_first()
+            event.stop()
+
     @on(Input.Submitted, "#draft-input")
     def _submitted(self, event: Input.Submitted) -> None:
-        if event.value.strip():
-            self.post_message(self.RepoRequested(event.value.strip()))
+        text = event.value.strip()
+        if not text:
+            return
+        if Path(text).expanduser().is_file():  # a file on this computer, as the target step
+            self.post_message(self.Picked(f"path:{text}"))
+        else:
+            self.post_message(self.RepoRequested(text))
 
     @on(OptionList.OptionSelected, "#draft-list")
     def _selected(self, event: OptionList.OptionSelected) -> None:

@@ -64,7 +64,8 @@ def hub_file_entry(catalog: Catalog, listing: RepoListing, name: str) -> ModelEn
 
 def target_entry(catalog: Catalog, resolver: ModelResolver, choice: str,
                  local: list[LocalModel], listing: RepoListing | None) -> ModelEntry:
-    """The entry behind a target-list choice (the catalog's own when it knows the file)."""
+    """The entry behind a target- or draft-list choice (the catalog's own when it knows the
+    file)."""
     kind, _, value = choice.partition(":")
     if kind == "cat":
         return catalog.model(value)

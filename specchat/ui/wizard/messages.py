@@ -1,4 +1,5 @@
-"""Typed messages from the wizard's thread workers to its screen (the one way back).
+"""Typed messages from the wizard's thread workers to its screen (the one way back; a failure
+is the shared :class:`specchat.ui.messages.WorkerFailed`).
 
 Progress messages replace each other in the queue while their task runs, so a fast download
 cannot flood the UI; every other message is delivered as is.
@@ -31,14 +32,6 @@ class WizardProgress(Message):
         p = self.progress
         return (isinstance(message, WizardProgress) and not (p.finished or p.failed)
                 and message.progress.task == p.task)
-
-
-@dataclass
-class JobFailed(Message):
-    """A worker stopped with a user-facing error (or was cancelled): said in the status line."""
-
-    message: str
-    cancelled: bool = False
 
 
 @dataclass

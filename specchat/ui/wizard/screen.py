@@ -18,7 +18,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, ContentSwitcher, Static
-from textual.worker import Worker, WorkerState
 
 import specchat.ui.wizard.jobs as jobs  # the module, not via the package (which imports this one)
 from specchat.config import load_config
@@ -31,6 +30,7 @@ from specchat.models.pairing import save_pair, suggest_pair_name
 from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import Level
 from specchat.paths import AppPaths
+from specchat.ui.messages import WorkerFailed
 from specchat.ui.widgets.transfers import TransferList
 from specchat.ui.wizard.draft_step import DraftStep
 from specchat.ui.wizard.messages import (
@@ -38,7 +38,6 @@ from specchat.ui.wizard.messages import (
     CandidateChecked,
     DraftsReady,
     FilesReady,
-    JobFailed,
     LocalScanned,
     RepoListed,
     WizardProgress,
@@ -136,13 +135,8 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def _job(self, fn: object, cancel: threading.Event, args: tuple[object, ...]) -> None:
         try:
             fn(self.post_message, cancel, *args)  # type: ignore[operator]
-        except SpecchatError as e:
-            self.post_message(JobFailed(str(e), cancelled=cancel.is_set()))
-
-    @on(Worker.StateChanged)
-    def _worker_failed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.status(f"unexpected error: {event.worker.error}", error=True)
+        except Exception as e:  # said in the status line, never a traceback
+            self.post_message(WorkerFailed(0, e, cancelled=cancel.is_set()))
 
     def action_cancel(self) -> None:
         self.cancel_event.set()
@@ -171,9 +165,9 @@ class WizardScreen(ModalScreen[PairEntry | None]):
             amount = f" {p.done:.0f}/{p.total:.0f}" if p.total and p.unit != "B" else ""
             self.status(f"{p.task}{amount}…")
 
-    def on_job_failed(self, m: JobFailed) -> None:
+    def on_worker_failed(self, m: WorkerFailed) -> None:
         if not m.cancelled:
-            self.status(m.message, error=True)
+            self.status(m.text, error=True)
 
     def on_local_scanned(self, m: LocalScanned) -> None:
         self.local = m.models
@@ -200,7 +194,7 @@ class WizardScreen(ModalScreen[PairEntry | None]):
     def on_candidate_checked(self, m: CandidateChecked) -> None:
         c = m.candidate
         self.query_one(DraftStep).update_candidate(c)
-        if c.level is None or c.level is Level.BAD:
+        if c.level is None or c.level is Level.BAD or c.too_large:
             self.status(f"{c.entry.id}: {c.reason}", error=True)
         elif m.proceed:
             self.draft, self.self_quant = c.entry, None
@@ -252,6 +246,10 @@ class WizardScreen(ModalScreen[PairEntry | None]):
             c = step.candidates[int(value)]
             self.status(f"checking {c.entry.id}…")
             self.run_job(jobs.check_draft, self.resolver, self.target_facts, c.entry)
+        elif kind == "path":
+            entry = jobs.target_entry(self.catalog, self.resolver, event.choice, self.local, None)
+            self.status(f"checking {entry.id}…")
+            self.run_job(jobs.check_draft, self.resolver, self.target_facts, entry)
         elif kind == "hub" and step.listing is not None:
             entry = jobs.hub_file_entry(self.catalog, step.listing, value)
             self.status(f"checking {entry.id} from its header on the Hub…")

@@ -1,9 +1,11 @@
-"""One reply, generated in a worker thread: run the engine, batch its events, post them.
+"""One reply, generated in a worker thread: run the engine, batch its events, emit updates.
 
-Nothing here touches a widget; the only way back to the UI is ``post`` (``post_message``,
-which is thread-safe). The UI thread sees at most one text chunk per ``interval`` and one
-stats update per ``stats_interval``, whatever the decoder's speed: every redraw costs the UI
-thread time, and the decoder's Python steps share the GIL with it.
+The token fates are built here, once (the batcher's :class:`FateTrace`); what leaves is typed
+updates (:class:`ReplyChunk`, :class:`ReplyFigures`, :class:`ReplyDone`) through ``emit``, which
+the chat screen wraps in a thread-safe ``post_message``. No Textual here. The UI thread sees
+at most one text chunk per ``interval`` and one stats update per ``stats_interval``, whatever
+the decoder's speed: every redraw costs the UI thread time, and the decoder's Python steps
+share the GIL with it.
 """
 
 from __future__ import annotations
@@ -13,18 +15,46 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from textual.message import Message as UIMessage
-
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import GenerationStats
 from specchat.engine.sampling import SamplerSettings
-from specchat.ui.live import EventBatcher, Pace
-from specchat.ui.messages import ReplyChunk, ReplyFinished, StatsUpdate
+from specchat.session.live import EventBatcher, LiveStats, Pace
+from specchat.store.fates import FateTrace, Segment
 
 # A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
 # most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
 STATS_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class ReplyChunk:
+    """New text of the reply, with fates, and any notices from the engine."""
+
+    job: int
+    segments: list[Segment]
+    notices: list[str]
+
+
+@dataclass(frozen=True)
+class ReplyFigures:
+    """Live figures while the reply streams (a newer one supersedes an older one)."""
+
+    job: int
+    stats: LiveStats
+
+
+@dataclass(frozen=True)
+class ReplyDone:
+    """The reply ended: its stats, and the whole fate trace (the worker lets go of it)."""
+
+    job: int
+    stats: GenerationStats
+    live: LiveStats
+    trace: FateTrace
+
+
+ReplyUpdate = ReplyChunk | ReplyFigures | ReplyDone
 
 
 @dataclass
@@ -36,9 +66,9 @@ class ReplyJob:
     pace: Pace = field(default_factory=Pace)  # the UI thread tunes it while the reply runs
 
 
-def run_reply(job: ReplyJob, engine: ChatEngine, post: Callable[[UIMessage], object],
+def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], object],
               stats_interval: float = STATS_INTERVAL_S) -> GenerationStats:
-    """Generate ``job``'s reply, posting batches; return the final stats.
+    """Generate ``job``'s reply, emitting batches; return the final stats.
 
     Batches go out when an event arrives after ``job.pace.interval`` has passed, and from a
     ticker thread when the decoder goes quiet (a speculative step bursts tokens, then
@@ -56,12 +86,12 @@ def run_reply(job: ReplyJob, engine: ChatEngine, post: Callable[[UIMessage], obj
         batcher.interval = pace.interval
         batch = batcher.take()
         if batch.segments or batch.notices:
-            post(ReplyChunk(job.id, batch.segments, batch.notices))
+            emit(ReplyChunk(job.id, batch.segments, batch.notices))
         if batch.final is not None:
-            post(ReplyFinished(job.id, batch.final, batch.stats))
+            emit(ReplyDone(job.id, batch.final, batch.stats, batcher.trace))
         elif time.monotonic() - last_stats[0] >= stats_interval:
             last_stats[0] = time.monotonic()
-            post(StatsUpdate(job.id, batch.stats))
+            emit(ReplyFigures(job.id, batch.stats))
             batcher.gammas_posted()
 
     def tick() -> None:

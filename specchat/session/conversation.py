@@ -1,5 +1,6 @@
-"""The chat on screen as data: its turns, their token fates and stats, and how they map to the
-engine's messages and to the store. No Textual here.
+"""A chat as data: its turns, their token fates and stats, and how they map to the engine's
+messages and to the store's rows. Only :class:`~specchat.session.controller.ChatSession`
+changes a turn; widgets read them. No Textual here.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specchat.engine.chat_template import Message
-from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage, title_from
+from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage
 
 
 @dataclass
@@ -16,7 +17,9 @@ class Turn:
     role: str  # "user" | "assistant"
     trace: FateTrace
     stats: ReplyStats | None = None
-    status: str = "done"  # done | cancelled | error
+    status: str = "done"  # done | cancelled | error | interrupted (still streaming, or killed)
+    message_id: int | None = None  # its row, once written
+    saved: bool = False  # the row holds what the turn holds now
 
     @property
     def text(self) -> str:
@@ -30,7 +33,7 @@ class Turn:
     def from_stored(cls, m: StoredMessage) -> Turn:
         trace = FateTrace.decode(m.content, m.fates) if m.role == "assistant" else \
             FateTrace.plain(m.content)
-        return cls(m.role, trace, m.stats, m.status)
+        return cls(m.role, trace, m.stats, m.status, m.id, saved=True)
 
 
 @dataclass
@@ -54,17 +57,6 @@ class Conversation:
                 continue
             msgs.append(Message(t.role, t.text))
         return msgs
-
-    def save_user(self, store: ChatStore, turn: Turn, pair: str) -> None:
-        if self.chat_id is None:
-            self.title = title_from(turn.text)
-            self.chat_id = store.create_chat(self.title, pair)
-        store.add_message(self.chat_id, "user", turn.text)
-
-    def save_assistant(self, store: ChatStore, turn: Turn) -> None:
-        assert self.chat_id is not None, "a reply always follows a saved user message"
-        store.add_message(self.chat_id, "assistant", turn.text, fates=turn.trace.encode(),
-                          stats=turn.stats, status=turn.status)
 
     def assistant_stats(self) -> Sequence[ReplyStats]:
         return [t.stats for t in self.turns if t.role == "assistant" and t.stats]

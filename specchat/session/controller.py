@@ -1,0 +1,384 @@
+"""One owner for a chat and the reply in flight: :class:`ChatSession`. No Textual here.
+
+The chat screen drives it from the UI thread and renders what it returns:
+
+- ``send(text, ...)`` adds the user's turn and an empty reply, saves, and sets ``job`` (a
+  :class:`~specchat.session.worker.ReplyJob`) for the screen to run in its worker thread
+  (``run_reply``); ``cancel()`` stops it.
+- ``apply(update)`` takes the worker's updates (posted back to the UI thread): the reply's
+  :class:`Turn` grows, is checkpointed to the store every ``checkpoint_s`` while it streams
+  (status ``interrupted`` until it ends, so a kill keeps it, marked), and ends with its stats;
+  ``failed(job, error)`` ends it when the worker raised.
+- Every method returns a list of view updates (:class:`Streamed`, :class:`Figures`,
+  :class:`Ended`, :class:`Notice`, :class:`Failed`, :class:`SaveState`): the only way the
+  session talks to the screen.
+
+Saving never loses a turn: a write that fails (disk full, locked, read-only...) leaves the
+turn in memory with ``saved`` false, says so once (a notice, and ``SaveState``), and is
+retried in order on the next write and on ``tick()`` (the screen's timer), which also renews
+this instance's ownership of the chat. A chat another specchat owns opens read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specchat.engine.sampling import SamplerSettings
+from specchat.errors import SpecchatError, StoreError
+from specchat.session.conversation import Conversation, Turn
+from specchat.session.live import LiveStats
+from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
+from specchat.store import ChatStore, FateTrace, ReplyStats, Segment, chat_to_markdown, title_from
+from specchat.store.chats import ChatSummary, Owner, StoredMessage
+
+CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
+RENEW_S = 30.0  # how often tick() renews the chat's ownership (the store's LEASE_S is 120)
+
+
+# --- what the screen renders -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """New segments of ``turn`` (already added to it): draw them."""
+
+    turn: Turn
+    segments: list[Segment]
+
+
+@dataclass(frozen=True)
+class Figures:
+    stats: LiveStats
+    busy: bool
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The reply ended (``turn.status`` says how); ``dropped``: it had nothing, remove it."""
+
+    turn: Turn
+    dropped: bool
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+    severity: str = "information"  # information | warning | error
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The reply could not be generated: say so in a dialog."""
+
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SaveState:
+    """How many turns are in memory only (0: everything is saved)."""
+
+    unsaved: int
+
+
+View = Streamed | Figures | Ended | Notice | Failed | SaveState
+
+
+def failure_text(error: BaseException) -> tuple[str, str]:
+    """A worker's error as (title, message) for the user: a bug says it is one."""
+    if isinstance(error, SpecchatError):
+        return "The reply could not be generated", str(error)
+    return ("Something went wrong (a bug in specchat)",
+            f"{type(error).__name__}: {error}\nThe chat so far is kept; you can go on.")
+
+
+class ChatSession:
+    def __init__(self, store: ChatStore, pair_label: str = "",
+                 clock: Callable[[], float] = time.monotonic,
+                 checkpoint_s: float = CHECKPOINT_S) -> None:
+        self.store = store
+        self.pair_label = pair_label
+        self.clock = clock
+        self.checkpoint_s = checkpoint_s
+        self.conversation = Conversation()
+        self.owner: Owner | None = None  # another specchat writing this chat: read-only here
+        self.job: ReplyJob | None = None
+        self.reply: Turn | None = None
+        self._meta = ReplyStats()
+        self._jobs = 0
+        self._last_checkpoint = 0.0
+        self._problem: StoreError | None = None  # the last write failure, until one succeeds
+        self._backlog: list[Conversation] = []  # chats left with turns still unsaved
+        self._last_renew = clock()
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    @property
+    def unsaved(self) -> int:
+        """Turns in memory only, in this chat and in chats left before they were saved."""
+        return sum(1 for c in self._conversations() for t in c.turns if self._pending(t))
+
+    def unsaved_turns(self) -> list[Turn]:
+        """This chat's turns that are in memory only (the screen marks them)."""
+        return [t for t in self.conversation.turns if self._pending(t)]
+
+    def _conversations(self) -> list[Conversation]:
+        return [*self._backlog, self.conversation]
+
+    @property
+    def read_only_reason(self) -> str | None:
+        if self.owner is None:
+            return None
+        return (f"This chat is open in another specchat ({self.owner.describe()}): it is "
+                "read-only here. Ctrl+N starts a new chat.")
+
+    # --- which chat -------------------------------------------------------------------------
+
+    def new_chat(self) -> list[View]:
+        """An empty chat (saved once its first message is)."""
+        self._leave()
+        self.conversation = Conversation()
+        return [self._save_state()]
+
+    def open_chat(self, chat_id: int) -> list[View]:
+        """Show a saved chat; raises StoreError if it cannot be read (nothing changes then)."""
+        conversation = Conversation.load(self.store, chat_id)
+        self._leave()
+        self.conversation = conversation
+        try:
+            self.owner = self.store.claim(chat_id)
+        except StoreError:
+            self.owner = None  # cannot tell now: each write checks the owner again anyway
+        views: list[View] = [self._save_state()]
+        if self.owner is not None:
+            views.append(Notice(self.read_only_reason or "", "warning", "Read-only"))
+        if any(t.status == "interrupted" for t in conversation.turns):
+            views.append(Notice("A reply here was interrupted (specchat was closed while it "
+                                "was being written); what was shown is kept.",
+                                title="Interrupted reply"))
+        return views
+
+    def _leave(self) -> None:
+        c = self.conversation
+        if self.owner is None and any(self._pending(t) for t in c.turns):
+            self._backlog.append(c)  # still saved in order, by flush(), after this
+        elif c.chat_id is not None and self.owner is None:
+            with contextlib.suppress(StoreError):  # the row goes stale on its own
+                self.store.release(c.chat_id)
+        self.owner = None
+
+    def delete_chat(self, chat_id: int) -> list[View]:
+        """Delete a saved chat; the current one is replaced by an empty chat. Its unsaved turns
+        go with it (the user asked for that)."""
+        self.store.delete_chat(chat_id)
+        self._backlog = [c for c in self._backlog if c.chat_id != chat_id]
+        if chat_id != self.conversation.chat_id:
+            return [self._save_state()]
+        self.conversation, self.owner = Conversation(), None
+        return [self._save_state()]
+
+    def rename(self, title: str) -> None:
+        chat_id = self.conversation.chat_id
+        if chat_id is None:
+            raise StoreError("this chat is not saved yet: send a message first")
+        self.store.rename_chat(chat_id, title)
+        self.conversation.title = " ".join(title.split())
+
+    def summaries(self) -> list[ChatSummary]:
+        return self.store.list_chats()
+
+    # --- a reply ----------------------------------------------------------------------------
+
+    def send(self, text: str, system_prompt: str, sampling: SamplerSettings,
+             meta: ReplyStats | None = None) -> list[View]:
+        """Add the user's message and start a reply: ``job`` is then set for the worker.
+
+        ``meta`` is saved with the reply's stats (decoder, γ mode, context size, pair; its
+        generation figures and γ are replaced by the reply's own). In a
+        read-only chat nothing is added and ``job`` stays None (the text stays with the user).
+        """
+        if self.job is not None:
+            return [Notice("Still replying: press Esc to stop it first.", "warning")]
+        if self.owner is not None:
+            return [Notice(self.read_only_reason or "", "warning", "Read-only")]
+        user = Turn.user(text)
+        if self.conversation.chat_id is None and not self.conversation.turns:
+            self.conversation.title = title_from(text)
+        self.conversation.turns.append(user)
+        messages = self.conversation.engine_messages(system_prompt)
+        self.reply = Turn("assistant", FateTrace(), status="interrupted")
+        self.conversation.turns.append(self.reply)
+        self._jobs += 1
+        self.job = ReplyJob(self._jobs, messages, sampling)
+        self._meta = meta or ReplyStats()
+        self._last_checkpoint = self.clock()
+        return self.flush()
+
+    def cancel(self) -> bool:
+        """Ask the reply in flight to stop; whether there was one still running."""
+        if self.job is None or self.job.cancel.is_set():
+            return False
+        self.job.cancel.set()
+        return True
+
+    def apply(self, update: ReplyUpdate) -> list[View]:
+        """A worker update, on the UI thread. Updates of an older job are ignored."""
+        job, reply = self.job, self.reply
+        if job is None or reply is None or update.job != job.id:
+            return []
+        if isinstance(update, ReplyFigures):
+            return [Figures(update.stats, busy=True)]
+        if isinstance(update, ReplyChunk):
+            views: list[View] = []
+            if update.segments:
+                reply.trace.extend(update.segments)
+                reply.saved = False
+                views.append(Streamed(reply, update.segments))
+            views += [Notice(n, "warning") for n in update.notices]
+            # While writes fail, only tick() and the reply's end retry: each failed try can
+            # wait the store's busy timeout on the UI thread.
+            if self._problem is None and self.clock() - self._last_checkpoint >= self.checkpoint_s:
+                self._last_checkpoint = self.clock()
+                views += self.flush()
+            return views
+        assert isinstance(update, ReplyDone)
+        reply.trace = update.trace  # the worker has finished with it: the one built trace
+        s = update.stats
+        stats = replace(self._meta, generation=s, gamma=update.live.gamma,
+                        gamma_mode=update.live.mode or self._meta.gamma_mode)
+        status = "cancelled" if s.stop_reason == "cancelled" else "done"
+        return [*self._end(status, stats), Figures(update.live, busy=False)]
+
+    def failed(self, job_id: int, error: BaseException) -> list[View]:
+        """The worker raised: end the reply as failed (its text, if any, is kept)."""
+        if self.job is None or job_id != self.job.id:
+            return []
+        title, text = failure_text(error)
+        return [*self._end("error", self.reply.stats if self.reply else None),
+                Failed(title, text)]
+
+    def _end(self, status: str, stats: ReplyStats | None) -> list[View]:
+        reply, self.reply, self.job = self.reply, None, None
+        if reply is None:
+            return []
+        reply.status, reply.stats, reply.saved = status, stats, False
+        dropped = not reply.text and status != "cancelled"
+        if dropped:  # never written: a reply's row exists only once it has text
+            self.conversation.turns.remove(reply)
+        return [*self.flush(), Ended(reply, dropped)]
+
+    def stop_for_exit(self) -> list[View]:
+        """Quitting (the worker has stopped): keep the reply shown so far, as stopped."""
+        reply = self.reply
+        views: list[View] = []
+        if reply is not None:
+            views = self._end("cancelled" if reply.text else "error", reply.stats)
+        return views + self.flush()
+
+    def close(self) -> None:
+        self._leave()
+
+    # --- saving -----------------------------------------------------------------------------
+
+    def _pending(self, turn: Turn) -> bool:
+        if turn.saved:
+            return False
+        # A reply with no text yet has nothing to keep (a cancelled empty one is kept).
+        return bool(turn.text) or turn.role == "user" or turn.status == "cancelled"
+
+    def flush(self) -> list[View]:
+        """Write what is not saved yet, in order; stop at the first failure (kept, retried)."""
+        before = self._problem
+        current = False
+        try:
+            for conv in list(self._backlog):
+                self._write_all(conv)
+                self._backlog.remove(conv)
+                if conv.chat_id is not None and conv.chat_id != self.conversation.chat_id:
+                    with contextlib.suppress(StoreError):
+                        self.store.release(conv.chat_id)
+            if self.owner is None:
+                current = True
+                self._write_all(self.conversation)
+        except StoreError as e:
+            self._problem = e
+            views: list[View] = []
+            if before is None or before.kind != e.kind:
+                views.append(Notice(f"{e}. Kept on screen; saving again every few seconds.",
+                                    "error", "Not saved"))
+            if e.kind == "owned" and current and self.conversation.chat_id is not None:
+                with contextlib.suppress(StoreError):  # another specchat took this chat over
+                    self.owner = self.store.owner_of(self.conversation.chat_id)
+            return [*views, self._save_state()]
+        self._problem = None
+        views = []
+        if before is not None:
+            views.append(Notice("Everything is saved again.", "information", "Saved"))
+        return [*views, self._save_state()]
+
+    def _write_all(self, c: Conversation) -> None:
+        for turn in c.turns:
+            if self._pending(turn):
+                self._write(c, turn)
+
+    def _write(self, c: Conversation, turn: Turn) -> None:
+        if c.chat_id is None:
+            c.chat_id = self.store.create_chat(c.title, self.pair_label)
+        fates = turn.trace.encode() if turn.role == "assistant" else None
+        if turn.message_id is None:
+            turn.message_id = self.store.add_message(c.chat_id, turn.role, turn.text,
+                                                     fates=fates, stats=turn.stats,
+                                                     status=turn.status)
+        else:
+            self.store.update_message(turn.message_id, turn.text, fates=fates,
+                                      stats=turn.stats, status=turn.status)
+        turn.saved = True
+
+    def _save_state(self) -> SaveState:
+        return SaveState(self.unsaved)
+
+    def tick(self) -> list[View]:
+        """The screen's timer: renew this chat's ownership, retry what is unsaved, and take a
+        read-only chat over once the other specchat has let go of it."""
+        views: list[View] = []
+        if self.owner is not None and self.conversation.chat_id is not None:
+            with contextlib.suppress(StoreError):
+                self.owner = self.store.claim(self.conversation.chat_id)
+            if self.owner is None:
+                views.append(Notice("The other specchat let go of this chat: you can write "
+                                    "in it now.", title="Chat"))
+        if self.clock() - self._last_renew >= RENEW_S:
+            self._last_renew = self.clock()
+            with contextlib.suppress(StoreError):  # the next write says what is wrong
+                self.store.renew()
+        return views + (self.flush() if self.unsaved or views else [])
+
+    def rescue(self, folder: Path) -> Path | None:
+        """On quitting with turns still unsaved: those chats, whole, as Markdown in ``folder``."""
+        if not self.unsaved:
+            return None
+        now = time.time()
+        parts = []
+        for c in self._conversations():
+            if not any(self._pending(t) for t in c.turns):
+                continue
+            rows = [StoredMessage(0, c.chat_id or 0, i, t.role, t.text, None, t.stats,
+                                  t.status, now) for i, t in enumerate(c.turns)]
+            chat = ChatSummary(c.chat_id or 0, c.title, self.pair_label, now, now, len(rows))
+            parts.append(chat_to_markdown(chat, rows))
+        path = folder / time.strftime("unsaved-chat-%Y%m%d-%H%M%S.md")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n\n".join(parts), encoding="utf-8")
+        except OSError:
+            return None
+        return path
