@@ -14,7 +14,8 @@ from pathlib import Path
 
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
-from specchat.engine.drafters import DrafterEnv, usable
+from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
+from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
@@ -25,11 +26,11 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.planner import Planner, PlannerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
-from specchat.formats.gguf_file import read_header, validate
+from specchat.formats.gguf_file import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
-from specchat.models.vocab_compat import Finding, Level, compare_vocab
+from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
@@ -66,8 +67,12 @@ class Selection:
 
 
 def check_pair(target: Path, draft: Path) -> list[Finding]:
-    """Refuse a draft that cannot draft for the target; return the warnings, if any."""
-    findings = compare_vocab(read_header(target), read_header(draft))
+    """Refuse a draft that cannot draft for the target; return the warnings, if any (a draft
+    of another vocabulary drafts through the shared tokens, see engine.drafters._cross_vocab)."""
+    from specchat.models.compat import facts_for_path, vocab_findings
+
+    findings = [f for f in vocab_findings(facts_for_path(target), facts_for_path(draft))
+                if f.level is not Level.OK]
     bad = [f for f in findings if f.level is Level.BAD]
     if bad:
         raise IncompatiblePairError(f"{draft.name} cannot draft for {target.name}: "
@@ -137,6 +142,9 @@ class Runtime:
         # The learning controllers handed out (one per decoder: a chat session, a race), whose
         # state is saved for the next process; see save_controllers.
         self._controllers: list[AutoGamma] = []
+        # The target's layer-skip draft (``specchat models self-draft``), loaded on first use.
+        self.layerskip_path: Path | None = None
+        self._layerskip: tuple[LlamaModel, LlamaContext] | None = None
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -180,6 +188,7 @@ class Runtime:
         runtime = cls(selection, target, target_ctx, draft, draft_ctx, plan)
         runtime.pair_warnings = warnings
         runtime.paths = resolver.paths
+        runtime.layerskip_path = layerskip_path(resolver, selection.target)
         return runtime
 
     @property
@@ -306,25 +315,69 @@ class Runtime:
         if plain or not names:
             return PlainDecoder(self.target_ctx)
         policy = self.policy(gamma, ngram="ngram" in names)
-        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, names)
+        env = self._drafter_env()
+        chosen: list[str | Drafter] = []
+        for n in names:
+            if n == LAYERSKIP and LAYERSKIP not in env.shared:
+                t = self.selection.target.id
+                raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
+                                    f"`specchat models self-draft {t} --layers auto`")
+            chosen.append(build(n, env) if n == LAYERSKIP else n)
+        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
         """Of ``names``, those that can run with what is loaded (the app keeps one drafter
         setting for pairs and single models alike)."""
-        return usable(names, DrafterEnv(self.target_ctx, self.draft_ctx))
+        return usable(names, self._drafter_env())
+
+    def _drafter_env(self) -> DrafterEnv:
+        env = DrafterEnv(self.target_ctx, self.draft_ctx)
+        if self.layerskip_path is not None:
+            env.shared[LAYERSKIP] = self._load_layerskip
+        return env
+
+    def _load_layerskip(self) -> LlamaContext:
+        if self._layerskip is None:
+            assert self.layerskip_path is not None
+            t = self.target_ctx
+            model = LlamaModel(self.layerskip_path, self.target.settings)
+            try:
+                ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
+            except BaseException:
+                model.close()
+                raise
+            self._layerskip = (model, ctx)
+        return self._layerskip[1]
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
         self.target_ctx.clear()
         if self.draft_ctx is not None:
             self.draft_ctx.clear()
+        if self._layerskip is not None:
+            self._layerskip[1].clear()
 
     def close(self) -> None:
         self.save_controllers()
         self._controllers = []
+        if self._layerskip is not None:
+            self._layerskip[1].close()
+            self._layerskip[0].close()
+            self._layerskip = None
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
+
+
+def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
+    """The target's layer-skip draft on disk, if one was made (see models.self_draft)."""
+    from specchat.models.self_draft import layerskip_entry
+
+    entry = layerskip_entry(resolver.catalog, target)
+    if entry is None:
+        return None
+    st = resolver.state(entry)
+    return st.path if st.present else None
 
 
 def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool

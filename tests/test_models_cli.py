@@ -12,7 +12,7 @@ from specchat.cli.main import main
 from specchat.config import load_config
 from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.local_pypi import LocalPypi
-from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.devtools.tiny_models import TinySpec, few_shared_vocabulary, write_tiny_model
 from specchat.engine.model import LlamaModel
 from specchat.models.catalog import load_catalog
 from specchat.models.compat import check_files
@@ -88,7 +88,7 @@ def test_check_exit_codes(tiny_target: Path, small_draft: Path, tmp_path: Path, 
                           capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "models", "check", str(tiny_target), str(small_draft))
     assert rc == 0 and "verdict: compatible" in out
-    other = write_tiny_model(tmp_path / "o.gguf", SMALL, tokens=vocabulary()[::-1])
+    other = write_tiny_model(tmp_path / "o.gguf", SMALL, tokens=few_shared_vocabulary())
     rc, out, _ = run(capsys, "models", "check", str(tiny_target), str(other))
     assert rc == 1 and "verdict: incompatible" in out and "✗ token texts" in out
 
@@ -113,7 +113,7 @@ def test_pair_saves_models_and_pair_and_the_default(
 
 def test_an_incompatible_pair_is_not_saved(home: AppPaths, tiny_target: Path, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    other = write_tiny_model(tmp_path / "o.gguf", SMALL, tokens=vocabulary()[::-1])
+    other = write_tiny_model(tmp_path / "o.gguf", SMALL, tokens=few_shared_vocabulary())
     rc, _, err = run(capsys, "models", "pair", "bad", str(tiny_target), str(other))
     assert rc == 1 and "cannot draft for this target" in err
     assert not home.user_catalog.exists()

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.devtools.tiny_models import (
+    TinySpec,
+    few_shared_vocabulary,
+    write_tiny_model,
+)
 from specchat.errors import CatalogError
 from specchat.models.catalog import HfSource, ModelEntry, PairEntry, PathSource, load_catalog
 from specchat.models.compat import facts_for_path
@@ -105,7 +109,7 @@ def test_draft_candidates_put_compatible_drafts_first(tmp_path: Path, tiny_targe
     d = tmp_path / "models"
     d.mkdir()
     write_tiny_model(d / "small.gguf", SMALL)
-    write_tiny_model(d / "alien.gguf", SMALL, tokens=vocabulary()[::-1])
+    write_tiny_model(d / "alien.gguf", SMALL, tokens=few_shared_vocabulary())
     shutil.copy(tiny_draft, d / "same-size.gguf")
     shutil.copy(tiny_target, d / "target.gguf")
     monkeypatch.setenv("SPECCHAT_MODEL_DIRS", str(d))

@@ -10,7 +10,12 @@ import pytest
 from specchat.bench.prompts import load_prompts
 from specchat.bench.report import summarize
 from specchat.cli.main import main
-from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.devtools.tiny_models import (
+    TinySpec,
+    few_shared_vocabulary,
+    vocabulary,
+    write_tiny_model,
+)
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.events import SpecDetail
 from specchat.engine.gamma import GAMMA_DEFAULT
@@ -32,14 +37,26 @@ def swapped(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             tokens=toks)
 
 
-def test_incompatible_pair_is_refused_with_what_differs(tiny_target: Path, swapped: Path,
+@pytest.fixture(scope="module")
+def few(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("few") / "few.gguf", TinySpec(seed=4),
+                            tokens=few_shared_vocabulary())
+
+
+def test_incompatible_pair_is_refused_with_what_differs(tiny_target: Path, few: Path,
                                                         home: AppPaths) -> None:
-    with pytest.raises(IncompatiblePairError, match=r"swapped.gguf cannot draft for target.gguf:"
-                       r" token 10 is '\w' in the target but '\w' in the draft"):
-        check_pair(tiny_target, swapped)
-    sel = select(load_catalog(), model=str(tiny_target), draft=str(swapped))
+    with pytest.raises(IncompatiblePairError, match=r"few.gguf cannot draft for target.gguf:"
+                       r" different vocabularies sharing only 18 of the target's 52 tokens"):
+        check_pair(tiny_target, few)
+    sel = select(load_catalog(), model=str(tiny_target), draft=str(few))
     with pytest.raises(IncompatiblePairError):
         Runtime.open(sel, ModelResolver(load_catalog(), home))
+
+
+def test_a_swapped_vocabulary_drafts_through_the_shared_tokens(tiny_target: Path,
+                                                               swapped: Path) -> None:
+    (warning,) = check_pair(tiny_target, swapped)
+    assert "different vocabularies: drafting through their 52 shared tokens" in warning.message
 
 
 def test_padding_difference_opens_with_a_warning(tiny_target: Path, tiny_other_vocab: Path,
@@ -122,13 +139,13 @@ def test_ask_summary_line_shows_alpha_and_tau(tiny_target: Path, home: AppPaths,
     assert "α " in err and "τ " in err
 
 
-def test_ask_refuses_an_incompatible_pair_in_one_line(tiny_target: Path, swapped: Path,
+def test_ask_refuses_an_incompatible_pair_in_one_line(tiny_target: Path, few: Path,
                                                       home: AppPaths,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["ask", "hi", "--model", str(tiny_target), "--draft", str(swapped)])
+    rc = main(["ask", "hi", "--model", str(tiny_target), "--draft", str(few)])
     err = capsys.readouterr().err
     assert rc == 1
-    assert err.count("\n") == 1 and err.startswith("specchat: error: swapped.gguf cannot draft")
+    assert err.count("\n") == 1 and err.startswith("specchat: error: few.gguf cannot draft")
 
 
 def test_ask_rejects_a_bad_gamma(tiny_target: Path, home: AppPaths,

@@ -328,7 +328,7 @@ def test_the_drafter_setting_in_the_config_file(tmp_path: Path) -> None:
     assert load_config(path).ngram is True and load_config(path).drafter is None
     path.write_text("gamma: 3\ndrafter: medusa\n")
     with pytest.raises(ConfigError, match=r"config.yaml:2: setting 'drafter' is wrong: unknown "
-                       r"drafter 'medusa' \(choose from model, ngram, tree\)"):
+                       r"drafter 'medusa' \(choose from layerskip, model, ngram, tree\)"):
         load_config(path)
 
 

@@ -47,6 +47,8 @@ def describe_source(src: Source) -> str:
         return "pypi:" + "+".join(p.requirement.split("==")[0] for p in src.parts[:1]) + (
             f" (+{len(src.parts) - 1} parts)" if len(src.parts) > 1 else "")
     if isinstance(src, DerivedSource):
+        if src.layers is not None:
+            return f"derived:{len(src.layers)} blocks of {src.base}"
         return f"derived:{src.quant} of {src.base}"
     if isinstance(src, HfSource):
         parts = f" ({len(src.files)} parts)" if len(src.files) > 1 else ""
@@ -145,3 +147,4 @@ def cmd_rm(env: Env, args: argparse.Namespace) -> int:
         removed = env.resolver.remove(entry)
         print(f"{ref}: " + (", ".join(str(p) for p in removed) if removed else "not on disk"))
     return 0
+

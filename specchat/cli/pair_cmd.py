@@ -38,8 +38,14 @@ def add_parsers(msub: Any) -> None:
     p.add_argument("--calibrate", action="store_true", help="calibrate first; use its γ")
     p.add_argument("--default", action="store_true", help="make it the default pair")
     p.set_defaults(func=cmd_pair)
-    s = msub.add_parser("self-draft", help="make a draft by quantizing the target itself")
+    s = msub.add_parser("self-draft", help="make a draft from the target itself",
+                        description="A quantized copy of the target (--quant), or a layer-skip "
+                        "draft holding some of its own blocks (--layers; 'auto' picks them by "
+                        "measuring on this machine), recorded in your catalog.")
     s.add_argument("target", metavar="TARGET")
+    s.add_argument("--layers", metavar="auto|LIST",
+                   help="a layer-skip draft keeping these blocks, e.g. 0-11,14,27, or 'auto' "
+                   "(use it with --drafter layerskip)")
     s.add_argument("--quant", default="Q4_0", choices=("Q4_0", "Q3_K_S", "Q2_K"))
     s.add_argument("--name", help="pair name (default: TARGET+self-QUANT)")
     s.add_argument("--force", action="store_true", help="even if the copy is too big to pay")
@@ -175,6 +181,8 @@ def cmd_self_draft(env: Env, args: argparse.Namespace) -> int:
     from specchat.models.self_draft import make_self_draft
 
     target = entry_for(env, args.target)
+    if args.layers:
+        return _layerskip_draft(env, target, args.layers)
     option = next(o for o in self_draft_options(facts_for_entry(env.resolver, target))
                   if o.quant == args.quant)
     print(f"{args.quant} copy of {target.id}: {option.reason}")
@@ -189,6 +197,24 @@ def cmd_self_draft(env: Env, args: argparse.Namespace) -> int:
     gamma = None if args.no_calibrate else run_calibration(env, target, draft)
     name = args.name or self_draft_pair_name(env.catalog, target, args.quant)
     _save(env, name, target, draft, gamma, args.default)
+    return 0
+
+
+def _layerskip_draft(env: Env, target: ModelEntry, layers: str) -> int:
+    from specchat.models.layer_search import format_layers
+    from specchat.models.progress import format_bytes
+    from specchat.models.self_draft import make_layerskip_draft
+
+    made = make_layerskip_draft(env.resolver, target, layers, print, TextProgress())
+    if made.search is not None:
+        r, b = made.search, made.search.best
+        print(f"chose {len(b.kept)} of {r.n_layer} blocks: α {b.alpha:.2f}, draft "
+              f"{b.draft_s * 1e3:.1f} ms/token vs target {r.target_s * 1e3:.1f}, predicted "
+              f"{b.speedup:.2f}× at γ {b.gamma}"
+              + ("" if b.speedup >= 1.05 else " — it will not pay on this machine"))
+    print(f"{made.entry.id}: {made.path} ({format_bytes(made.size)} on disk), blocks "
+          f"{format_layers(made.kept)} of 0-{made.n_layer - 1}\n"
+          f"  use it: specchat ask --model {target.id} --drafter layerskip")
     return 0
 
 

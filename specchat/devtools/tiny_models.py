@@ -51,6 +51,14 @@ def vocabulary(extra: int = 0) -> list[str]:
     return base + [f"<x{i}>" for i in range(extra)]
 
 
+def few_shared_vocabulary(own: int = 40) -> list[str]:
+    """A vocabulary sharing with :func:`vocabulary` only the specials, the pieces of the merges
+    and their results (18 tokens), plus ``own`` tokens of its own: too few to draft through."""
+    needed = sorted({c for m in MERGES for c in m.split(" ")})
+    return SPECIALS + needed + [m.replace(" ", "") for m in MERGES] + [f"<z{i}>"
+                                                                      for i in range(own)]
+
+
 def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(spec.seed)
     e, f = spec.n_embd, spec.n_ff

@@ -51,6 +51,7 @@ class ModelSettings:
     use_mmap: bool = True
     # With n_gpu_layers == -1: Runtime.open's memory check offloads only as many layers as fit.
     fit_layers: bool = True
+    vocab_only: bool = False  # the tokenizer alone (no weights): for comparing vocabularies
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class LlamaModel:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = settings.main_gpu
         params.use_mmap = settings.use_mmap
+        params.vocab_only = settings.vocab_only
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)

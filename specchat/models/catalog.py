@@ -42,8 +42,9 @@ class PypiSource:
 @dataclass(frozen=True)
 class DerivedSource:
     base: str  # id of the catalog model to quantize from
-    quant: str  # one of QUANT_TYPES
+    quant: str  # one of QUANT_TYPES ("" for a layer-skip cut)
     filename: str
+    layers: tuple[int, ...] | None = None  # a layer-skip cut: the base's blocks it keeps
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,15 @@ def _source(f: _Fields, base_dir: Path) -> Source:
             pf.no_extra()
         src = PypiSource(tuple(parts), f.get("filename", str), _sha(f), f.get("size", int, None))
     elif kind == "derived":
-        src = DerivedSource(f.get("from", str), f.get("quant", str, choices=QUANT_TYPES),
-                            f.get("filename", str))
+        layers = f.get("layers", list, None)
+        if layers is not None:
+            if not layers or not all(isinstance(x, int) and x >= 0 for x in layers):
+                raise f.fail("layers", "expected a non-empty list of block numbers")
+            src = DerivedSource(f.get("from", str), "", f.get("filename", str),
+                                tuple(sorted(layers)))
+        else:
+            src = DerivedSource(f.get("from", str), f.get("quant", str, choices=QUANT_TYPES),
+                                f.get("filename", str))
     elif kind == "hf":
         files = f.get("files", list, None) or [f.get("file", str)]
         if not all(isinstance(x, str) for x in files):

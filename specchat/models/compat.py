@@ -30,6 +30,8 @@ from specchat.models.vocab_compat import (
     Finding,
     Level,
     compare_vocab,
+    cross_vocab_finding,
+    shared_tokens,
     tokens_of,
     verdict,
     vocab_hash,
@@ -129,6 +131,12 @@ def facts_for_entry(resolver: ModelResolver, entry: ModelEntry) -> ModelFacts:
         if base is None:
             raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
         b = facts_for_entry(resolver, base)
+        if src.layers is not None:  # a layer-skip cut: about its share of the base's blocks
+            n_layer = int(b.header.arch_value("block_count") or len(src.layers))
+            share = len(src.layers) / max(1, n_layer)
+            return ModelFacts(entry.id, b.header, int(b.n_params * share),
+                              int(b.weight_bytes * share), estimated=True,
+                              source_note=f"not made yet: estimated from {base.id}")
         return ModelFacts(entry.id, b.header, b.n_params, estimated_size(b.n_params, src.quant),
                           estimated=True, source_note=f"not made yet: estimated from {base.id}")
     raise FetchError(f"model '{entry.id}' is not on disk: run `specchat models pull {entry.id}`")
@@ -196,7 +204,7 @@ def check_readable(read_target: Callable[[], ModelFacts], read_draft: Callable[[
 
 def check_pair(target: ModelFacts, draft: ModelFacts, catalog: Catalog | None = None
                ) -> CompatReport:
-    findings = _vocab_findings(target, draft)
+    findings = vocab_findings(target, draft)
     findings += _fit_findings(target, draft)
     order = {Level.BAD: 0, Level.WARN: 1, Level.OK: 2}
     findings.sort(key=lambda f: order[f.level])
@@ -208,15 +216,47 @@ def check_pair(target: ModelFacts, draft: ModelFacts, catalog: Catalog | None = 
     return report
 
 
-def _vocab_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
+def vocab_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:
     out = compare_vocab(target.header, draft.header)
-    if any(f.level is Level.BAD for f in out):
-        return [f for f in out if f.level is Level.BAD]  # BOS/EOS details mean nothing then
+    bad = [f for f in out if f.level is Level.BAD]
+    if bad:
+        if any(f.what == "vocabulary" for f in bad) or (
+                any(f.what == "tokenizer" for f in bad)
+                and shared_tokens(target.header, draft.header) is None):
+            return bad  # unusable, or tokens that cannot be matched: BOS/EOS mean nothing then
+        # Different vocabularies: drafting goes through the tokens both have (TLI).
+        return [cross_vocab_finding(target.header, draft.header,
+                                    calibration_mass(target.header, draft.header))]
     toks = tokens_of(target.header)
     out.append(Finding(Level.OK, "vocabulary",
                        f"same vocabulary: {min(target.n_vocab, draft.n_vocab)} shared "
                        f"tokens (#{vocab_hash(toks)})"))
     return out
+
+
+def calibration_mass(target: GgufHeader, draft: GgufHeader) -> float | None:
+    """Of the calibration prompts' text in the target's tokenisation, the share of tokens the
+    draft also has (the target's empirical probability mass there that drafting can reach);
+    None when the target's file is not on disk or its tokenizer cannot be loaded."""
+    from specchat.models.vocab_compat import token_keys
+
+    tk, dk = token_keys(target), token_keys(draft)
+    if tk is None or dk is None or not Path(target.path).is_file():
+        return None
+    from specchat.engine.model import LlamaModel, ModelSettings
+    from specchat.models.calibration import builtin_prompts
+
+    try:
+        tm = LlamaModel(target.path, ModelSettings(n_gpu_layers=0, vocab_only=True))
+    except ModelFileError:
+        return None
+    try:
+        tokens = [t for p in builtin_prompts() for t in tm.tokenize(p.prompt)]
+    finally:
+        tm.close()
+    have = {k for k in dk if k is not None}
+    hits = sum(1 for t in tokens if t < len(tk) and tk[t] is not None and tk[t] in have)
+    return hits / len(tokens) if tokens else None
 
 
 def _fit_findings(target: ModelFacts, draft: ModelFacts) -> list[Finding]:

@@ -49,7 +49,7 @@ def _same_source(a: Source, b: Source) -> bool:
     if isinstance(a, PathSource) and isinstance(b, PathSource):
         return a.path.expanduser().resolve() == b.path.expanduser().resolve()
     if isinstance(a, DerivedSource) and isinstance(b, DerivedSource):
-        return (a.base, a.quant) == (b.base, b.quant)
+        return (a.base, a.quant, a.layers) == (b.base, b.quant, b.layers)
     return False
 
 
@@ -147,6 +147,9 @@ def source_to_dict(src: Source) -> dict[str, object]:
             d["confirmed"] = False
         return d
     if isinstance(src, DerivedSource):
+        if src.layers is not None:
+            return {"kind": "derived", "from": src.base, "layers": list(src.layers),
+                    "filename": src.filename}
         return {"kind": "derived", "from": src.base, "quant": src.quant, "filename": src.filename}
     if isinstance(src, PathSource):
         return {"kind": "path", "path": str(src.path)}

@@ -116,7 +116,13 @@ class ModelResolver:
                 raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
             base_path = self.ensure(base, report, fetch, cancel)
             dest = self.paths.models_dir / src.filename
-            quantize(base_path, dest, src.quant, report, cancel=cancel)
+            if src.layers is not None:  # a layer-skip cut, remade from its recorded blocks
+                from specchat.models.layer_cut import open_source, write_cut
+
+                write_cut(open_source(base_path), dest, src.layers,
+                          cancel.is_set if cancel is not None else None)
+            else:
+                quantize(base_path, dest, src.quant, report, cancel=cancel)
         else:
             from specchat.models.hf_cache import download
 

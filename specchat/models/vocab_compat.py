@@ -110,3 +110,89 @@ def verdict(findings: list[Finding]) -> Level:
     if any(f.level is Level.WARN for f in findings):
         return Level.WARN
     return Level.OK
+
+
+# ---------------------------------------------------------------- different vocabularies (TLI)
+
+MIN_SHARED = 1000  # fewer shared tokens than this (or half a smaller vocabulary) cannot draft
+MIN_MASS = 0.5  # nor can shared tokens covering less than half of the target's text
+
+
+def _gpt2_byte_decoder() -> dict[str, int]:
+    # GPT-2's byte-level BPE spells each byte as a printable character (bytes_to_unicode).
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+_GPT2 = _gpt2_byte_decoder()
+_CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 3, 4, 5, 6
+
+
+def token_keys(h: GgufHeader) -> list[tuple[bool, bytes] | None] | None:
+    """What each token is, (special, bytes), from the header alone; None when the tokenizer's
+    spelling of bytes is not one specchat can read back."""
+    model = h.metadata.get("tokenizer.ggml.model")
+    if model not in ("gpt2", "llama"):
+        return None
+    types = h.metadata.get("tokenizer.ggml.token_type")
+    out: list[tuple[bool, bytes] | None] = []
+    for i, text in enumerate(tokens_of(h)):
+        kind = int(types[i]) if types is not None and i < len(types) else 1
+        if kind in (_CONTROL, _USER_DEFINED):
+            out.append((True, text.encode("utf-8")))
+            continue
+        if kind == _UNUSED or not text:
+            out.append(None)
+            continue
+        if model == "gpt2":
+            try:
+                out.append((False, bytes(_GPT2[c] for c in text)))
+            except KeyError:
+                out.append((False, text.encode("utf-8")))
+        elif kind == _BYTE or (len(text) == 6 and text.startswith("<0x") and text.endswith(">")):
+            out.append((False, bytes([int(text[3:5], 16)])))
+        else:
+            out.append((False, text.replace("\u2581", " ").encode("utf-8")))
+    return out
+
+
+def shared_tokens(target: GgufHeader, draft: GgufHeader) -> int | None:
+    """How many tokens both vocabularies have, matched by their bytes (None: not readable)."""
+    tk, dk = token_keys(target), token_keys(draft)
+    if tk is None or dk is None:
+        return None
+    return len({k for k in tk if k is not None} & {k for k in dk if k is not None})
+
+
+def cross_vocab_finding(target: GgufHeader, draft: GgufHeader, mass: float | None) -> Finding:
+    """The verdict on drafting across different vocabularies: through the shared tokens, or
+    refused when they are too few (saying how many)."""
+    n = shared_tokens(target, draft)
+    if n is None:
+        kinds = {str(target.metadata.get('tokenizer.ggml.model')),
+                 str(draft.metadata.get('tokenizer.ggml.model'))} - {"gpt2", "llama"}
+        return Finding(Level.BAD, "token texts",
+                       "the models use different vocabularies, and the tokens of a "
+                       f"{', '.join(sorted(kinds))} tokenizer cannot be matched by their bytes")
+    n_target = len(tokens_of(target))
+    need = min(MIN_SHARED, n_target // 2)
+    if n < need:
+        return Finding(Level.BAD, "token texts",
+                       f"different vocabularies sharing only {n} of the target's {n_target} "
+                       f"tokens (at least {need} are needed): too few to draft through")
+    if mass is not None and mass < MIN_MASS:
+        return Finding(Level.BAD, "token texts",
+                       f"different vocabularies: their {n} shared tokens are only {mass:.0%} "
+                       "of the target's probability mass on calibration text, too few to help")
+    share = (f" ({mass:.0%} of the target's probability mass on calibration text)"
+             if mass is not None else "")
+    return Finding(Level.WARN, "vocabulary",
+                   f"different vocabularies: drafting through their {n} shared tokens{share}")

@@ -25,6 +25,7 @@ DRAFTER_CHOICES = {
     "ngram,model": "n-gram lookup, then the draft model",
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
+    "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
 }
 
 

@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.drafters import (
-    DrafterEnv,
     DraftFailed,
     DraftRequest,
     Proposal,
@@ -31,16 +30,6 @@ from specchat.engine.drafters import (
 from specchat.engine.model import LlamaContext
 from specchat.engine.sampling import Distribution, distribution, greedy_token
 from specchat.engine.verify import Verdict, children_of, one_hot
-
-
-def shared_draft(env: DrafterEnv) -> DraftModel | None:
-    """The one DraftModel of an environment (drafters on the same draft share its cache)."""
-    if env.draft is None:
-        return None
-    dm = env.shared.get("draft_model")
-    if not isinstance(dm, DraftModel):
-        dm = env.shared["draft_model"] = DraftModel(env.target, env.draft, env.stepwise_draft)
-    return dm
 
 
 def without(q: Distribution, token: int) -> Distribution | None:
@@ -235,4 +224,4 @@ def _const(x: float) -> Callable[[], float]:
     return lambda: x
 
 
-__all__ = ["DraftModel", "depths", "draw_children", "shared_draft", "top_children", "without"]
+__all__ = ["DraftModel", "depths", "draw_children", "top_children", "without"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
-from specchat.engine.drafters._draft_model import DraftModel, shared_draft
+from specchat.engine.drafters._draft_model import DraftModel
+from specchat.engine.drafters._shared import shared_draft
 from specchat.engine.verify import Verdict
 
 NAME = "model"

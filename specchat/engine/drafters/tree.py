@@ -16,7 +16,8 @@ import heapq
 from collections.abc import Sequence
 
 from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
-from specchat.engine.drafters._draft_model import DraftModel, shared_draft
+from specchat.engine.drafters._draft_model import DraftModel
+from specchat.engine.drafters._shared import shared_draft
 from specchat.engine.plan import Plan
 from specchat.engine.verify import Verdict
 

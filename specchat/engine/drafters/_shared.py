@@ -1,0 +1,29 @@
+"""The one draft-model helper of an environment, shared by the drafters that use the draft model
+("model", "tree"): the same-vocabulary ``DraftModel``, or a ``CrossVocabDraft`` drafting through
+the shared tokens when the vocabularies differ (see :mod:`._cross_vocab`)."""
+
+from __future__ import annotations
+
+from specchat.engine.drafters import DrafterEnv
+from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
+from specchat.engine.drafters._draft_model import DraftModel
+from specchat.engine.model import LlamaContext, LlamaModel
+
+
+def shared_draft(env: DrafterEnv) -> DraftModel | None:
+    """The one DraftModel of an environment (drafters on the same draft share its cache)."""
+    if env.draft is None:
+        return None
+    dm = env.shared.get("draft_model")
+    if not isinstance(dm, DraftModel):
+        dm = env.shared["draft_model"] = draft_for(env.target, env.draft, env.stepwise_draft)
+    return dm
+
+
+def draft_for(target: LlamaContext, draft: LlamaContext, stepwise: bool) -> DraftModel:
+    """A draft of the same vocabulary, else one drafting through the shared tokens (TLI)."""
+    if isinstance(target.model, LlamaModel) and isinstance(draft.model, LlamaModel):
+        vmap = cross_map(target.model, draft.model)
+        if vmap is not None:
+            return CrossVocabDraft(target, draft, vmap)
+    return DraftModel(target, draft, stepwise)

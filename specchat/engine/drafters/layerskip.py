@@ -1,0 +1,69 @@
+"""The target's own blocks, some skipped, as its draft ("layerskip", Draft & Verify: Zhang et
+al. 2024).
+
+The draft is a GGUF holding a subset of the target's blocks (written by
+``specchat models self-draft TARGET --layers …``, see :mod:`specchat.models.layer_cut`): same
+vocabulary, same embeddings and head, fewer blocks, so each draft token costs about
+kept/total of a target token plus the head. It drafts a chain like the draft model does
+(:mod:`._draft_model`); the target verifies, so the output is exact whatever it proposes.
+
+Whoever loads models puts a loader for the cut model's context in ``env.shared["layerskip"]``
+(a zero-argument callable); it is called on the first step that asks, so naming the drafter
+costs nothing until it drafts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
+from specchat.engine.drafters._draft_model import DraftModel
+from specchat.engine.model import LlamaContext
+from specchat.engine.verify import Verdict
+
+NAME = "layerskip"
+SHARED_KEY = "layerskip"
+
+
+class LayerSkipDrafter(ChainDefault):
+    name = NAME
+
+    def __init__(self, target: LlamaContext, load: Callable[[], LlamaContext]) -> None:
+        self.target = target
+        self._load = load
+        self._dm: DraftModel | None = None
+
+    @property
+    def dm(self) -> DraftModel:
+        if self._dm is None:
+            self._dm = DraftModel(self.target, self._load())
+        return self._dm
+
+    @property
+    def ctx(self) -> LlamaContext | None:
+        """The cut model's context once loaded (None before its first step)."""
+        return self._dm.ctx if self._dm is not None else None
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        if self._dm is not None:
+            self._dm.reset(prompt)
+
+    def propose(self, req: DraftRequest) -> Proposal:
+        dm = self.dm
+        dm.ctx.cancel = self.target.cancel  # the decoder sets the run's event on the target
+        return dm.chain(req, req.plan.depth, self.name)
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        if proposal.drafter == self.name and self._dm is not None:
+            self._dm.commit(proposal, verdict)
+
+    def settle(self, seq: Sequence[int]) -> None:
+        if self._dm is not None:
+            self._dm.settle(seq)
+
+
+def build(env: DrafterEnv) -> LayerSkipDrafter | None:
+    load = env.shared.get(SHARED_KEY)
+    if not callable(load):
+        return None
+    return LayerSkipDrafter(env.target, load)
