@@ -11,7 +11,16 @@ empty shape is a plain step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def depths(parents: Sequence[int]) -> list[int]:
+    """Each node's depth (1 = a child of the root), for a shape given by parent indices."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +45,7 @@ class Plan:
 
     @property
     def depth(self) -> int:
-        depths: list[int] = []
-        for p in self.parents:
-            depths.append(1 if p < 0 else depths[p] + 1)
-        return max(depths, default=0)
+        return max(depths(self.parents), default=0)
 
     def children(self, node: int) -> list[int]:
         """The children of ``node`` (−1 = the root), best-ranked first."""

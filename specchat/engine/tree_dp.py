@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specchat.engine.plan import depths
+
 NEG = float("-inf")
 
 
@@ -42,10 +44,7 @@ class TreeChoice:
 
     @property
     def depth(self) -> int:
-        depths: list[int] = []
-        for p in self.parents:
-            depths.append(1 if p < 0 else depths[p] + 1)
-        return max(depths, default=0)
+        return max(depths(self.parents), default=0)
 
 
 def best_trees(p: Sequence[Sequence[float]], budget: int) -> list[TreeChoice]:

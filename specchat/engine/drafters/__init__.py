@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.model import LlamaContext
-from specchat.engine.plan import Plan, chain
+from specchat.engine.plan import Plan, chain, depths
 from specchat.engine.sampling import Distribution, SamplerSettings
 from specchat.engine.verify import Verdict
 from specchat.errors import SpecchatError
@@ -67,14 +67,6 @@ class Proposal:
     @property
     def depth(self) -> int:
         return max(depths(self.parents), default=0)
-
-
-def depths(parents: Sequence[int]) -> list[int]:
-    """Each node's depth (1 = a child of the root)."""
-    out: list[int] = []
-    for p in parents:
-        out.append(1 if p < 0 else out[p] + 1)
-    return out
 
 
 def path_to(parents: Sequence[int], node: int) -> list[int]:
