@@ -264,7 +264,11 @@ class Planner(AutoGamma):
         if not self.seeded and self.costs.ratio is None:
             if sum(1 for w in self.costs.table.weight if w > 0) < 2:
                 # One batch size timed: the curve's slope is unknown, so a plain step (which
-                # times T(1)) rather than a guess.
+                # times T(1)) rather than a guess — or an n-gram lookup, which is a plain step
+                # when it finds nothing and otherwise times a check of several tokens (without
+                # it, a reply whose warm-up lookups found nothing would never leave plain).
+                if "ngram" in available:
+                    return self._chosen(chain("ngram", 2, "timing a check"))
                 return self._chosen(plain("plain: timing a target step"))
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
         model = self.current.model
