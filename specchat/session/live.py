@@ -106,7 +106,10 @@ class EventBatcher:
             self.steps += 1
             self.gamma = ev.gamma
             # What chose the step, and the plan's few words when it has them ("tree 12 · depth 4").
-            self.mode = " · ".join(x for x in (ev.mode, ev.reason) if x) or None
+            # (The planner's label already ends with its plan's reason: not said twice.)
+            with_reason = ev.reason and not ev.mode.endswith(ev.reason)
+            self.mode = " · ".join(x for x in (ev.mode, ev.reason if with_reason else "") if x) \
+                or None
             self._gammas.append(ev.gamma)
             self.accepted += ev.accepted
             rejected = ev.accepted < ev.depth  # a tree drafts more tokens than it can keep
