@@ -494,6 +494,9 @@ async def test_the_welcome_starts_qwen_coder_or_goes_on_to_the_wizard(
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
         wizard = app.screen
+        # The recommendation fills in from a worker: click once the step has settled.
+        await wait_for(pilot, lambda: "Recommended" in str(
+            wizard.query_one("#welcome-advice", Static).render()))
         await pilot.click("#welcome-pair")
         await wait_for(pilot, lambda: wizard.step == "step-target")
         await pilot.click("#back")

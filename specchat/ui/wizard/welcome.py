@@ -131,7 +131,7 @@ class WelcomeStep(Vertical):
     DEFAULT_CSS = """
     WelcomeStep { height: 1fr; }
     WelcomeStep Button { width: 100%; margin: 0 0 1 0; }
-    WelcomeStep #welcome-advice { margin: 0 0 1 0; }
+    WelcomeStep #welcome-advice { margin: 0 0 1 0; min-height: 2; }  /* no jump when it fills in */
     WelcomeStep Horizontal { height: auto; }
     """
 
