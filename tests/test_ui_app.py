@@ -54,7 +54,10 @@ def standin(runtime: Runtime, settings: ChatSettings) -> SpeculativeStandIn:
 
 
 async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen))
+    # The screen, and its widgets composed (on a fast machine the first can come before the second).
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
+                   and bool(pilot.app.screen.query(ChatInput))
+                   and bool(pilot.app.screen.query(ChatList)))
     return pilot.app.screen
 
 

@@ -156,8 +156,7 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._shown_topbar = self._topbar().plain
-        self.refresh_chat_list()
-        self.query_one(ChatInput).focus()
+        self._fill()
         self.set_interval(TICK_S, self._tick)
         if self.services.config_problem:
             self.notify(f"{self.services.config_problem}; using default settings",
@@ -165,6 +164,15 @@ class ChatScreen(Screen[None]):
         if self.services.store_problem:
             self.notify(self.services.store_problem, title="Chat history", severity="warning",
                         timeout=20, markup=False)
+
+    def _fill(self) -> None:
+        """The chat list filled and the input focused, once the widgets are there (a fast
+        machine can deliver the mount before the composed children)."""
+        if not self.query(ChatList) or not self.query(ChatInput):
+            self.call_after_refresh(self._fill)
+            return
+        self.refresh_chat_list()
+        self.query_one(ChatInput).focus()
 
     @property
     def transcript(self) -> Transcript:
