@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.theme import Theme
@@ -80,6 +80,17 @@ class SpecchatApp(App[int]):
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
         self.rescued: Path | None = None  # unsaved messages written here on quitting
+
+    async def on_event(self, event: events.Event) -> None:
+        # Typing while a pane that takes no text has focus goes to the chat's message box.
+        # Decided here, before the event is handed to the focused widget, so that the focus
+        # has moved before the next key is handed on (each widget has its own queue: a later
+        # check would let the keys after the first land in the wrong place or out of order).
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            take = getattr(self.screen, "take_typing", None)
+            if take is not None and take(event):
+                return
+        await super().on_event(event)
 
     # --- opening the models -----------------------------------------------------------------
 

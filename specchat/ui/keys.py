@@ -32,7 +32,9 @@ CHAT_KEYS: tuple[Key, ...] = (
         "Switch finished replies between Markdown and the token-fate colours", priority=True),
     Key("ctrl+r", "toggle_rejected", "Drafts",
         "Show or hide the rejected draft tokens (struck through)", priority=True),
-    Key("ctrl+l", "toggle_chats", "Chats", "Show or hide the list of past chats"),
+    Key("ctrl+l", "toggle_chats", "Chats",
+        "Show or hide the list of past chats (typing there goes to the message box)",
+        priority=True),
     Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, drafter, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
@@ -62,6 +64,7 @@ LIST_KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Open the highlighted chat"),
     ("F2", "Rename the highlighted chat"),
     ("Delete", "Delete the highlighted chat (asks first)"),
+    ("Any letter", "Goes to the message box, which takes the focus (so does a paste)"),
 )
 
 APP_KEYS: tuple[tuple[str, str], ...] = (

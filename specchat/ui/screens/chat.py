@@ -317,6 +317,30 @@ class ChatScreen(Screen[None]):
         if event.key.startswith("alt+") and event.is_printable:
             self.action_stop()
 
+    def take_typing(self, event: events.Key | events.Paste) -> bool:
+        """A character typed (or text pasted) while the chat list or the transcript has focus
+        (after Ctrl+L, after a click in the transcript) goes to the message box, which takes
+        the focus: what the user types is never lost, and Enter then sends it rather than
+        opening a chat. Keys the focused pane is bound to (arrows, Enter, F2, Delete, ...)
+        keep their meaning. The app calls this before it hands the event to the focused
+        widget, in the order the keys came (see SpecchatApp.on_event)."""
+        box = self.query_one(ChatInput)
+        focused = self.focused
+        if focused is None or focused is box or self.app.screen is not self or box.read_only:
+            return False
+        if isinstance(event, events.Paste):
+            text = event.text
+        elif not event.is_printable or event.key in self.active_bindings:
+            return False
+        else:
+            text = event.character or ""
+            if event.key.startswith("alt+"):  # Esc and then a key, read as one (see on_key)
+                self.action_stop()
+        if not text:
+            return False
+        box.type_in(text)
+        return True
+
     def action_stop(self) -> None:
         if self.session.cancel():
             self.notify("Stopping the reply…", timeout=2, markup=False)
@@ -385,10 +409,9 @@ class ChatScreen(Screen[None]):
     def action_toggle_chats(self) -> None:
         sidebar = self.query_one("#sidebar")
         sidebar.display = not sidebar.display
-        if sidebar.display:
-            self.query_one(ChatList).focus()
-        else:
-            self.query_one(ChatInput).focus()
+        # Focus moves now (Ctrl+L is a priority key, run before the next key is handed on):
+        # what is typed right after it then reaches the list, which passes it to the box.
+        self.set_focus(self.query_one(ChatList) if sidebar.display else self.query_one(ChatInput))
 
     def action_pair_models(self) -> None:
         self.app.open_wizard()  # type: ignore[attr-defined]
