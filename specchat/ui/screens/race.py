@@ -24,7 +24,7 @@ from specchat.engine.decoding import Decoder
 from specchat.errors import SpecchatError
 from specchat.race.prompts import DEFAULT_KIND, builtin_prompts, prompt_from
 from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule
-from specchat.race.result import RaceResult, gamma_trace_text
+from specchat.race.result import RaceResult, gamma_trace_text, recorded_with
 from specchat.race.runner import RaceCancelled, RaceSetup, run_race
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime
@@ -142,9 +142,9 @@ class RaceScreen(Screen[None]):
     def record(self, job: int, runtime: Runtime, setup: RaceSetup, spec: Decoder,
                cancel: threading.Event) -> None:
         try:
-            result = run_race(runtime, setup, spec,
-                              progress=lambda m: self.post_message(RaceProgress(job, m)),
-                              cancel=cancel)
+            result = recorded_with(run_race(
+                runtime, setup, spec, progress=lambda m: self.post_message(RaceProgress(job, m)),
+                cancel=cancel), spec)
             self.post_message(RaceRecorded(job, result))
         except RaceCancelled:
             pass
