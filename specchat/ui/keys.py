@@ -48,6 +48,8 @@ RACE_KEYS: tuple[Key, ...] = (
     Key("r", "run_again", "Run again", "Record both runs again and replay them"),
     Key("p", "pick_prompt", "Prompt", "Switch prompt: a built-in one or your own"),
     Key("s", "swap_pair", "Pair", "Race another pair (pairs whose models are on disk)"),
+    Key("d", "pick_drafter", "Drafter",
+        "Race another drafter: the draft model, n-gram lookup, a tree, the planner's choice…"),
     Key("x", "toggle_rejected", "Drafts", "Show or hide the rejected draft tokens"),
     Key("e", "export", "Export", "Write report.md and race.svg to a new folder"),
     Key("space", "skip", "Skip", "Skip the replay to the end"),
