@@ -44,6 +44,9 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("f1", "help", "Help", "This list of keys"),
 )
 
+# The chat keys the footer keeps in a narrow terminal (the others: F1, Ctrl+P).
+NARROW_FOOTER = frozenset({"stop", "new_chat", "toggle_view", "toggle_chats", "settings", "help"})
+
 RACE_KEYS: tuple[Key, ...] = (
     Key("r", "run_again", "Run again", "Record both runs again and replay them"),
     Key("p", "pick_prompt", "Prompt", "Switch prompt: a built-in one or your own"),

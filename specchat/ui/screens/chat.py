@@ -22,7 +22,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
@@ -43,7 +43,7 @@ from specchat.store import ReplyStats
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
-from specchat.ui.keys import CHAT_KEYS, bindings
+from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
 from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
@@ -53,6 +53,7 @@ from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
+from specchat.ui.widgets.key_footer import NARROW, KeyFooter
 from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
@@ -137,7 +138,7 @@ class ChatScreen(Screen[None]):
         yield StatsBar(self.backend, self.models_label(), self.engine.n_ctx,
                        speculative=self.speculative,
                        gamma_mode=self.settings.gamma_label, id="stats")
-        yield Footer()
+        yield KeyFooter(NARROW_FOOTER)
 
     def _topbar(self) -> Text:
         out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
@@ -164,6 +165,14 @@ class ChatScreen(Screen[None]):
         if self.services.store_problem:
             self.notify(self.services.store_problem, title="Chat history", severity="warning",
                         timeout=20, markup=False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Below NARROW columns: a narrower chat list, no sparklines, a compact footer of the
+        # essential keys (app.tcss, .-narrow), so nothing essential is cut at 80×24.
+        narrow = event.size.width < NARROW
+        self.set_class(narrow, "-narrow")
+        for footer in self.query(KeyFooter):
+            footer.set_narrow(narrow)
 
     def _fill(self) -> None:
         """The chat list filled and the input focused, once the widgets are there (a fast
