@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.widgets import Static
-from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import GREEDY, app_test, make_services, screen_text, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
 from specchat.session.live import LiveStats
@@ -71,3 +71,22 @@ async def test_a_real_fixed_gamma_4_reply_in_the_app(tmp_path: Path, tiny_target
         text = str(line.render())
         assert text.startswith("γ fixed at 4 · ") and "drafted per step" in text, text
         assert "γ 0" not in text and "0 fixed" not in text
+
+
+@app_test
+async def test_a_long_gamma_line_wraps_whole_at_80_columns(tmp_path: Path,
+                                                          tiny_target: Path) -> None:
+    app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen)
+                       and isinstance(app.focused, ChatInput))
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.stats_bar.speculative = True
+        reason = "plan · plain: a 5-token check costs 2.8× one token here"
+        chat.stats_bar.show(LiveStats(gamma=0, mode=reason, final=True,
+                                      drafted_per_step=0.03), busy=False)
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "γ planner · plain: a 5-token check costs 2.8× one token here · 0.03 " \
+               "drafted per step (last step 0)" in text, screen_text(app)

@@ -102,7 +102,9 @@ def gamma_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
         if s.drafted_per_step == 0:
             out.append(" · 0 drafted per step: plain throughout", "dim")
         else:
-            out.append(f" · {s.drafted_per_step:.1f} drafted per step", "dim")
+            per = s.drafted_per_step
+            out.append(f" · {per:.1f} drafted per step" if per >= 1 else
+                       f" · {per:.2f} drafted per step", "dim")
             if s.gamma is not None:
                 out.append(f" (last step {s.gamma})", "dim")
     elif s.gamma is not None:
@@ -125,6 +127,7 @@ class StatsBar(Vertical):
         self.alpha_history: list[float] = []
         self.tps_history: list[float] = []
         self.gamma_history: list[int] = []
+        self._gamma_wraps = False  # the γ line took two lines when last drawn
 
     def compose(self) -> ComposeResult:
         yield Static(self._line(), id="stats-line")
@@ -145,9 +148,18 @@ class StatsBar(Vertical):
     def _gamma_line(self) -> Text:
         return gamma_line(self.stats, self.gamma_mode, self.speculative, self.busy)
 
-    def _redraw(self) -> None:
+    def _redraw(self, relayout: bool = False) -> None:
         self.query_one("#stats-line", Static).update(self._line(), layout=False)
-        self.query_one("#stats-gamma", Static).update(self._gamma_line(), layout=False)
+        # The γ line wraps when the planner's reason is long: laid out again (a cost, ~10
+        # redraws a second) only when it goes from one line to two or back.
+        gamma = self._gamma_line()
+        wraps = len(gamma.plain) > self.size.width - 2
+        relayout = relayout or wraps != self._gamma_wraps
+        self._gamma_wraps = wraps
+        self.query_one("#stats-gamma", Static).update(gamma, layout=relayout)
+
+    def on_resize(self) -> None:
+        self._redraw(relayout=True)
 
     def show(self, stats: LiveStats, busy: bool, record: bool = True) -> None:
         """Draw a snapshot; ``record`` adds its α and tokens/s to the sparklines (one point per
