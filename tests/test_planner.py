@@ -291,3 +291,26 @@ def test_a_draft_step_after_plain_ones_does_not_count_its_catch_up_as_draft_cost
     for _ in range(3):
         p.observe(StepEvent(2, 2, 0.004, 0.011, "model", committed=3))  # drafting in a row
     assert p.costs.t_draft > t0
+
+
+def test_the_planner_keeps_its_forecast_for_the_reply() -> None:
+    p = planner(QWEN_CPU, 0.85, ngram_alpha=0.9)
+    plans = [p.next_plan(("model", "ngram")) for _ in range(3)]
+    table, o = p.costs.verify_table(), p.costs.overhead
+    assert all(pl.drafter == "ngram" for pl in plans)
+    g = plans[0].size
+    expected = sum(0.9 ** i for i in range(g + 1))  # 1 + Σ α^i at a flat α of 0.9
+    assert p.prediction.steps == 3 and p.prediction.unscored == 0
+    assert p.prediction.tokens == pytest.approx(3 * expected, rel=0.05)
+    assert p.prediction.seconds == pytest.approx(3 * (g * p.t_ngram + table[g] + o))
+    p.next_plan(())  # a plain step: one token in T(1) + o
+    assert p.prediction.steps == 4
+    p.begin("next turn")
+    assert p.prediction.steps == 0 and p.prediction.tok_s is None
+
+
+def test_warm_up_steps_are_not_forecasts() -> None:
+    p = Planner(CALM, AutoGammaSeed(), clock=lambda: 0.0)
+    p.begin("hello")
+    assert p.next_plan(("model",)).reason == "warm-up"
+    assert p.prediction.steps == 0 and p.prediction.unscored == 1

@@ -121,6 +121,25 @@ class RankStats:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What the planner expected of one reply's steps: Σ expected tokens over Σ predicted
+    seconds, on the estimates and costs it held when it chose each step."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+    unscored: int = 0  # steps of a drafter the planner does not score (not in the sums)
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 and self.steps else None
+
+    def add(self, tokens: float, seconds: float) -> Prediction:
+        return Prediction(self.tokens + tokens, self.seconds + seconds, self.steps + 1,
+                          self.unscored)
+
+
+@dataclass(frozen=True)
 class Candidate:
     plan: Plan
     expected: float
@@ -159,6 +178,7 @@ class Planner(AutoGamma):
         self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
+        self.prediction = Prediction()  # this reply's, against which its speed is judged
 
     # -------------------------------------------------------------------------- estimates
 
@@ -258,7 +278,7 @@ class Planner(AutoGamma):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
-            return self._chosen(chain(chains[0], gamma, "warm-up"))
+            return self._chosen(chain(chains[0], gamma, "warm-up"), scored=False)
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
         if not self.seeded and self.costs.ratio is None:
@@ -268,8 +288,8 @@ class Planner(AutoGamma):
                 # when it finds nothing and otherwise times a check of several tokens (without
                 # it, a reply whose warm-up lookups found nothing would never leave plain).
                 if "ngram" in available:
-                    return self._chosen(chain("ngram", 2, "timing a check"))
-                return self._chosen(plain("plain: timing a target step"))
+                    return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
+                return self._chosen(plain("plain: timing a target step"), scored=False)
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
         model = self.current.model
         mean = model.alpha()
@@ -332,8 +352,9 @@ class Planner(AutoGamma):
                                      f"tree {plan.size} · depth {plan.depth}"))
         reason = f"{'chain' if plan.drafter == 'model' else 'ngram'} {plan.size}"
         if plan.drafter == "model" and s.early_stop and self._confident():
-            # The confidence rule (keep_drafting) decides where the step stops.
-            return self._chosen(chain("model", s.gamma_max, reason))
+            # The confidence rule (keep_drafting) decides where the step stops; the
+            # prediction stays the planned chain's.
+            return self._chosen(chain("model", s.gamma_max, reason), predict=plan)
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
@@ -352,7 +373,32 @@ class Planner(AutoGamma):
             return tree_expected(self.rank_table(alphas), plan.parents)
         return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
 
-    def _chosen(self, plan: Plan) -> Plan:
+    def predict(self, plan: Plan) -> tuple[float, float] | None:
+        """(expected tokens, seconds) of ``plan`` on the current estimates and costs, the draft
+        model's catch-up included; None for a drafter the planner does not score."""
+        c = self.costs
+        table = c.verify_table()
+        o = c.overhead
+        n = min(plan.size, len(table) - 1)
+        if plan.drafter == "none" or n == 0:
+            return 1.0, table[0] + o
+        alphas = self.current.model.position_alphas(self.current.model.alpha())
+        expected = self._expected(plan, alphas, self.ngram.position_alphas())
+        if plan.drafter == "ngram":
+            return expected, n * self.t_ngram + table[n] + o
+        catch = self.catch_up_cost(self._behind)
+        if plan.drafter == "model":
+            return expected, catch + n * c.t_draft + table[n] + o
+        if plan.drafter == "tree":
+            return expected, catch + tree_draft_cost(plan, c.t_draft, table) + table[n] + o
+        return None
+
+    def _chosen(self, plan: Plan, predict: Plan | None = None, scored: bool = True) -> Plan:
+        # Warm-up and timing steps run before the costs are known: not predictions.
+        got = self.predict(predict or plan) if scored else None
+        p = self.prediction
+        self.prediction = p.add(*got) if got is not None else Prediction(
+            p.tokens, p.seconds, p.steps, p.unscored + 1)
         self.last_plan = plan
         self.reason = plan.reason
         self.label = f"plan · {plan.reason}" if plan.reason else "plan"
@@ -442,6 +488,7 @@ class Planner(AutoGamma):
 
     def begin(self, prompt_text: str) -> None:
         super().begin(prompt_text)
+        self.prediction = Prediction()
         self._draft_behind = True
         self._behind = 0  # the decoder brings the draft up to the prompt before the first step
 
