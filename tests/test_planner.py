@@ -314,3 +314,37 @@ def test_warm_up_steps_are_not_forecasts() -> None:
     p.begin("hello")
     assert p.next_plan(("model",)).reason == "warm-up"
     assert p.prediction.steps == 0 and p.prediction.unscored == 1
+
+
+def test_another_chain_drafter_is_timed_by_a_probe_then_judged_on_what_it_showed() -> None:
+    """A drafter the planner has no cost model for (the layer-skip self-draft): one probe
+    first, then its own α and cost per token decide, as for the draft model."""
+    p = planner(FLAT, 0.5)
+    first = p.next_plan(("layerskip",))
+    assert first.drafter == "layerskip" and first.reason == "probe"
+    # It drafts fast and well here: the planner keeps using it.
+    for _ in range(30):
+        plan = p.next_plan(("layerskip",))
+        if plan.drafter == "layerskip":
+            g = plan.size
+            p.observe(StepEvent(g, g, 0.001 * g, 0.0105, "layerskip", committed=g + 1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
+    assert p.others["layerskip"].model.alpha() > 0.8
+    assert p.others["layerskip"].t(0.01) == pytest.approx(0.001, rel=0.05)
+    plan = p.next_plan(("layerskip",))
+    assert plan.drafter == "layerskip" and plan.size >= 2 and plan.reason.startswith("layerskip")
+
+    # One that drafts slowly and badly on the steep CPU curve: plain after the probe.
+    q = planner(QWEN_CPU, 0.5)
+    assert q.next_plan(("layerskip",)).reason == "probe"
+    q.observe(StepEvent(2, 0, 0.060, 0.067, "layerskip", committed=1))
+    plans = [q.next_plan(("layerskip",)) for _ in range(3)]
+    assert all(pl.drafter == "none" for pl in plans)
+
+
+def test_a_probe_that_found_nothing_to_propose_is_not_repeated_at_once() -> None:
+    p = planner(QWEN_CPU, 0.5)
+    assert p.next_plan(("lookahead",)).reason == "probe"
+    p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))  # it had nothing to offer
+    assert p.next_plan(("lookahead",)).reason != "probe"
