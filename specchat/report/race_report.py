@@ -73,6 +73,7 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
             *([f"- **speculative side:** drafter {', '.join(result.drafters) or '–'}, γ mode "
                f"{result.gamma_mode or '–'}"] if result.setup_line() else []),
             f"- **check:** {result.verdict()}",
+            *([f"- **planner:** {result.planner_text()}"] if result.planner_text() else []),
             *([f"- **why:** {result.why}"] if result.why else []),
             *([f"- **noise:** {result.noise}"] if result.noise else []),
         ]),
