@@ -348,3 +348,20 @@ def test_a_probe_that_found_nothing_to_propose_is_not_repeated_at_once() -> None
     assert p.next_plan(("lookahead",)).reason == "probe"
     p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))  # it had nothing to offer
     assert p.next_plan(("lookahead",)).reason != "probe"
+
+
+def test_ngram_probes_keep_their_pace_when_they_miss() -> None:
+    """A copy reply's lookups must not be given up after an unlucky guess at a changed word:
+    an n-gram probe checks one nearly free token, so a miss does not stretch the wait."""
+    p = planner(QWEN_CPU, 0.5, ngram_alpha=0.05)
+    gaps, run = [], 0
+    for _ in range(400):
+        plan = p.next_plan(("ngram",))
+        run += 1
+        if plan.drafter == "ngram":
+            gaps.append(run)
+            run = 0
+            p.observe(StepEvent(1, 0, 0.0002, 0.055, "ngram", committed=1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert len(gaps) > 5 and set(gaps[1:]) == {p.settings.probe_every}

@@ -195,7 +195,7 @@ class Planner(AutoGamma):
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
-        self._probed = False  # the last speculative step was a probe
+        self._probed = ""  # the drafter of the last speculative step when it was a probe
         self._draft_behind = True  # the draft model has not drafted since the last commit
         self._behind = 0  # tokens committed since the draft model last drafted
         self._tree_key: tuple[tuple[int, ...], ...] | None = None
@@ -371,9 +371,12 @@ class Planner(AutoGamma):
                 return self._chosen(plain(f"plain: the draft would first re-read "
                                           f"{self._behind} tokens"))
         if chosen.plan.drafter == "none":
-            if self._probed:  # the probe found nothing: wait longer before the next one
+            if self._probed and self._probed != "ngram":
+                # The probe found nothing: wait longer before the next one. Not for an n-gram
+                # probe: one token checked costs little, and a reply that copies its prompt
+                # must not lose its lookups to an unlucky first guess at a changed word.
                 self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
-                self._probed = False
+            self._probed = ""
             self._plain_run += 1
             if self._plain_run < self._probe_wait or not (
                     chains or any(n not in SCORED for n in available)):
@@ -387,12 +390,12 @@ class Planner(AutoGamma):
             self._plain_run = 0
             if not probe:
                 return self._chosen(plain(self._plain_reason(base, cands)))
-            self._probed = True
+            self._probed = probe
             if probe in self.others:
                 self.others[probe].tried += 1
             return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
         self._plain_run = 0
-        self._probed = False
+        self._probed = ""
         self._probe_wait = s.probe_every
         plan = chosen.plan
         if plan.drafter in self.others:
