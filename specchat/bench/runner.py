@@ -2,7 +2,8 @@
 
 Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
 ``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
-both KV caches are cleared before each run so no run profits from another's prompt. Each record
+both KV caches are cleared before each run so no run profits from another's prompt (a learning
+γ policy does keep what earlier runs taught it, saved per pair as between two `specchat ask`s). Each record
 is one run's ``GenerationStats`` plus what was run; a greedy speculative record also says
 whether its reply is identical to plain decoding's (or parted at a near-tie within this
 build's measured batch rounding, or a bug).
@@ -97,6 +98,11 @@ def run_tokens(runtime: Runtime, mode: Mode, tokens: Sequence[int],
                settings: SamplerSettings) -> tuple[GenerationStats, list[int]]:
     runtime.clear_caches()
     done = run_to_end(_decoder(runtime, mode), tokens, settings)
+    if mode.gamma in ("plan", "auto"):
+        # Each run is a new controller, as each `specchat ask` is a new process; like those it
+        # starts from what the pair's controllers learnt before (saved per pair), this run's
+        # earlier prompts included — so only a first-ever prompt pays the warm-up.
+        runtime.save_controllers()
     return done.stats, done.tokens
 
 
