@@ -52,6 +52,7 @@ from specchat.engine.tree_dp import expected_tokens as tree_expected
 TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
+REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
 OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
 OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)
 
@@ -78,6 +79,7 @@ class PlannerSettings:
     # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
     # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
     payback_tokens: int = 64
+    warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
     probe_budget: float = 0.05
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
@@ -193,6 +195,8 @@ class Planner(AutoGamma):
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
+        # (plain steps left to take unscored, for these drafters, this topic): see next_plan
+        self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
         self._probed = ""  # the drafter of the last speculative step when it was a probe
@@ -248,14 +252,19 @@ class Planner(AutoGamma):
         for name, alph, per_token in scored:
             if name not in available:
                 continue
-            best: Candidate | None = None
-            for g in range(1, top + 1):
-                cand = Candidate(chain(name, g), expected_tokens(alph, g),
-                                 g * per_token + table[g] + o)
-                if best is None or cand.rate > best.rate * 1.0001:
-                    best = cand
-            if best is not None:
-                out.append(best)
+            # Every chain length in one pass, E(γ) grown term by term (this runs each step:
+            # plans are built for the winner only).
+            best_g, best_e, best_s, best_rate = 0, 0.0, 0.0, -1.0
+            e, run = 1.0, 1.0
+            for g in range(1, min(top, len(alph)) + 1):
+                run *= alph[g - 1]
+                e += run
+                sec = g * per_token + table[g] + o
+                rate = e / sec if sec > 0 else 0.0
+                if rate > best_rate * 1.0001:
+                    best_g, best_e, best_s, best_rate = g, e, sec, rate
+            if best_g:
+                out.append(Candidate(chain(name, best_g), best_e, best_s))
         if "tree" in available:
             tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
@@ -311,11 +320,16 @@ class Planner(AutoGamma):
         self._step_starts()
         s, ps = self.settings, self.plan_settings
         chains = [d for d in ("model", "ngram") if d in available]
-        if self._warmup_left and chains:
+        warm = chains
+        if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
+            # A warm-up step would first read the whole prompt into the draft: not for a
+            # guess (after a long document that costs more than the reply gains).
+            warm = chains[1:]
+        if self._warmup_left and warm:
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
-            return self._chosen(chain(chains[0], gamma, "warm-up"), scored=False)
+            return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
         unseen = [n for n in available if n not in SCORED and self._other(n).tried == 0]
@@ -334,6 +348,13 @@ class Planner(AutoGamma):
                     return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
                 return self._chosen(plain("plain: timing a target step"), scored=False)
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+        left, held, topic = self._hold
+        self._hold = (0, (), 0)
+        if left > 0 and held == available and topic == id(self.current) \
+                and self._plain_run + 1 < self._probe_wait:
+            self._hold = (left - 1, held, topic)
+            self._plain_run += 1
+            return self._chosen(plain(self.reason))
         model = self.current.model
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
@@ -380,6 +401,9 @@ class Planner(AutoGamma):
             self._plain_run += 1
             if self._plain_run < self._probe_wait or not (
                     chains or any(n not in SCORED for n in available)):
+                # Nothing pays: the next few plain steps keep this answer unscored (scoring
+                # costs a few ms of Python, a tenth of a small model's step).
+                self._hold = (REPLAN_EVERY - 1, available, id(self.current))
                 return self._chosen(plain(self._plain_reason(base, cands)))
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
@@ -549,7 +573,13 @@ class Planner(AutoGamma):
         super().begin(prompt_text)
         self.prediction = Prediction()
         self._draft_behind = True
-        self._behind = 0  # the decoder brings the draft up to the prompt before the first step
+        self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+
+    def draft_lag(self, tokens: int) -> None:
+        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
+        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
+        self._draft_behind = True
 
     def describe(self) -> str:
         return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"
