@@ -97,6 +97,15 @@ def select(catalog: Catalog, pair: str | None = None, model: str | None = None,
     return Selection(catalog.model(p.target), catalog.model(p.draft), p)
 
 
+def select_label(catalog: Catalog, label: str) -> Selection:
+    """The selection whose :attr:`Selection.label` is ``label`` (a saved chat's pair, a pick in
+    the chat's pair switcher): a pair id, a model, or an ad-hoc ``target + draft``."""
+    if label in catalog.pairs:
+        return select(catalog, label)
+    target, sep, draft = label.partition(" + ")
+    return select(catalog, model=target, draft=draft if sep else None)
+
+
 def raise_no_default(catalog: Catalog) -> None:
     from specchat.errors import CatalogError
 
