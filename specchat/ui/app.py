@@ -51,6 +51,7 @@ COMMANDS = (
     ("Rename this chat", "Give the current chat a new title", "rename_chat"),
     ("Delete this chat", "Delete the current chat and its messages", "delete_chat"),
     ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
+    ("Search all chats", "Find a message in any chat; Enter opens the chat there", "search"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
     ("Pair models (wizard)", "Choose a target and a draft, download, check, calibrate, switch",
      "pair_models"),

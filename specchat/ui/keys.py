@@ -40,6 +40,9 @@ CHAT_KEYS: tuple[Key, ...] = (
         "Pair models: choose, download, check, calibrate and switch to a target + draft"),
     Key("f5", "race", "Race", "Race: this pair's target plain vs speculative, side by side"),
     Key("f1", "help", "Help", "This list of keys"),
+    Key("ctrl+f", "search", "Search",
+        "Search the messages of every chat; Enter opens the chat at that message",
+        priority=True),
 )
 
 RACE_KEYS: tuple[Key, ...] = (

@@ -40,6 +40,7 @@ from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
 from specchat.session.worker import ReplyJob, run_reply
 from specchat.store import ReplyStats
+from specchat.store.search import SearchHit
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
@@ -49,6 +50,8 @@ from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.race import RaceScreen
+from specchat.ui.screens.search import LIMIT as SEARCH_LIMIT
+from specchat.ui.screens.search import SearchScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
@@ -98,6 +101,8 @@ class ChatScreen(Screen[None]):
         self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
         self._saved_on_exit = False
         self._shown_topbar = ""
+        self._reveal: int | None = None  # a message to scroll to once its chat is shown
+        self.search_text = ""  # the last search, offered again by the next Ctrl+F
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -328,6 +333,9 @@ class ChatScreen(Screen[None]):
         self.show_conversation()
         self.render_views(views)
         self._retitled()
+        if self._reveal is not None:
+            message_id, self._reveal = self._reveal, None
+            self.call_after_refresh(self.reveal_message, message_id)
 
     def show_conversation(self) -> None:
         conversation = self.conversation
@@ -418,3 +426,37 @@ class ChatScreen(Screen[None]):
                         severity="error", timeout=10, markup=False)
             return
         self.notify(note or "Settings saved.", timeout=4 if not note else 10, markup=False)
+
+    # --- search across chats (screens/search.py) -------------------------------------------
+
+    def action_search(self) -> None:
+        def chosen(hit: SearchHit | None) -> None:
+            if hit is None:
+                self.query_one(ChatInput).focus()
+                return
+            if hit.chat_id == self.conversation.chat_id:
+                self.reveal_message(hit.message_id)
+                return
+            self._reveal = hit.message_id
+            self.history.open(hit.chat_id)
+
+        def search(text: str) -> tuple[list[SearchHit], bool]:
+            self.search_text = text
+            return self.services.store.search(text, SEARCH_LIMIT)
+
+        self.app.push_screen(SearchScreen(search, self.search_text), chosen)
+
+    def reveal_message(self, message_id: int) -> None:
+        """Scroll the transcript to a saved message and mark it (a search result)."""
+        for w in self.transcript.children:
+            turn = getattr(w, "turn", None)
+            if turn is not None and turn.message_id == message_id:
+                for old in self.transcript.query(".-found"):
+                    old.remove_class("-found")
+                w.add_class("-found")
+                # After the chat's messages are laid out (Markdown sizes itself late).
+                self.call_after_refresh(self.transcript.scroll_to_widget, w, animate=False,
+                                        top=True)
+                return
+        self.notify("That message is no longer in this chat's current view.", timeout=4,
+                    markup=False)
