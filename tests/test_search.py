@@ -3,6 +3,7 @@ builds it for an existing database, the substring fallback, and a chat's pair an
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sqlite3
 from pathlib import Path
@@ -247,3 +248,43 @@ def test_chats_search_on_the_command_line(home: AppPaths,
     assert "gone-pair (not in the catalog)" in tea
     animals = next(line for line in listing.splitlines() if line.endswith("Animals"))
     assert "demo (not on disk)" in animals  # an empty SPECCHAT_HOME has no model files
+
+
+def test_the_apps_services_list_pairs_and_models_and_open_any_label(
+        home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    from specchat.cli.app import build_services
+    from specchat.cli.common import make_env
+    from specchat.models.catalog import ModelEntry, PathSource, load_catalog
+    from specchat.models.pairing import save_pair
+
+    args = argparse.Namespace(pair=None, model=None, ctx_size=None, threads=None, gpu_layers=None)
+    services = build_services(make_env(), args)
+    try:
+        save_pair(home, load_catalog(home.user_catalog), "mine",
+                  ModelEntry("t", "Tiny T", PathSource(tiny_target)),
+                  ModelEntry("d", "Tiny D", PathSource(tiny_draft)), gamma=3)
+        choices = services.pair_choices()  # read again: the wizard's new pair is there
+        mine = next(c for c in choices if c.label == "mine")
+        assert (mine.kind, mine.on_disk, mine.detail) == ("pair", True,
+                                                         "Tiny T + Tiny D · γ 3 calibrated")
+        demo = next(c for c in choices if c.label == "demo")
+        assert not demo.on_disk and demo.status == "not on disk"
+        on_disk = [c.on_disk for c in choices]
+        assert on_disk == sorted(on_disk, reverse=True)  # what can be loaded comes first
+        assert {c.label for c in choices if c.kind == "model"} >= {"t", "d"}
+        t = services.choice_for("t")
+        assert t is not None and (t.kind, t.on_disk) == ("model", True)
+        gone = services.choice_for("gone")
+        assert gone is not None and gone.status == "not in the catalog"
+        adhoc = services.choice_for(f"{tiny_target} + {tiny_draft}")  # a --model/--draft chat
+        assert adhoc is not None and (adhoc.kind, adhoc.on_disk) == ("pair", True)
+        opener = services.switch_to("t")
+        assert (opener.label, services.label) == ("t", "t")
+        runtime = opener.open_runtime(lambda _p: None)
+        try:
+            assert runtime.selection.label == "t" and runtime.draft is None
+        finally:
+            runtime.close()
+        assert services.config.default_pair is None  # switching is not choosing a default
+    finally:
+        services.store.close()

@@ -4,15 +4,22 @@ the loading screen's percentage and memory estimate."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import Input, OptionList, Static
 from ui_helpers import app_test, make_services, tiny_runtime, wait_for
 
+from specchat.models.choices import Choice
+from specchat.models.progress import ProgressFn
+from specchat.runtime import Runtime
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
+from specchat.ui.screens.dialogs import ConfirmDialog
+from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import SearchScreen
+from specchat.ui.services import AppServices, PairOpener
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 
@@ -112,3 +119,114 @@ async def test_search_results_are_picked_with_the_arrows(tmp_path: Path,
         await wait_for(pilot, lambda: bool(chat.transcript.query(".-found")))
         (found,) = chat.transcript.query(".-found")
         assert found.turn.message_id == picked.message_id  # type: ignore[attr-defined]
+
+
+# --- a pair per chat, and the quick switcher (F4) -------------------------------------------------
+
+
+def switching_services(tmp_path: Path, target: Path, draft: Path) -> tuple[AppServices, list[str]]:
+    """Services that can load the tiny model alone ("tiny-target") or the tiny pair ("tiny"),
+    and know a pair that is not on disk ("big"); ``opened`` records each load."""
+    opened: list[str] = []
+
+    def runtime_for(label: str) -> Callable[[ProgressFn], Runtime]:
+        def open_runtime(_report: ProgressFn) -> Runtime:
+            opened.append(label)
+            return tiny_runtime(target, draft if label == "tiny" else None)
+        return open_runtime
+
+    choices = [Choice("tiny", "pair", True, detail="Tiny Target F32 + Tiny Target Q2"),
+               Choice("tiny-target", "model", True, detail="Tiny Target F32"),
+               Choice("big", "pair", False, detail="Big + Small")]
+
+    def choice_for(label: str) -> Choice:
+        return next((c for c in choices if c.label == label),
+                    Choice(label, "pair", False, known=False))
+
+    def open_label(label: str) -> PairOpener:
+        return PairOpener(label, 4 if label == "tiny" else None, runtime_for(label))
+
+    services = make_services(tmp_path, runtime_for("tiny-target"), pair_choices=lambda: choices,
+                             choice_for=choice_for, open_label=open_label)
+    return services, opened
+
+
+async def open_from_list(pilot, chat: ChatScreen, chat_id: int) -> None:  # type: ignore[no-untyped-def]
+    chat.open_chat(chat_id)
+    await wait_for(pilot, lambda: chat.conversation.chat_id == chat_id)
+
+
+@app_test
+async def test_f4_switches_the_pair_and_the_chat_goes_on_with_it(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    services, opened = switching_services(tmp_path, tiny_target, tiny_draft)
+    chat_id, _ = seed(services.store, pair="tiny-target")
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await open_from_list(pilot, chat, chat_id)
+        assert not isinstance(app.screen, ConfirmDialog)  # its own pair is loaded: no offer
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: isinstance(app.screen, PairPicker))
+        options = app.screen.query_one(OptionList)
+        shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert [s.split()[0] for s in shown] == ["tiny", "tiny-target", "big"]
+        assert "model · loaded" in shown[1] and "pair · not on disk" in shown[2]
+        assert options.get_option_at_index(2).disabled  # not on disk: shown, not offered
+        options.focus()
+        await pilot.press("home", "enter")  # the first: the tiny pair
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen)
+                       and app.screen is not chat)
+        new = await ready(pilot)
+        assert opened == ["tiny-target", "tiny"] and new.pair_label == "tiny"
+        assert new.runtime.draft is not None
+        await wait_for(pilot, lambda: new.conversation.chat_id == chat_id)  # the same chat
+        assert len(new.conversation.turns) == 30
+        assert services.store.get_chat(chat_id).pair == "tiny-target"  # until it goes on
+        await pilot.click(ChatInput)
+        await pilot.press(*"and now?", "enter")
+        await wait_for(pilot, lambda: new.job is None and len(new.conversation.turns) == 32)
+        await wait_for(pilot, lambda: services.store.get_chat(chat_id).pair == "tiny")
+        assert services.config.default_pair is None  # a switch is not a new default
+
+
+@app_test
+async def test_an_old_chat_offers_its_own_pair_or_says_it_is_not_on_disk(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    services, opened = switching_services(tmp_path, tiny_target, tiny_draft)
+    store = services.store
+    on_pair, _ = seed(store, pair="tiny")
+    missing = store.create_chat("On a big pair", pair="big")
+    store.add_message(missing, "user", "hi")
+    gone = store.create_chat("On a removed pair", pair="gone")
+    store.add_message(gone, "user", "hi")
+    for c in (missing, gone):
+        store.release(c)
+    app = SpecchatApp(services)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        chat = await ready(pilot)
+        await open_from_list(pilot, chat, missing)
+        await wait_for(pilot, lambda: any("which is not on disk" in n.message
+                                          for n in app._notifications))
+        await open_from_list(pilot, chat, gone)
+        await wait_for(pilot, lambda: any("which is not in the catalog" in n.message
+                                          for n in app._notifications))
+        assert app.screen is chat and opened == ["tiny-target"]
+        await open_from_list(pilot, chat, on_pair)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog)
+                       and bool(app.screen.query(".dialog-body")))
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "This chat was with tiny; tiny-target is loaded now" in body
+        await pilot.press("n")  # stay: the chat goes on with the loaded model
+        await wait_for(pilot, lambda: app.screen is chat)
+        assert opened == ["tiny-target"]
+        await open_from_list(pilot, chat, missing)
+        await open_from_list(pilot, chat, on_pair)
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen)
+                       and app.screen is not chat)
+        new = await ready(pilot)
+        await wait_for(pilot, lambda: new.conversation.chat_id == on_pair)
+        assert opened == ["tiny-target", "tiny"] and new.pair_label == "tiny"
+        assert not isinstance(app.screen, ConfirmDialog)  # on its pair now: no second offer

@@ -335,6 +335,11 @@ class ChatSession:
     def _write(self, c: Conversation, turn: Turn) -> None:
         if c.chat_id is None:
             c.chat_id = self.store.create_chat(c.title, self.pair_label)
+            c.pair = self.pair_label
+        elif turn.role == "user" and c.pair != self.pair_label:
+            # The chat goes on with another pair: the list says which one it is on now.
+            self.store.set_pair(c.chat_id, self.pair_label)
+            c.pair = self.pair_label
         fates = turn.trace.encode() if turn.role == "assistant" else None
         if turn.message_id is None:
             turn.message_id = self.store.add_message(c.chat_id, turn.role, turn.text,

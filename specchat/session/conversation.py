@@ -41,12 +41,13 @@ class Conversation:
     chat_id: int | None = None  # None until the first message is saved
     title: str = "New chat"
     turns: list[Turn] = field(default_factory=list)
+    pair: str = ""  # the pair (or model) the chat was last continued with, as saved
 
     @classmethod
     def load(cls, store: ChatStore, chat_id: int) -> Conversation:
         chat = store.get_chat(chat_id)
         turns = [Turn.from_stored(m) for m in store.messages(chat_id) if m.role != "system"]
-        return cls(chat.id, chat.title, turns)
+        return cls(chat.id, chat.title, turns, chat.pair)
 
     def engine_messages(self, system_prompt: str) -> list[Message]:
         """The conversation as the model sees it. A stopped reply stays in (the user saw it);

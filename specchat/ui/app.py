@@ -53,6 +53,8 @@ COMMANDS = (
     ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
     ("Search all chats", "Find a message in any chat; Enter opens the chat there", "search"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
+    ("Switch pair or model", "Load another pair or model on disk; this chat stays open",
+     "switch_pair"),
     ("Pair models (wizard)", "Choose a target and a draft, download, check, calibrate, switch",
      "pair_models"),
     ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
@@ -81,6 +83,7 @@ class SpecchatApp(App[int]):
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
         self.rescued: Path | None = None  # unsaved messages written here on quitting
+        self.reopen_chat: int | None = None  # the chat to show again once a switch has loaded
 
     # --- opening the models -----------------------------------------------------------------
 
@@ -122,6 +125,28 @@ class SpecchatApp(App[int]):
                 return
             self.shutdown_engine()
             self.chat = None
+            self.switch_screen(LoadingScreen(self.services.label))  # replaces the chat screen
+            self.open_models()
+
+        chat.when_idle(switch)
+
+    def switch_to(self, label: str, reopen_chat: int | None = None) -> None:
+        """Load another pair or model (the chat's F4 switcher, or a chat's own pair) with the
+        loading screen, then show ``reopen_chat`` on it. The current models are freed first:
+        two pairs need not fit in memory together."""
+        if self.chat is None:
+            return
+        chat = self.chat
+
+        def switch() -> None:
+            try:
+                self.services.switch_to(label)
+            except SpecchatError as e:
+                self.notify(str(e), title="Cannot switch", severity="error", markup=False)
+                return
+            self.shutdown_engine()
+            self.chat = None
+            self.reopen_chat = reopen_chat
             self.switch_screen(LoadingScreen(self.services.label))  # replaces the chat screen
             self.open_models()
 
@@ -181,7 +206,8 @@ class SpecchatApp(App[int]):
 
     def on_runtime_ready(self, msg: RuntimeReady) -> None:
         self.runtime = msg.runtime
-        self.chat = ChatScreen(self.services, msg.runtime, msg.backend)
+        self.chat = ChatScreen(self.services, msg.runtime, msg.backend, self.reopen_chat)
+        self.reopen_chat = None
         self.switch_screen(self.chat)
         if self.start_race is not None:
             self.push_screen(RaceScreen(self.services, msg.runtime, self.start_race))

@@ -43,6 +43,8 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+f", "search", "Search",
         "Search the messages of every chat; Enter opens the chat at that message",
         priority=True),
+    Key("f4", "switch_pair", "Switch",
+        "Switch to another pair or model on disk (it loads; this chat stays open)"),
 )
 
 RACE_KEYS: tuple[Key, ...] = (

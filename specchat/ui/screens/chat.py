@@ -50,6 +50,7 @@ from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.race import RaceScreen
+from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import LIMIT as SEARCH_LIMIT
 from specchat.ui.screens.search import SearchScreen
 from specchat.ui.screens.settings import SettingsScreen
@@ -79,8 +80,10 @@ def pair_names(target: str, draft: str) -> str:
 class ChatScreen(Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
 
-    def __init__(self, services: AppServices, runtime: Runtime, backend: str) -> None:
+    def __init__(self, services: AppServices, runtime: Runtime, backend: str,
+                 reopen: int | None = None) -> None:
         super().__init__()
+        self.reopen = reopen  # a saved chat to show first (after switching pairs for it)
         self.services = services
         self.runtime = runtime
         self.backend = backend
@@ -178,6 +181,9 @@ class ChatScreen(Screen[None]):
             return
         self.refresh_chat_list()
         self.query_one(ChatInput).focus()
+        if self.reopen is not None:
+            chat_id, self.reopen = self.reopen, None
+            self.history.open_now(chat_id, offer=False)  # the pair was just chosen for it
 
     @property
     def transcript(self) -> Transcript:
@@ -460,3 +466,24 @@ class ChatScreen(Screen[None]):
                 return
         self.notify("That message is no longer in this chat's current view.", timeout=4,
                     markup=False)
+
+    # --- the pair: a quick switcher (F4), a chat's own pair (chat_history.py) ---------------
+
+    def action_switch_pair(self) -> None:
+        choices = self.services.pair_choices()
+        if not choices or self.services.open_label is None:
+            self.notify("No other pair or model to switch to here: F3 pairs models.",
+                        markup=False)
+            return
+        current = self.pair_label
+
+        def chosen(label: str | None) -> None:
+            if label is None or label == current:
+                self.query_one(ChatInput).focus()
+                return
+            self.app.switch_to(label, self.conversation.chat_id)  # type: ignore[attr-defined]
+
+        self.app.push_screen(PairPicker(
+            choices, current, title="Switch pair or model",
+            hint="Enter loads it (this chat stays open) · greyed: not on disk (F3 or "
+                 "`specchat models pull ID` fetches it) · Esc cancels"), chosen)
