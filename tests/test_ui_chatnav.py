@@ -4,19 +4,26 @@ the loading screen's percentage and memory estimate."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.widgets import Input, OptionList, Static
+from textual.widgets import Input, OptionList, ProgressBar, Static
 from ui_helpers import app_test, make_services, tiny_runtime, wait_for
 
+from specchat.cli.app import opener
+from specchat.engine.model import ContextSettings, LlamaModel
+from specchat.models.catalog import Catalog, ModelEntry, PairEntry, PathSource
 from specchat.models.choices import Choice
-from specchat.models.progress import ProgressFn
-from specchat.runtime import Runtime
+from specchat.models.progress import Progress, ProgressFn
+from specchat.models.resolver import ModelResolver
+from specchat.paths import AppPaths
+from specchat.runtime import Runtime, RuntimeOptions, select
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.dialogs import ConfirmDialog
+from specchat.ui.screens.loading import LOADING_TASK, LoadingScreen
 from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import SearchScreen
 from specchat.ui.services import AppServices, PairOpener
@@ -230,3 +237,59 @@ async def test_an_old_chat_offers_its_own_pair_or_says_it_is_not_on_disk(
         await wait_for(pilot, lambda: new.conversation.chat_id == on_pair)
         assert opened == ["tiny-target", "tiny"] and new.pair_label == "tiny"
         assert not isinstance(app.screen, ConfirmDialog)  # on its pair now: no second offer
+
+
+# --- load progress: a percentage and the memory estimate ------------------------------------------
+
+
+def test_llama_cpp_reports_how_far_a_model_load_is(tiny_target: Path) -> None:
+    shares: list[float] = []
+    model = LlamaModel(tiny_target, progress=shares.append)
+    model.close()
+    assert shares and shares == sorted(shares) and shares[-1] == 1.0
+    assert all(0.0 <= s <= 1.0 for s in shares)
+
+
+@app_test
+async def test_the_loading_screen_shows_a_percentage_and_the_memory_it_will_take(
+        tmp_path: Path, home: AppPaths, tiny_target: Path, tiny_draft: Path) -> None:
+    """The real opener of the CLI (resolver, memory plan, llama.cpp's callback) on the tiny
+    pair; the load is held at its end so the screen can be read before the chat replaces it."""
+    catalog = Catalog()
+    catalog.models["t"] = ModelEntry("t", "Tiny T", PathSource(tiny_target))
+    catalog.models["d"] = ModelEntry("d", "Tiny D", PathSource(tiny_draft))
+    catalog.pairs["tp"] = PairEntry("tp", "t", "d")
+    first = opener(select(catalog, "tp"), ModelResolver(catalog, home),
+                   RuntimeOptions(context=ContextSettings(n_ctx=256, n_threads=1)))
+    reports: list[Progress] = []
+    hold = threading.Event()
+
+    def open_runtime(report: ProgressFn) -> Runtime:
+        def seen(p: Progress) -> None:
+            reports.append(p)
+            report(p)
+        runtime = first.open_runtime(seen)
+        hold.wait(20)
+        return runtime
+
+    app = SpecchatApp(make_services(tmp_path, open_runtime))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any(p.finished and p.task == LOADING_TASK
+                                          for p in reports))
+        screen = app.screen
+        assert isinstance(screen, LoadingScreen)
+        bar = screen.query_one(ProgressBar)
+        await wait_for(pilot, lambda: bar.percentage == 1.0)
+        memory = str(screen.query_one("#loading-memory", Static).render())
+        assert memory.startswith("Memory: needs ") and "RAM ~" in memory
+        assert "100%" in str(bar.query_one("#percentage").render())
+        hold.set()
+        await ready(pilot)
+    loads = [p for p in reports if p.task == LOADING_TASK and p.total]
+    done = [p.done for p in loads]
+    assert done == sorted(done) and done[-1] == loads[-1].total
+    steps = loads[:-1]  # the last one says it finished, at 100% again
+    assert len({int(100 * p.done / (p.total or 1)) for p in steps}) == len(steps)  # ≤ 1 per %
+    assert loads[-1].finished
+    assert {p.detail for p in loads} == {"target t", "draft d"}  # the draft's share after
+    assert all(p.note == loads[0].note for p in loads)

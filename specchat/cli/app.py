@@ -14,10 +14,16 @@ from specchat.models.choices import Choice, all_choices, choice_for
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.race.runner import RaceSetup
-from specchat.runtime import Runtime, RuntimeOptions, Selection, select, select_label
+from specchat.runtime import (
+    LOAD_TASK,
+    Runtime,
+    RuntimeOptions,
+    Selection,
+    select,
+    select_label,
+)
 from specchat.store.repair import open_for_app
 from specchat.ui.app import SpecchatApp
-from specchat.ui.screens.loading import LOADING_TASK
 from specchat.ui.services import AppServices, PairOpener
 
 
@@ -94,7 +100,7 @@ def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOption
         for entry in (selection.target, selection.draft):
             if entry is not None:
                 resolver.ensure(entry, report)  # fetch/derive what is missing, with progress
-        report(Progress(LOADING_TASK))
+        report(Progress(LOAD_TASK))  # until the memory plan is made: a spinner
         return Runtime.open(selection, resolver, options, report)
 
     return PairOpener(selection.label, selection.pair.gamma if selection.pair else None,

@@ -200,7 +200,7 @@ class SpecchatApp(App[int]):
     def on_load_progress(self, msg: LoadProgress) -> None:
         if isinstance(self.screen, LoadingScreen):
             if msg.progress.task == LOADING_TASK:
-                self.screen.show_loading()
+                self.screen.show_loading(msg.progress)
             else:
                 self.screen.show_progress(msg.progress)
 
