@@ -5,14 +5,18 @@ the loading screen's percentage and memory estimate."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from textual.widgets import Input, OptionList, ProgressBar, Static
-from ui_helpers import app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
 
 from specchat.cli.app import opener
+from specchat.config import UserConfig
+from specchat.engine.events import Event
 from specchat.engine.model import ContextSettings, LlamaModel
+from specchat.engine.plain import PlainDecoder
+from specchat.engine.sampling import SamplerSettings
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, PathSource
 from specchat.models.choices import Choice
 from specchat.models.progress import Progress, ProgressFn
@@ -24,6 +28,7 @@ from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.dialogs import ConfirmDialog
 from specchat.ui.screens.loading import LOADING_TASK, LoadingScreen
+from specchat.ui.screens.presets import PresetPicker
 from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import SearchScreen
 from specchat.ui.services import AppServices, PairOpener
@@ -293,3 +298,104 @@ async def test_the_loading_screen_shows_a_percentage_and_the_memory_it_will_take
     assert loads[-1].finished
     assert {p.detail for p in loads} == {"target t", "draft d"}  # the draft's share after
     assert all(p.note == loads[0].note for p in loads)
+
+
+# --- system-prompt presets (Ctrl+G) ---------------------------------------------------------------
+
+
+class RecordingDecoder:
+    """Plain decoding that keeps the text of each prompt it was given (the rendered chat)."""
+
+    name = "plain"
+
+    def __init__(self, runtime: Runtime, prompts: list[str]) -> None:
+        self.inner = PlainDecoder(runtime.target_ctx)
+        self.target = runtime.target_ctx
+        self.prompts = prompts
+
+    def run(self, prompt: Sequence[int], settings: SamplerSettings,
+            cancel: threading.Event) -> Iterator[Event]:
+        self.prompts.append(self.target.model.detokenize(prompt))
+        yield from self.inner.run(prompt, settings, cancel)
+
+
+async def pick_prompt(pilot, app: SpecchatApp, label: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("ctrl+g")
+    await wait_for(pilot, lambda: isinstance(app.screen, PresetPicker)
+                   and bool(app.screen.query(OptionList)))
+    options = app.screen.query_one(OptionList)
+    for i in range(options.option_count):
+        if str(options.get_option_at_index(i).prompt).startswith(label):
+            options.highlighted = i
+            break
+    else:
+        raise AssertionError(f"no option {label!r}")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+
+
+@app_test
+async def test_a_chat_keeps_the_system_prompt_picked_for_it(tmp_path: Path,
+                                                           tiny_target: Path) -> None:
+    prompts: list[str] = []
+    config = UserConfig(sampling=GREEDY, system_prompt="quiet default words",
+                        presets={"pirate": "arr matey ahoy"})
+
+    def services() -> AppServices:
+        return make_services(tmp_path, tiny_runtime(tiny_target), config=config,
+                             make_decoder=lambda rt, _s: RecordingDecoder(rt, prompts))
+
+    first = services()
+    app = SpecchatApp(first)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await pick_prompt(pilot, app, "pirate")  # before the chat's first message
+        assert "prompt: pirate" in str(chat.query_one("#topbar", Static).render())
+        await pilot.click(ChatInput)
+        await pilot.press(*"ahoy", "enter")
+        await wait_for(pilot, lambda: chat.job is None and len(prompts) == 1)
+        assert "arr matey ahoy" in prompts[0] and "quiet default words" not in prompts[0]
+        chat_id = chat.conversation.chat_id
+        assert chat_id is not None
+        saved = first.store.get_chat(chat_id)
+        assert (saved.preset, saved.system_prompt) == ("pirate", "arr matey ahoy")
+        await pilot.press("ctrl+n")  # a new chat starts on the default
+        await pilot.click(ChatInput)
+        await pilot.press(*"hello", "enter")
+        await wait_for(pilot, lambda: chat.job is None and len(prompts) == 2)
+        assert "quiet default words" in prompts[1]
+        other = chat.conversation.chat_id
+        await pick_prompt(pilot, app, "coder")  # a built-in, on a chat already saved
+        assert first.store.get_chat(other).preset == "coder"  # type: ignore[arg-type]
+    first.store.close()
+    # Another start: the chat comes back with its own prompt.
+    second = services()
+    app = SpecchatApp(second)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        chat.open_chat(chat_id)
+        await wait_for(pilot, lambda: chat.conversation.chat_id == chat_id)
+        assert "prompt: pirate" in str(chat.query_one("#topbar", Static).render())
+        await pilot.click(ChatInput)
+        await pilot.press(*"more", "enter")
+        await wait_for(pilot, lambda: chat.job is None and len(prompts) == 3)
+        assert "arr matey ahoy" in prompts[2]
+        # One of its own, typed in the picker; then back to the default.
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, PresetPicker)
+                       and bool(app.screen.query(Input)))
+        app.screen.query_one(Input).focus()
+        await pilot.press(*"my own little words", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+        saved = second.store.get_chat(chat_id)
+        assert (saved.preset, saved.system_prompt) == (None, "my own little words")
+        assert "prompt: its own" in str(chat.query_one("#topbar", Static).render())
+        await pick_prompt(pilot, app, "default")
+        saved = second.store.get_chat(chat_id)
+        assert (saved.preset, saved.system_prompt) == (None, None)
+        assert "prompt:" not in str(chat.query_one("#topbar", Static).render())
+        await pilot.click(ChatInput)
+        await pilot.press(*"again", "enter")
+        await wait_for(pilot, lambda: chat.job is None and len(prompts) == 4)
+        assert "quiet default words" in prompts[3]
+    second.store.close()

@@ -211,11 +211,13 @@ class ChatStore:
 
     # --- chats ----------------------------------------------------------------------------
 
-    def create_chat(self, title: str, pair: str = "") -> int:
+    def create_chat(self, title: str, pair: str = "", *, preset: str | None = None,
+                    system_prompt: str | None = None) -> int:
         now = self.clock()
         with self._write("the chat was not saved") as c:
-            cur = c.execute("INSERT INTO chats (title, pair, created, updated) VALUES (?,?,?,?)",
-                            (title or "New chat", pair, now, now))
+            cur = c.execute("INSERT INTO chats (title, pair, created, updated, preset, "
+                            "system_prompt) VALUES (?,?,?,?,?,?)",
+                            (title or "New chat", pair, now, now, preset, system_prompt))
             chat_id = int(cur.lastrowid or 0)
             self._own(c, chat_id, now)
         self.owned.add(chat_id)

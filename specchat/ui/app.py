@@ -52,6 +52,8 @@ COMMANDS = (
     ("Delete this chat", "Delete the current chat and its messages", "delete_chat"),
     ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
     ("Search all chats", "Find a message in any chat; Enter opens the chat there", "search"),
+    ("System prompt for this chat", "A named preset, one of its own, or the default",
+     "pick_preset"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
     ("Switch pair or model", "Load another pair or model on disk; this chat stays open",
      "switch_pair"),

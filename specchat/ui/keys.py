@@ -45,6 +45,9 @@ CHAT_KEYS: tuple[Key, ...] = (
         priority=True),
     Key("f4", "switch_pair", "Switch",
         "Switch to another pair or model on disk (it loads; this chat stays open)"),
+    Key("ctrl+g", "pick_preset", "Prompt",
+        "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
+        "its own, or the Settings' one", priority=True),
 )
 
 RACE_KEYS: tuple[Key, ...] = (

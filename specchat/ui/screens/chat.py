@@ -49,6 +49,7 @@ from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.presets import PresetPicker, PromptChoice
 from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import LIMIT as SEARCH_LIMIT
@@ -128,6 +129,12 @@ class ChatScreen(Screen[None]):
         return short_name(sel.target.name)
 
     @property
+    def system_prompt(self) -> str:
+        """This chat's own (Ctrl+G), else the settings' one."""
+        own = self.conversation.system_prompt
+        return own if own is not None else self.settings.system_prompt
+
+    @property
     def speculative(self) -> bool:
         return self.engine.decoder.name != "plain"
 
@@ -149,6 +156,9 @@ class ChatScreen(Screen[None]):
 
     def _topbar(self) -> Text:
         out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
+        c = self.conversation
+        if c.preset is not None or c.system_prompt is not None:
+            out.append(f"  · prompt: {safe_text(c.preset or 'its own')}", "dim")
         if self.session.owner is not None:
             out.append("  · read-only: open in another specchat", "bold yellow")
         if self.unsaved:
@@ -262,8 +272,7 @@ class ChatScreen(Screen[None]):
         new_chat = self.conversation.chat_id is None and not self.conversation.turns
         meta = ReplyStats(decoder=self.engine.decoder.name, gamma_mode=self.settings.gamma_mode,
                           ctx_size=self.engine.n_ctx, pair=self.pair_label)
-        views = self.session.send(text, self.settings.system_prompt, self.settings.sampling,
-                                  meta)
+        views = self.session.send(text, self.system_prompt, self.settings.sampling, meta)
         job, reply = self.session.job, self.session.reply
         if job is None or reply is None or self.job_widget is not None:
             self.render_views(views)
@@ -487,3 +496,27 @@ class ChatScreen(Screen[None]):
             choices, current, title="Switch pair or model",
             hint="Enter loads it (this chat stays open) · greyed: not on disk (F3 or "
                  "`specchat models pull ID` fetches it) · Esc cancels"), chosen)
+
+    # --- this chat's system prompt (screens/presets.py) ------------------------------------
+
+    def action_pick_preset(self) -> None:
+        c = self.conversation
+        own = c.system_prompt if c.preset is None else None
+
+        def chosen(choice: PromptChoice | None) -> None:
+            self.query_one(ChatInput).focus()
+            if choice is None or choice == (c.preset, c.system_prompt):
+                return
+            preset, prompt = choice
+            try:
+                self.session.set_prompt(preset, prompt)
+            except SpecchatError as e:
+                self.notify(f"{e}; the prompt applies until this chat is closed",
+                            severity="error", timeout=10, markup=False)
+            self._retitled()
+            said = f"the {preset} preset" if preset else (
+                "its own system prompt" if prompt else "the Settings' system prompt")
+            self.notify(f"This chat now uses {said}.", timeout=4, markup=False)
+
+        self.app.push_screen(PresetPicker(self.services.config.all_presets(),
+                                          self.settings.system_prompt, c.preset, own), chosen)
