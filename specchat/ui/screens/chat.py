@@ -22,6 +22,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from specchat.engine.chat import ChatEngine
@@ -62,6 +63,7 @@ from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
 TICK_S = 5.0  # how often unsaved turns are retried (and the chat's ownership renewed)
+REVEAL_TRIES, REVEAL_EVERY_S = 10, 0.1  # keeping a search result in view while laid out
 
 
 def short_name(name: str) -> str:
@@ -461,6 +463,18 @@ class ChatScreen(Screen[None]):
 
         self.app.push_screen(SearchScreen(search, self.search_text), chosen)
 
+    def _scroll_to_found(self, widget: Widget, tries: int) -> None:
+        """Scroll to ``widget`` until it stays in view: the chat's messages are laid out over
+        a few frames (Markdown sizes itself late) and opening a chat scrolls to its end."""
+        transcript = self.transcript
+        if widget.parent is None:
+            return  # another chat was opened meanwhile
+        region, view = widget.region, transcript.region
+        if not (region.height and view.y <= region.y < view.bottom):
+            transcript.scroll_to_widget(widget, animate=False, top=True)
+        if tries > 1:
+            self.set_timer(REVEAL_EVERY_S, lambda: self._scroll_to_found(widget, tries - 1))
+
     def reveal_message(self, message_id: int) -> None:
         """Scroll the transcript to a saved message and mark it (a search result)."""
         for w in self.transcript.children:
@@ -469,9 +483,7 @@ class ChatScreen(Screen[None]):
                 for old in self.transcript.query(".-found"):
                     old.remove_class("-found")
                 w.add_class("-found")
-                # After the chat's messages are laid out (Markdown sizes itself late).
-                self.call_after_refresh(self.transcript.scroll_to_widget, w, animate=False,
-                                        top=True)
+                self._scroll_to_found(w, REVEAL_TRIES)
                 return
         self.notify("That message is no longer in this chat's current view.", timeout=4,
                     markup=False)
