@@ -288,3 +288,21 @@ def test_the_apps_services_list_pairs_and_models_and_open_any_label(
         assert services.config.default_pair is None  # switching is not choosing a default
     finally:
         services.store.close()
+
+
+def test_a_repaired_database_keeps_each_chats_prompt_and_is_searchable(tmp_path: Path) -> None:
+    from specchat.store.repair import repair
+
+    path = tmp_path / "chats.sqlite3"
+    store = ChatStore.open(path)
+    c = store.create_chat("Kept", pair="demo", preset="coder", system_prompt="You write C.")
+    store.add_message(c, "user", "pointer arithmetic please")
+    store.release(c)
+    store.close()
+    report = repair(path)
+    assert (report.chats, report.messages) == (1, 1)
+    store = ChatStore.open(path)
+    chat = store.get_chat(c)
+    assert (chat.preset, chat.system_prompt, chat.pair) == ("coder", "You write C.", "demo")
+    assert texts(store, "pointer") == ["pointer arithmetic please"]
+    store.close()
