@@ -40,7 +40,7 @@ class UserConfig:
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
     theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
-    # Named system prompts (name → prompt) the app's Ctrl+G and `ask --preset` offer, after
+    # Named system prompts (name → prompt) the app's F9 and `ask --preset` offer, after
     # the built-in ones (BUILTIN_PRESETS; a preset of the same name replaces a built-in).
     presets: dict[str, str] = field(default_factory=dict)
 

@@ -1,5 +1,5 @@
 """Finding and switching in the chat app, driven with Pilot on tiny real models: search across
-chats (Ctrl+F), a chat's pair, the quick pair switcher (F4), system-prompt presets (Ctrl+G), and
+chats (Ctrl+F), a chat's pair, the quick pair switcher (F8), system-prompt presets (F9), and
 the loading screen's percentage and memory estimate."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from textual.widgets import Input, OptionList, ProgressBar, Static
-from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import GREEDY, app_test, make_services, tiny_runtime
+from ui_helpers import wait_for as wait_briefly
 
 from specchat.cli.app import opener
 from specchat.config import UserConfig
@@ -36,6 +37,11 @@ from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 
 SIZE = (120, 36)
+
+
+async def wait_for(pilot, check: Callable[[], bool], timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """As ui_helpers' wait_for, with room for a machine shared by several test runs."""
+    await wait_briefly(pilot, check, timeout)
 
 
 async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
@@ -133,7 +139,7 @@ async def test_search_results_are_picked_with_the_arrows(tmp_path: Path,
         assert found.turn.message_id == picked.message_id  # type: ignore[attr-defined]
 
 
-# --- a pair per chat, and the quick switcher (F4) -------------------------------------------------
+# --- a pair per chat, and the quick switcher (F8) -------------------------------------------------
 
 
 def switching_services(tmp_path: Path, target: Path, draft: Path) -> tuple[AppServices, list[str]]:
@@ -169,7 +175,7 @@ async def open_from_list(pilot, chat: ChatScreen, chat_id: int) -> None:  # type
 
 
 @app_test
-async def test_f4_switches_the_pair_and_the_chat_goes_on_with_it(
+async def test_f8_switches_the_pair_and_the_chat_goes_on_with_it(
         tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
     services, opened = switching_services(tmp_path, tiny_target, tiny_draft)
     chat_id, _ = seed(services.store, pair="tiny-target")
@@ -178,7 +184,7 @@ async def test_f4_switches_the_pair_and_the_chat_goes_on_with_it(
         chat = await ready(pilot)
         await open_from_list(pilot, chat, chat_id)
         assert not isinstance(app.screen, ConfirmDialog)  # its own pair is loaded: no offer
-        await pilot.press("f4")
+        await pilot.press("f8")
         await wait_for(pilot, lambda: isinstance(app.screen, PairPicker))
         options = app.screen.query_one(OptionList)
         shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
@@ -300,7 +306,7 @@ async def test_the_loading_screen_shows_a_percentage_and_the_memory_it_will_take
     assert all(p.note == loads[0].note for p in loads)
 
 
-# --- system-prompt presets (Ctrl+G) ---------------------------------------------------------------
+# --- system-prompt presets (F9) ---------------------------------------------------------------
 
 
 class RecordingDecoder:
@@ -320,7 +326,7 @@ class RecordingDecoder:
 
 
 async def pick_prompt(pilot, app: SpecchatApp, label: str) -> None:  # type: ignore[no-untyped-def]
-    await pilot.press("ctrl+g")
+    await pilot.press("f9")
     await wait_for(pilot, lambda: isinstance(app.screen, PresetPicker)
                    and bool(app.screen.query(OptionList)))
     options = app.screen.query_one(OptionList)
@@ -381,7 +387,7 @@ async def test_a_chat_keeps_the_system_prompt_picked_for_it(tmp_path: Path,
         await wait_for(pilot, lambda: chat.job is None and len(prompts) == 3)
         assert "arr matey ahoy" in prompts[2]
         # One of its own, typed in the picker; then back to the default.
-        await pilot.press("ctrl+g")
+        await pilot.press("f9")
         await wait_for(pilot, lambda: isinstance(app.screen, PresetPicker)
                        and bool(app.screen.query(Input)))
         app.screen.query_one(Input).focus()

@@ -133,7 +133,7 @@ class SpecchatApp(App[int]):
         chat.when_idle(switch)
 
     def switch_to(self, label: str, reopen_chat: int | None = None) -> None:
-        """Load another pair or model (the chat's F4 switcher, or a chat's own pair) with the
+        """Load another pair or model (the chat's F8 switcher, or a chat's own pair) with the
         loading screen, then show ``reopen_chat`` on it. The current models are freed first:
         two pairs need not fit in memory together."""
         if self.chat is None:

@@ -43,11 +43,12 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+f", "search", "Search",
         "Search the messages of every chat; Enter opens the chat at that message",
         priority=True),
-    Key("f4", "switch_pair", "Switch",
-        "Switch to another pair or model on disk (it loads; this chat stays open)"),
-    Key("ctrl+g", "pick_preset", "Prompt",
+    Key("f8", "switch_pair", "Switch",
+        "Switch to another pair or model on disk (it loads; this chat stays open)",
+        show=False),  # F1 and the palette list it: the footer is full at 80 columns
+    Key("f9", "pick_preset", "Prompt",
         "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
-        "its own, or the Settings' one", priority=True),
+        "its own, or the Settings' one", show=False),
 )
 
 RACE_KEYS: tuple[Key, ...] = (

@@ -132,7 +132,7 @@ class ChatScreen(Screen[None]):
 
     @property
     def system_prompt(self) -> str:
-        """This chat's own (Ctrl+G), else the settings' one."""
+        """This chat's own (F9), else the settings' one."""
         own = self.conversation.system_prompt
         return own if own is not None else self.settings.system_prompt
 
@@ -488,7 +488,7 @@ class ChatScreen(Screen[None]):
         self.notify("That message is no longer in this chat's current view.", timeout=4,
                     markup=False)
 
-    # --- the pair: a quick switcher (F4), a chat's own pair (chat_history.py) ---------------
+    # --- the pair: a quick switcher (F8), a chat's own pair (chat_history.py) ---------------
 
     def action_switch_pair(self) -> None:
         choices = self.services.pair_choices()

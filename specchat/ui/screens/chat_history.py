@@ -69,7 +69,7 @@ class ChatHistory:
         pair, chat_id, now = c.pair, c.chat_id, safe_text(loaded)
         if not choice.on_disk:
             self._notify(f"This chat was with {safe_text(pair)}, which is {choice.status}: it "
-                         f"goes on with {now}. F3 pairs models; F4 switches.",
+                         f"goes on with {now}. F3 pairs models; F8 switches.",
                          title="Another pair", timeout=10)
             return
 

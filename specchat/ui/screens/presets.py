@@ -1,4 +1,4 @@
-"""This chat's system prompt (Ctrl+G on the chat screen): the settings' default, a named preset
+"""This chat's system prompt (F9 on the chat screen): the settings' default, a named preset
 (built-in, or from config.yaml's ``presets:``), or one typed for this chat alone. The chat
 keeps what is picked (the store saves its preset's name and the prompt itself)."""
 

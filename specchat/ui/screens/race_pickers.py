@@ -1,5 +1,5 @@
 """The race screen's two choosers: a prompt (built-in or typed) and a pair; the pair chooser
-is also the chat screen's quick pair switcher (F4)."""
+is also the chat screen's quick pair switcher (F8)."""
 
 from __future__ import annotations
 
