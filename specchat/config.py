@@ -40,6 +40,9 @@ class UserConfig:
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
     theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
+    # Named system prompts (name → prompt) the app's F9 and `ask --preset` offer, after
+    # the built-in ones (BUILTIN_PRESETS; a preset of the same name replaces a built-in).
+    presets: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.gamma, GammaSetting):  # UserConfig(gamma="auto"), gamma=3
@@ -53,6 +56,33 @@ class UserConfig:
 
     def with_(self, **changes: Any) -> UserConfig:
         return replace(self, **changes)
+
+    def all_presets(self) -> dict[str, str]:
+        """The built-in presets, then the user's (which may replace one)."""
+        return {**BUILTIN_PRESETS, **self.presets}
+
+    def preset(self, name: str) -> str:
+        """A preset's system prompt; ConfigError naming the known ones if there is none."""
+        found = self.all_presets()
+        if name not in found:
+            raise ConfigError(f"no system-prompt preset {name!r} (presets: "
+                              f"{', '.join(found)}; add your own under 'presets:' in "
+                              "config.yaml)")
+        return found[name]
+
+
+# A few system prompts worth having at hand; config.yaml's ``presets:`` adds to them.
+BUILTIN_PRESETS: dict[str, str] = {
+    "concise": "You are a helpful assistant. Answer briefly: a sentence or a short list, "
+               "no preamble and no summary at the end.",
+    "coder": "You are an expert programmer. Answer with working code first, in fenced code "
+             "blocks that name their language, then explain it in a few sentences.",
+    "teacher": "You are a patient teacher. Explain step by step, with a small example, for "
+               "someone new to the topic, and end with one question that checks understanding.",
+    "editor": "You are a careful editor. Correct the grammar, spelling and clarity of the "
+              "user's text, keep its meaning and tone, and reply with the corrected text only.",
+}
+PRESET_NAME_CHARS = 40
 
 
 _TOP = {f.name: f for f in fields(UserConfig)}
@@ -213,6 +243,8 @@ def load_config(path: Path) -> UserConfig:
                 values[key] = _gamma(value)
             elif key == "drafter":
                 values[key] = _drafter(value)
+            elif key == "presets":
+                values[key] = _presets(value, bad)
             else:
                 values[key] = check_setting(key, value)
         except ValueError as e:
@@ -236,6 +268,28 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 BadFn = Callable[[str, str], ConfigError]
+
+
+def _presets(value: Any, bad: BadFn) -> dict[str, str]:
+    """``presets:`` is a mapping of names to system prompts (text)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("must be a mapping of names to system prompts, e.g. "
+                         "'coder: You are an expert programmer.'")
+    out: dict[str, str] = {}
+    for name, prompt in value.items():
+        key = f"presets.{name}"
+        if not isinstance(name, str) or not name.strip():
+            raise bad("presets", f"!preset names must be text, not {_shown(name)}")
+        if len(name) > PRESET_NAME_CHARS or name != name.strip():
+            raise bad(key, f"!preset name {_shown(name)} must be at most {PRESET_NAME_CHARS} "
+                      "characters, without spaces around it")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise bad(key, f"!preset '{name}' must be its system prompt as text, "
+                      f"not {_shown(prompt)}")
+        out[name] = prompt
+    return out
 
 
 def _sampling(value: Any, bad: BadFn) -> SamplerSettings:

@@ -19,7 +19,14 @@ from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.memory_plan import LoadRequest, MemoryReadings, PairPlan, check, plan_load
+from specchat.engine.memory_plan import (
+    LoadPlan,
+    LoadRequest,
+    MemoryReadings,
+    PairPlan,
+    check,
+    plan_load,
+)
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
@@ -28,7 +35,7 @@ from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_file import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
-from specchat.models.progress import ProgressFn, no_progress
+from specchat.models.progress import Progress, ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
@@ -97,6 +104,15 @@ def select(catalog: Catalog, pair: str | None = None, model: str | None = None,
     return Selection(catalog.model(p.target), catalog.model(p.draft), p)
 
 
+def select_label(catalog: Catalog, label: str) -> Selection:
+    """The selection whose :attr:`Selection.label` is ``label`` (a saved chat's pair, a pick in
+    the chat's pair switcher): a pair id, a model, or an ad-hoc ``target + draft``."""
+    if label in catalog.pairs:
+        return select(catalog, label)
+    target, sep, draft = label.partition(" + ")
+    return select(catalog, model=target, draft=draft if sep else None)
+
+
 def raise_no_default(catalog: Catalog) -> None:
     from specchat.errors import CatalogError
 
@@ -124,6 +140,39 @@ def check_main_gpu(options: RuntimeOptions) -> None:
     if gpus and max(wanted) >= len(gpus):
         seen = ", ".join(f"{i}: {d.description or d.name}" for i, d in enumerate(gpus))
         raise SpecchatError(f"main GPU {max(wanted)} does not exist (this build sees {seen})")
+
+
+LOAD_TASK = "Loading the models into memory"
+
+
+class LoadProgress:
+    """Reports a load as one task over all its models' weights (llama.cpp says how far each
+    model is), with the memory plan's estimate as its note; a report per percent at most."""
+
+    def __init__(self, plan: PairPlan, report: ProgressFn) -> None:
+        self.plan = plan
+        self.report = report
+        self.total = float(sum(p.weights for p in plan.plans)) or 1.0
+        self.note = plan.summary()
+        self._shown = -1
+        self._send(0.0, plan.plans[0])
+
+    def _send(self, done: float, p: LoadPlan, finished: bool = False) -> None:
+        percent = int(100 * done / self.total)
+        if percent == self._shown and not finished:
+            return
+        self._shown = percent
+        self.report(Progress(LOAD_TASK, done, self.total, "B", finished,
+                             detail=f"{p.request.role} {p.request.name}", note=self.note))
+
+    def model(self, index: int) -> Callable[[float], None]:
+        """The progress callback for the ``index``-th model of the plan."""
+        before = float(sum(p.weights for p in self.plan.plans[:index]))
+        p = self.plan.plans[index]
+        return lambda share: self._send(before + share * p.weights, p)
+
+    def finished(self) -> None:
+        self._send(self.total, self.plan.plans[-1], finished=True)
 
 
 class Runtime:
@@ -170,14 +219,16 @@ class Runtime:
         else:  # no readings: "auto" means every layer, as llama.cpp would do
             plan = plan_load(reqs, MemoryReadings.unknown())
         opened: list[LlamaModel | LlamaContext] = []
+        loading = LoadProgress(plan, report)
         try:
-            target = LlamaModel(target_path, plan.plans[0].model_settings)
+            target = LlamaModel(target_path, plan.plans[0].model_settings, loading.model(0))
             opened.append(target)
             target_ctx = LlamaContext(target, options.context)
             opened.append(target_ctx)
             draft = draft_ctx = None
             if draft_path is not None:
-                draft = LlamaModel(draft_path, plan.plan("draft").model_settings)
+                draft = LlamaModel(draft_path, plan.plan("draft").model_settings,
+                                   loading.model(1))
                 opened.append(draft)
                 # Same window as the target's (n_ctx 0 means each model's own training length).
                 draft_ctx = LlamaContext(draft, replace(options.draft_ctx, n_ctx=target_ctx.n_ctx))
@@ -185,6 +236,7 @@ class Runtime:
             for obj in reversed(opened):  # free GPU memory now, not at garbage collection
                 obj.close()
             raise
+        loading.finished()
         runtime = cls(selection, target, target_ctx, draft, draft_ctx, plan)
         runtime.pair_warnings = warnings
         runtime.paths = resolver.paths

@@ -10,14 +10,21 @@ from specchat.cli.common import Env, sampling_changes
 from specchat.config import UserConfig
 from specchat.engine.gamma import GammaSetting
 from specchat.errors import ConfigError, SpecchatError
-from specchat.models.catalog import load_catalog
+from specchat.models.catalog import Catalog, load_catalog
+from specchat.models.choices import Choice, all_choices, choice_for
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.race.runner import RaceSetup
-from specchat.runtime import Runtime, RuntimeOptions, Selection, select
+from specchat.runtime import (
+    LOAD_TASK,
+    Runtime,
+    RuntimeOptions,
+    Selection,
+    select,
+    select_label,
+)
 from specchat.store.repair import open_for_app
 from specchat.ui.app import SpecchatApp
-from specchat.ui.screens.loading import LOADING_TASK
 from specchat.ui.services import AppServices, PairOpener
 
 
@@ -62,13 +69,31 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         return Runtime.open(select(catalog, pair), ModelResolver(catalog, env.paths), options,
                             fetch=False)
 
+    def fresh() -> tuple[Catalog, ModelResolver]:
+        catalog = load_catalog(env.paths.user_catalog)  # with what the wizard saved since
+        return catalog, ModelResolver(catalog, env.paths)
+
+    def pair_choices() -> list[Choice]:
+        return all_choices(*fresh())
+
+    def label_choice(label: str) -> Choice | None:
+        try:
+            return choice_for(*fresh(), label)
+        except SpecchatError:
+            return None  # a catalog that does not load: the chat just goes on
+
+    def open_label(label: str) -> PairOpener:
+        catalog, resolver = fresh()
+        return opener(select_label(catalog, label), resolver, options)
+
     return AppServices(store=store, config=config, open_runtime=first.open_runtime,
                        label=first.label, pair_gamma=first.pair_gamma,
                        config_path=env.paths.config_file, config_problem=problem,
                        store_problem=store_problem,
                        open_pair=open_pair, paths=env.paths, first_run=first_run,
                        race_pairs=race_pairs, open_race_pair=open_race_pair,
-                       from_file=from_file)
+                       from_file=from_file, pair_choices=pair_choices,
+                       choice_for=label_choice, open_label=open_label)
 
 
 SESSION_KEYS = ("drafter", "ngram", "gamma", "system_prompt", "memory_check", "theme", "sampling")
@@ -103,7 +128,7 @@ def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOption
         for entry in (selection.target, selection.draft):
             if entry is not None:
                 resolver.ensure(entry, report)  # fetch/derive what is missing, with progress
-        report(Progress(LOADING_TASK))
+        report(Progress(LOAD_TASK))  # until the memory plan is made: a spinner
         return Runtime.open(selection, resolver, options, report)
 
     return PairOpener(selection.label, selection.pair.gamma if selection.pair else None,

@@ -43,6 +43,9 @@ def add_parser(sub: Any) -> None:
     add_model_args(p)
     add_sampling_args(p)
     add_system_arg(p)
+    p.add_argument("--preset", metavar="NAME",
+                   help="a named system prompt: built-in (concise, coder, teacher, editor) or "
+                        "from config.yaml's 'presets:'")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
@@ -63,10 +66,21 @@ def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
         raise SpecchatError(str(e)) from None
 
 
+def system_prompt(env: Env, args: argparse.Namespace) -> str:
+    """--system, else --preset's prompt, else the configured one."""
+    preset = getattr(args, "preset", None)
+    if preset is not None:
+        if args.system is not None:
+            raise SpecchatError("--system and --preset both set the system prompt: give one")
+        return env.config.preset(preset)
+    return args.system if args.system is not None else env.config.system_prompt
+
+
 def run(env: Env, args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise SpecchatError("the prompt is empty: ask a question, e.g. specchat ask \"hello\"")
     settings = sampler_from_args(env, args)
+    system = system_prompt(env, args)  # before loading: a wrong name costs no model load
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
@@ -80,7 +94,6 @@ def run(env: Env, args: argparse.Namespace) -> int:
                                   drafters=env.drafters(args))
         setup = in_force(decoder)
         engine = ChatEngine(decoder)
-        system = args.system if args.system is not None else env.config.system_prompt
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
         cancel = threading.Event()
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())

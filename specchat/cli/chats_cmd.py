@@ -11,13 +11,24 @@ from typing import Any
 
 from specchat.cli.common import Env
 from specchat.errors import SpecchatError
+from specchat.models.choices import choice_for
 from specchat.store import ChatStore, chat_to_markdown, protected_files, write_export
 from specchat.store.repair import repair
+from specchat.store.search import NO_FTS5
 from specchat.textsafe import safe_text
+
+SEARCH_LIMIT = 20
+PAIR_COLUMN = 28  # wider pair labels are cut (the full label: `specchat export ID`)
 
 
 def add_parsers(sub: Any) -> None:
-    ls = sub.add_parser("chats", help="list saved chats (ids for `specchat export`)")
+    ls = sub.add_parser("chats", help="list saved chats (ids for `specchat export`), or "
+                        "search them")
+    ls.add_argument("--search", metavar="TEXT",
+                    help="the messages of every chat that contain all the words of TEXT (the "
+                         "last one also as the start of a word), best match first")
+    ls.add_argument("--limit", type=int, default=SEARCH_LIMIT, metavar="N",
+                    help=f"at most N search results (default {SEARCH_LIMIT})")
     ls.add_argument("--repair", action="store_true",
                     help="recover a damaged chat database: keep a copy of it, move every "
                          "readable chat and message into a fresh one")
@@ -42,20 +53,65 @@ def cmd_chats(env: Env, args: argparse.Namespace) -> int:
         report = repair(env.paths.chats_db)
         sys.stdout.write(f"{report.describe()}\n")
         return 0
+    if getattr(args, "search", None) is not None:
+        return _search(env, args.search, args.limit)
     store = _open(env)
     chats = store.list_chats() if store else []
     if not chats:
         sys.stdout.write("no saved chats yet: run `specchat` to start one\n")
         return 0
-    sys.stdout.write(f"{'ID':>5}  {'UPDATED':16}  {'MSGS':>4}  {'PAIR':12}  TITLE\n")
+    pairs = {c.pair: _pair_cell(env, c.pair) for c in chats}
+    width = max(4, *(len(p) for p in pairs.values()))
+    sys.stdout.write(f"{'ID':>5}  {'UPDATED':16}  {'MSGS':>4}  {'PAIR':{width}}  TITLE\n")
     for c in chats:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated))
-        sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {safe_text(c.pair[:12]):12}  "
+        sys.stdout.write(f"{c.id:>5}  {when:16}  {c.n_messages:>4}  {pairs[c.pair]:{width}}  "
                          f"{safe_text(c.title)}\n")
     if store is not None and (problem := store.check()) is not None:
         sys.stderr.write(f"specchat: warning: the chat database {store.path} is damaged "
                          f"({problem[:120]}): `specchat chats --repair` keeps a copy and "
                          "recovers what it can\n")
+    return 0
+
+
+def _pair_cell(env: Env, pair: str) -> str:
+    """The chat's pair, marked when it cannot be opened as it is: ``qwen-coder (not on disk)``."""
+    if not pair:
+        return "-"
+    shown = safe_text(pair)
+    if len(shown) > PAIR_COLUMN:
+        shown = shown[: PAIR_COLUMN - 1] + "…"
+    try:
+        choice = choice_for(env.catalog, env.resolver, pair)
+    except SpecchatError:  # a broken catalog: the listing still works, unmarked
+        return shown
+    return shown if choice.on_disk else f"{shown} ({choice.status})"
+
+
+def _search(env: Env, text: str, limit: int) -> int:
+    if not text.split():
+        raise SpecchatError("--search needs a word to look for")
+    if limit < 1:
+        raise SpecchatError("--limit must be 1 or more")
+    store = _open(env)
+    if store is None:
+        sys.stdout.write("no saved chats yet: run `specchat` to start one\n")
+        return 0
+    hits, fts = store.search(text, limit)
+    if not fts:
+        sys.stderr.write(f"specchat: note: {NO_FTS5}\n")
+    if not hits:
+        sys.stdout.write(f"no message contains {safe_text(text)!r}\n")
+        return 0
+    sys.stdout.write(f"{'ID':>5}  {'FROM':9}  {'CHAT':24}  TEXT\n")
+    for h in hits:
+        title = safe_text(h.chat_title)
+        title = title if len(title) <= 24 else title[:23] + "…"
+        who = "you" if h.role == "user" else h.role
+        sys.stdout.write(f"{h.chat_id:>5}  {who:9}  {title:24}  {safe_text(h.snippet)}\n")
+    more = " (more with --limit)" if len(hits) == limit else ""
+    sys.stdout.write(f"{len(hits)} message{'s' if len(hits) != 1 else ''}{more}; "
+                     "`specchat export ID` shows a whole chat\n")
     return 0
 
 

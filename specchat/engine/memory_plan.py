@@ -272,7 +272,10 @@ class PairPlan:
         return out
 
     def describe(self) -> list[str]:
-        lines = [p.describe() for p in self.plans]
+        return [*(p.describe() for p in self.plans), self.summary(), *self.notices()]
+
+    def summary(self) -> str:
+        """``needs GPU ~1.2 GB of 23.5 GB free, RAM ~310 MB of 12.0 GB available — fits``"""
         r = self.readings
         need = []
         if any(p.gpu_layers for p in self.plans):
@@ -283,9 +286,7 @@ class PairPlan:
         need.append(f"RAM ~{fmt_bytes(self.host_need)}"
                     + (f" of {fmt_bytes(avail)} available" if avail is not None else ""))
         short = self.shortfall()
-        lines.append("needs " + ", ".join(need) + (" — fits" if short is None else
-                                                    " — does NOT fit"))
-        return lines + self.notices()
+        return "needs " + ", ".join(need) + (" — fits" if short is None else " — does NOT fit")
 
 
 def plan_load(requests: Sequence[LoadRequest], readings: MemoryReadings | None = None) -> PairPlan:

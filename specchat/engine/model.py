@@ -8,12 +8,13 @@ holds, so a new prompt only evaluates what differs from the last one.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,10 @@ KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 
 class LlamaModel:
     """Weights and vocabulary of one GGUF file."""
 
-    def __init__(self, path: Path | str, settings: ModelSettings = ModelSettings()) -> None:
+    def __init__(self, path: Path | str, settings: ModelSettings = ModelSettings(),
+                 progress: Callable[[float], None] | None = None) -> None:
+        """``progress``: called from this thread with the share of the weights loaded so far
+        (0 … 1), as llama.cpp reports it while it reads the tensors."""
         ensure_backend()
         self.path = Path(path).expanduser()
         self.header: GgufHeader = validate(self.path)
@@ -93,6 +97,16 @@ class LlamaModel:
             params.main_gpu = settings.main_gpu
         params.use_mmap = settings.use_mmap
         params.vocab_only = settings.vocab_only
+        callback = None
+        if progress is not None:
+            def on_progress(share: float, _user_data: object) -> bool:
+                with contextlib.suppress(Exception):  # a report that fails never stops a load
+                    progress(min(1.0, max(0.0, float(share))))
+                return True  # go on loading
+
+            # Held in a local for the whole load: ctypes must not free it while C calls it.
+            callback = llama_cpp.llama_progress_callback(on_progress)
+            params.progress_callback = callback
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)

@@ -27,6 +27,7 @@ class Progress:
     finished: bool = False
     failed: bool = False  # the task stopped without finishing (an error follows)
     detail: str = ""  # where inside the task it is, e.g. "part 3/22: pkg-part3==0.2.0"
+    note: str = ""  # a line about the whole task, shown apart (the memory a load will take)
 
 
 ProgressFn = Callable[[Progress], None]

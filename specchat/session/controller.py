@@ -193,6 +193,15 @@ class ChatSession:
         self.store.rename_chat(chat_id, title)
         self.conversation.title = " ".join(title.split())
 
+    def set_prompt(self, preset: str | None, system_prompt: str | None) -> None:
+        """This chat's system prompt from now on (None, None: the settings' one). Kept in
+        memory even if saving it fails (StoreError); a chat not saved yet gets it when its
+        first message is."""
+        c = self.conversation
+        c.preset, c.system_prompt = preset, system_prompt
+        if c.chat_id is not None:
+            self.store.set_prompt(c.chat_id, preset, system_prompt)
+
     def summaries(self) -> list[ChatSummary]:
         return self.store.list_chats()
 
@@ -334,7 +343,13 @@ class ChatSession:
 
     def _write(self, c: Conversation, turn: Turn) -> None:
         if c.chat_id is None:
-            c.chat_id = self.store.create_chat(c.title, self.pair_label)
+            c.chat_id = self.store.create_chat(c.title, self.pair_label, preset=c.preset,
+                                               system_prompt=c.system_prompt)
+            c.pair = self.pair_label
+        elif turn.role == "user" and c.pair != self.pair_label:
+            # The chat goes on with another pair: the list says which one it is on now.
+            self.store.set_pair(c.chat_id, self.pair_label)
+            c.pair = self.pair_label
         fates = turn.trace.encode() if turn.role == "assistant" else None
         if turn.message_id is None:
             turn.message_id = self.store.add_message(c.chat_id, turn.role, turn.text,

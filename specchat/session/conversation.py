@@ -41,12 +41,15 @@ class Conversation:
     chat_id: int | None = None  # None until the first message is saved
     title: str = "New chat"
     turns: list[Turn] = field(default_factory=list)
+    pair: str = ""  # the pair (or model) the chat was last continued with, as saved
+    preset: str | None = None  # the system-prompt preset chosen for this chat, by name
+    system_prompt: str | None = None  # this chat's own system prompt (None: the settings')
 
     @classmethod
     def load(cls, store: ChatStore, chat_id: int) -> Conversation:
         chat = store.get_chat(chat_id)
         turns = [Turn.from_stored(m) for m in store.messages(chat_id) if m.role != "system"]
-        return cls(chat.id, chat.title, turns)
+        return cls(chat.id, chat.title, turns, chat.pair, chat.preset, chat.system_prompt)
 
     def engine_messages(self, system_prompt: str) -> list[Message]:
         """The conversation as the model sees it. A stopped reply stays in (the user saw it);

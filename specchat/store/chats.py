@@ -31,6 +31,7 @@ from pathlib import Path
 
 from specchat.errors import StoreError
 from specchat.store.schema import migrate
+from specchat.store.search import SearchHit, ensure_index, index_needs_work, search
 from specchat.store.stats import ReplyStats
 
 TITLE_CHARS = 48
@@ -46,6 +47,8 @@ class ChatSummary:
     created: float
     updated: float
     n_messages: int
+    preset: str | None = None  # the system-prompt preset chosen for this chat, by name
+    system_prompt: str | None = None  # the chat's own system prompt (None: the app's)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ class ChatStore:
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             else:
                 migrate(conn, where=f"the chat database {path}")
+                _mend_index(conn)
         except sqlite3.Error as e:
             conn.close()
             raise describe_sqlite_error(e, path, "cannot open the chat history") from None
@@ -207,11 +211,13 @@ class ChatStore:
 
     # --- chats ----------------------------------------------------------------------------
 
-    def create_chat(self, title: str, pair: str = "") -> int:
+    def create_chat(self, title: str, pair: str = "", *, preset: str | None = None,
+                    system_prompt: str | None = None) -> int:
         now = self.clock()
         with self._write("the chat was not saved") as c:
-            cur = c.execute("INSERT INTO chats (title, pair, created, updated) VALUES (?,?,?,?)",
-                            (title or "New chat", pair, now, now))
+            cur = c.execute("INSERT INTO chats (title, pair, created, updated, preset, "
+                            "system_prompt) VALUES (?,?,?,?,?,?)",
+                            (title or "New chat", pair, now, now, preset, system_prompt))
             chat_id = int(cur.lastrowid or 0)
             self._own(c, chat_id, now)
         self.owned.add(chat_id)
@@ -241,6 +247,25 @@ class ChatStore:
             cur = c.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
         if cur.rowcount == 0:
             raise StoreError(f"no chat with id {chat_id}", "missing")
+
+    def set_pair(self, chat_id: int, pair: str) -> None:
+        """The pair (or model) the chat now continues with."""
+        with self._write("the chat's pair was not saved") as c:
+            self._check_owner(c, chat_id)
+            c.execute("UPDATE chats SET pair = ? WHERE id = ?", (pair, chat_id))
+
+    def set_prompt(self, chat_id: int, preset: str | None, system_prompt: str | None) -> None:
+        """The chat's system-prompt preset (by name) and the prompt it asks for."""
+        with self._write("the chat's system prompt was not saved") as c:
+            self._check_owner(c, chat_id)
+            c.execute("UPDATE chats SET preset = ?, system_prompt = ? WHERE id = ?",
+                      (preset, system_prompt, chat_id))
+
+    def search(self, text: str, limit: int = 50) -> tuple[list[SearchHit], bool]:
+        """Messages of every chat matching all the words of ``text``, best first, and whether
+        the full-text index answered (False: a substring search did; see store/search.py)."""
+        with self._read("cannot search the chats") as c:
+            return search(c, text, limit)
 
     def delete_chat(self, chat_id: int) -> None:
         with self._write("the chat was not deleted") as c:
@@ -359,8 +384,25 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def _mend_index(conn: sqlite3.Connection) -> None:
+    """The search index made whole at open (see store/search.py); the write lock only when it
+    needs work, and a lock held elsewhere leaves it for the next open (searches still work)."""
+    if not index_needs_work(conn):
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        ensure_index(conn)
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
 def _summary(r: sqlite3.Row) -> ChatSummary:
-    return ChatSummary(r["id"], r["title"], r["pair"], r["created"], r["updated"], r["n"])
+    keys = r.keys()  # a database opened read-only may be at an older schema
+    return ChatSummary(r["id"], r["title"], r["pair"], r["created"], r["updated"], r["n"],
+                       r["preset"] if "preset" in keys else None,
+                       r["system_prompt"] if "system_prompt" in keys else None)
 
 
 def _message(r: sqlite3.Row) -> StoredMessage:

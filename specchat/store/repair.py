@@ -156,10 +156,14 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
     known: set[int] = set()
     for ch in chats:
         try:
-            c.execute("INSERT INTO chats (id, title, pair, created, updated) VALUES (?,?,?,?,?)",
+            prompt = ch.get("system_prompt")
+            c.execute("INSERT INTO chats (id, title, pair, created, updated, preset, "
+                      "system_prompt) VALUES (?,?,?,?,?,?,?)",
                       (int(ch["id"]), str(ch.get("title") or "Recovered chat"),
                        str(ch.get("pair") or ""), float(ch.get("created") or now),
-                       float(ch.get("updated") or now)))
+                       float(ch.get("updated") or now),
+                       ch.get("preset") if isinstance(ch.get("preset"), str) else None,
+                       prompt if isinstance(prompt, str) else None))
             known.add(int(ch["id"]))
         except (sqlite3.Error, KeyError, TypeError, ValueError):
             continue

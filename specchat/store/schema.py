@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 
 from specchat.errors import StoreError
+from specchat.store.search import ensure_index
 from specchat.store.stats import upgrade_v1
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -27,6 +28,16 @@ def _stats_v2(conn: sqlite3.Connection) -> None:
         except (ValueError, TypeError):
             continue  # a damaged cell stays as it was: unread, but not thrown away
         conn.execute("UPDATE messages SET stats = ? WHERE id = ?", (new, row_id))
+
+
+def _search_and_prompts(conn: sqlite3.Connection) -> None:
+    """Search across chats (an FTS5 index over every message, backfilled here and kept in step
+    by triggers: see store/search.py), and what each chat asks of the model: its system-prompt
+    preset and the prompt itself (NULL: the app's current one). ``chats.pair`` (since schema 1)
+    now follows the pair a chat was last continued with."""
+    conn.execute("ALTER TABLE chats ADD COLUMN preset TEXT")
+    conn.execute("ALTER TABLE chats ADD COLUMN system_prompt TEXT")
+    ensure_index(conn)  # without FTS5 nothing is made: the search falls back to LIKE
 
 
 # Index i upgrades version i to version i + 1. Append, never edit.
@@ -83,6 +94,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         seen     REAL NOT NULL               -- last heartbeat (time.time())
     );
     """,
+    _search_and_prompts,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -51,7 +51,12 @@ COMMANDS = (
     ("Rename this chat", "Give the current chat a new title", "rename_chat"),
     ("Delete this chat", "Delete the current chat and its messages", "delete_chat"),
     ("Export this chat to Markdown", "Write the chat to a .md file", "export"),
+    ("Search all chats", "Find a message in any chat; Enter opens the chat there", "search"),
+    ("System prompt for this chat", "A named preset, one of its own, or the default",
+     "pick_preset"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
+    ("Switch pair or model", "Load another pair or model on disk; this chat stays open",
+     "switch_pair"),
     ("Pair models (wizard)", "Choose a target and a draft, download, check, calibrate, switch",
      "pair_models"),
     ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
@@ -80,6 +85,7 @@ class SpecchatApp(App[int]):
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
         self.rescued: Path | None = None  # unsaved messages written here on quitting
+        self.reopen_chat: int | None = None  # the chat to show again once a switch has loaded
 
     async def on_event(self, event: events.Event) -> None:
         # Typing while a pane that takes no text has focus goes to the chat's message box.
@@ -137,6 +143,28 @@ class SpecchatApp(App[int]):
 
         chat.when_idle(switch)
 
+    def switch_to(self, label: str, reopen_chat: int | None = None) -> None:
+        """Load another pair or model (the chat's F8 switcher, or a chat's own pair) with the
+        loading screen, then show ``reopen_chat`` on it. The current models are freed first:
+        two pairs need not fit in memory together."""
+        if self.chat is None:
+            return
+        chat = self.chat
+
+        def switch() -> None:
+            try:
+                self.services.switch_to(label)
+            except SpecchatError as e:
+                self.notify(str(e), title="Cannot switch", severity="error", markup=False)
+                return
+            self.shutdown_engine()
+            self.chat = None
+            self.reopen_chat = reopen_chat
+            self.switch_screen(LoadingScreen(self.services.label))  # replaces the chat screen
+            self.open_models()
+
+        chat.when_idle(switch)
+
     def _use_pair(self, pair_id: str) -> bool:
         try:
             self.services.use_pair(pair_id)
@@ -185,13 +213,14 @@ class SpecchatApp(App[int]):
     def on_load_progress(self, msg: LoadProgress) -> None:
         if isinstance(self.screen, LoadingScreen):
             if msg.progress.task == LOADING_TASK:
-                self.screen.show_loading()
+                self.screen.show_loading(msg.progress)
             else:
                 self.screen.show_progress(msg.progress)
 
     def on_runtime_ready(self, msg: RuntimeReady) -> None:
         self.runtime = msg.runtime
-        self.chat = ChatScreen(self.services, msg.runtime, msg.backend)
+        self.chat = ChatScreen(self.services, msg.runtime, msg.backend, self.reopen_chat)
+        self.reopen_chat = None
         self.switch_screen(self.chat)
         if self.start_race is not None:
             self.push_screen(RaceScreen(self.services, msg.runtime, self.start_race))

@@ -42,6 +42,15 @@ CHAT_KEYS: tuple[Key, ...] = (
         "Pair models: choose, download, check, calibrate and switch to a target + draft"),
     Key("f5", "race", "Race", "Race: this pair's target plain vs speculative, side by side"),
     Key("f1", "help", "Help", "This list of keys"),
+    Key("ctrl+f", "search", "Search",
+        "Search the messages of every chat; Enter opens the chat at that message",
+        priority=True),
+    Key("f8", "switch_pair", "Switch",
+        "Switch to another pair or model on disk (it loads; this chat stays open)",
+        show=False),  # F1 and the palette list it: the footer is full at 80 columns
+    Key("f9", "pick_preset", "Prompt",
+        "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
+        "its own, or the Settings' one", show=False),
 )
 
 # The chat keys the footer keeps in a narrow terminal (the others: F1, Ctrl+P).

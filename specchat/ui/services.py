@@ -16,6 +16,7 @@ from typing import Any
 from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
 from specchat.errors import ConfigError, SpecchatError
+from specchat.models.choices import Choice
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
 from specchat.runtime import Runtime
@@ -71,6 +72,12 @@ class AppServices:
 
     def _for_file(self, *changed: str) -> UserConfig:
         return self.config.with_(**{k: v for k, v in self.from_file.items() if k not in changed})
+    # The chat's pair switcher and a chat's own pair: every pair and model of the catalog with
+    # whether it is on disk; what a saved chat's pair label stands for now (None: cannot
+    # tell); an opener for any such label (None: the app cannot switch).
+    pair_choices: Callable[[], list[Choice]] = list
+    choice_for: Callable[[str], Choice | None] = field(default=lambda label: None)
+    open_label: Callable[[str], PairOpener] | None = None
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)
@@ -113,6 +120,16 @@ class AppServices:
         if self.config_path is not None and not self.config_path.exists():
             with contextlib.suppress(OSError):  # else the wizard shows again next time
                 save_config(self.config_path, self._for_file())
+
+    def switch_to(self, label: str) -> PairOpener:
+        """Make ``label`` (a pair, a model) what the app opens next, for this session only (the
+        default in config.yaml stays: F3's wizard is where a default is chosen)."""
+        if self.open_label is None:
+            raise SpecchatError("switching pairs is not available here")
+        opener = self.open_label(label)
+        self.label, self.pair_gamma = opener.label, opener.pair_gamma
+        self.open_runtime = opener.open_runtime
+        return opener
 
     def use_pair(self, pair_id: str) -> PairOpener:
         """Make ``pair_id`` what the app opens, now and (saved as the default) next time."""

@@ -22,6 +22,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Static
 
 from specchat.engine.chat import ChatEngine
@@ -40,6 +41,7 @@ from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
 from specchat.session.worker import ReplyJob, run_reply
 from specchat.store import ReplyStats
+from specchat.store.search import SearchHit
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
@@ -48,7 +50,11 @@ from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
+from specchat.ui.screens.presets import PresetPicker, PromptChoice
 from specchat.ui.screens.race import RaceScreen
+from specchat.ui.screens.race_pickers import PairPicker
+from specchat.ui.screens.search import LIMIT as SEARCH_LIMIT
+from specchat.ui.screens.search import SearchScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
@@ -58,6 +64,7 @@ from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
 TICK_S = 5.0  # how often unsaved turns are retried (and the chat's ownership renewed)
+REVEAL_TRIES, REVEAL_EVERY_S = 10, 0.1  # keeping a search result in view while laid out
 
 
 def short_name(name: str) -> str:
@@ -77,8 +84,10 @@ def pair_names(target: str, draft: str) -> str:
 class ChatScreen(Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
 
-    def __init__(self, services: AppServices, runtime: Runtime, backend: str) -> None:
+    def __init__(self, services: AppServices, runtime: Runtime, backend: str,
+                 reopen: int | None = None) -> None:
         super().__init__()
+        self.reopen = reopen  # a saved chat to show first (after switching pairs for it)
         self.services = services
         self.runtime = runtime
         self.backend = backend
@@ -99,6 +108,8 @@ class ChatScreen(Screen[None]):
         self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
         self._saved_on_exit = False
         self._shown_topbar = ""
+        self._reveal: int | None = None  # a message to scroll to once its chat is shown
+        self.search_text = ""  # the last search, offered again by the next Ctrl+F
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -119,6 +130,12 @@ class ChatScreen(Screen[None]):
         if sel.draft is not None and self.runtime.draft is not None:
             return f"{sel.label}: {pair_names(sel.target.name, sel.draft.name)}"
         return short_name(sel.target.name)
+
+    @property
+    def system_prompt(self) -> str:
+        """This chat's own (F9), else the settings' one."""
+        own = self.conversation.system_prompt
+        return own if own is not None else self.settings.system_prompt
 
     @property
     def speculative(self) -> bool:
@@ -142,6 +159,9 @@ class ChatScreen(Screen[None]):
 
     def _topbar(self) -> Text:
         out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
+        c = self.conversation
+        if c.preset is not None or c.system_prompt is not None:
+            out.append(f"  · prompt: {safe_text(c.preset or 'its own')}", "dim")
         if self.session.owner is not None:
             out.append("  · read-only: open in another specchat", "bold yellow")
         if self.unsaved:
@@ -182,6 +202,9 @@ class ChatScreen(Screen[None]):
             return
         self.refresh_chat_list()
         self.query_one(ChatInput).focus()
+        if self.reopen is not None:
+            chat_id, self.reopen = self.reopen, None
+            self.history.open_now(chat_id, offer=False)  # the pair was just chosen for it
 
     @property
     def transcript(self) -> Transcript:
@@ -260,8 +283,7 @@ class ChatScreen(Screen[None]):
         new_chat = self.conversation.chat_id is None and not self.conversation.turns
         meta = ReplyStats(decoder=self.engine.decoder.name, gamma_mode=self.settings.gamma_mode,
                           ctx_size=self.engine.n_ctx, pair=self.pair_label)
-        views = self.session.send(text, self.settings.system_prompt, self.settings.sampling,
-                                  meta)
+        views = self.session.send(text, self.system_prompt, self.settings.sampling, meta)
         job, reply = self.session.job, self.session.reply
         if job is None or reply is None or self.job_widget is not None:
             self.render_views(views)
@@ -361,6 +383,9 @@ class ChatScreen(Screen[None]):
         self.show_conversation()
         self.render_views(views)
         self._retitled()
+        if self._reveal is not None:
+            message_id, self._reveal = self._reveal, None
+            self.call_after_refresh(self.reveal_message, message_id)
 
     def show_conversation(self) -> None:
         conversation = self.conversation
@@ -450,3 +475,92 @@ class ChatScreen(Screen[None]):
                         severity="error", timeout=10, markup=False)
             return
         self.notify(note or "Settings saved.", timeout=4 if not note else 10, markup=False)
+
+    # --- search across chats (screens/search.py) -------------------------------------------
+
+    def action_search(self) -> None:
+        def chosen(hit: SearchHit | None) -> None:
+            if hit is None:
+                self.query_one(ChatInput).focus()
+                return
+            if hit.chat_id == self.conversation.chat_id:
+                self.reveal_message(hit.message_id)
+                return
+            self._reveal = hit.message_id
+            self.history.open(hit.chat_id)
+
+        def search(text: str) -> tuple[list[SearchHit], bool]:
+            self.search_text = text
+            return self.services.store.search(text, SEARCH_LIMIT)
+
+        self.app.push_screen(SearchScreen(search, self.search_text), chosen)
+
+    def _scroll_to_found(self, widget: Widget, tries: int) -> None:
+        """Scroll to ``widget`` until it stays in view: the chat's messages are laid out over
+        a few frames (Markdown sizes itself late) and opening a chat scrolls to its end."""
+        transcript = self.transcript
+        if widget.parent is None:
+            return  # another chat was opened meanwhile
+        region, view = widget.region, transcript.region
+        if not (region.height and view.y <= region.y < view.bottom):
+            transcript.scroll_to_widget(widget, animate=False, top=True)
+        if tries > 1:
+            self.set_timer(REVEAL_EVERY_S, lambda: self._scroll_to_found(widget, tries - 1))
+
+    def reveal_message(self, message_id: int) -> None:
+        """Scroll the transcript to a saved message and mark it (a search result)."""
+        for w in self.transcript.children:
+            turn = getattr(w, "turn", None)
+            if turn is not None and turn.message_id == message_id:
+                for old in self.transcript.query(".-found"):
+                    old.remove_class("-found")
+                w.add_class("-found")
+                self._scroll_to_found(w, REVEAL_TRIES)
+                return
+        self.notify("That message is no longer in this chat's current view.", timeout=4,
+                    markup=False)
+
+    # --- the pair: a quick switcher (F8), a chat's own pair (chat_history.py) ---------------
+
+    def action_switch_pair(self) -> None:
+        choices = self.services.pair_choices()
+        if not choices or self.services.open_label is None:
+            self.notify("No other pair or model to switch to here: F3 pairs models.",
+                        markup=False)
+            return
+        current = self.pair_label
+
+        def chosen(label: str | None) -> None:
+            if label is None or label == current:
+                self.query_one(ChatInput).focus()
+                return
+            self.app.switch_to(label, self.conversation.chat_id)  # type: ignore[attr-defined]
+
+        self.app.push_screen(PairPicker(
+            choices, current, title="Switch pair or model",
+            hint="Enter loads it (this chat stays open) · greyed: not on disk (F3 or "
+                 "`specchat models pull ID` fetches it) · Esc cancels"), chosen)
+
+    # --- this chat's system prompt (screens/presets.py) ------------------------------------
+
+    def action_pick_preset(self) -> None:
+        c = self.conversation
+        own = c.system_prompt if c.preset is None else None
+
+        def chosen(choice: PromptChoice | None) -> None:
+            self.query_one(ChatInput).focus()
+            if choice is None or choice == (c.preset, c.system_prompt):
+                return
+            preset, prompt = choice
+            try:
+                self.session.set_prompt(preset, prompt)
+            except SpecchatError as e:
+                self.notify(f"{e}; the prompt applies until this chat is closed",
+                            severity="error", timeout=10, markup=False)
+            self._retitled()
+            said = f"the {preset} preset" if preset else (
+                "its own system prompt" if prompt else "the Settings' system prompt")
+            self.notify(f"This chat now uses {said}.", timeout=4, markup=False)
+
+        self.app.push_screen(PresetPicker(self.services.config.all_presets(),
+                                          self.settings.system_prompt, c.preset, own), chosen)

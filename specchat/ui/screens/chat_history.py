@@ -14,6 +14,7 @@ from textual.screen import Screen
 from specchat.errors import SpecchatError
 from specchat.session.controller import ChatSession
 from specchat.store import chat_to_markdown, export_filename, unused_path, write_export
+from specchat.textsafe import safe_text
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_list import ChatList
@@ -45,13 +46,41 @@ class ChatHistory:
         if chat_id != self.session.conversation.chat_id:
             self.when_idle(lambda: self.open_now(chat_id))
 
-    def open_now(self, chat_id: int) -> None:
+    def open_now(self, chat_id: int, offer: bool = True) -> None:
+        """Show the chat; ``offer``: if it was with another pair, offer that one."""
         try:
             views = self.session.open_chat(chat_id)
         except SpecchatError as e:
             self._notify(str(e), title="Cannot open the chat", severity="error", timeout=10)
             return
         self.opened(views)
+        if offer:
+            self.offer_pair()
+
+    def offer_pair(self) -> None:
+        """The chat was last continued with another pair: offer to switch to it, or say why
+        it goes on with the loaded one."""
+        c, loaded = self.session.conversation, self.session.pair_label
+        if not c.pair or c.pair == loaded or c.chat_id is None:
+            return
+        choice = self.services.choice_for(c.pair)
+        if choice is None:
+            return  # cannot tell what it stands for now
+        pair, chat_id, now = c.pair, c.chat_id, safe_text(loaded)
+        if not choice.on_disk:
+            self._notify(f"This chat was with {safe_text(pair)}, which is {choice.status}: it "
+                         f"goes on with {now}. F3 pairs models; F8 switches.",
+                         title="Another pair", timeout=10)
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes and self.session.conversation.chat_id == chat_id:
+                self.screen.app.switch_to(pair, chat_id)  # type: ignore[attr-defined]
+
+        self.screen.app.push_screen(ConfirmDialog(
+            f"This chat was with {safe_text(pair)}; {now} is loaded now. Switch to "
+            f"{safe_text(pair)} (it loads, then this chat opens on it)?", yes="Switch",
+            no=f"Stay on {now}", variant="primary"), answer)
 
     # --- rename -----------------------------------------------------------------------------
 

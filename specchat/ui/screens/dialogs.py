@@ -39,17 +39,21 @@ class ConfirmDialog(ModalScreen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str, yes: str = "Delete") -> None:
+    def __init__(self, question: str, yes: str = "Delete", no: str = "Cancel",
+                 variant: str = "error") -> None:
         super().__init__(classes="dialog")
         self.question = question
         self.yes = yes
+        self.no = no
+        self.variant = variant  # "error" for what cannot be undone, "primary" otherwise
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box"):
             yield Static(self.question, classes="dialog-body", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.yes} (y)", variant="error", id="yes")
-                yield Button("Cancel (n)", id="no")
+                yield Button(f"{self.yes} (y)", variant=self.variant,  # type: ignore[arg-type]
+                             id="yes")
+                yield Button(f"{self.no} (n)", id="no")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

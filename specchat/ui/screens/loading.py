@@ -15,8 +15,9 @@ from textual.screen import Screen
 from textual.widgets import Button, ProgressBar, Static
 
 from specchat.models.progress import Progress, format_bytes, format_duration
+from specchat.runtime import LOAD_TASK
 
-LOADING_TASK = "Loading the models into memory"
+LOADING_TASK = LOAD_TASK  # the runtime reports it: a percentage of the weights, the memory
 
 
 def progress_detail(p: Progress, elapsed: float) -> str:
@@ -52,6 +53,7 @@ class LoadingScreen(Screen[None]):
             yield Static("Checking the model files…", id="loading-task")
             yield ProgressBar(total=None, show_eta=False, id="loading-bar")
             yield Static("", id="loading-detail")
+            yield Static("", id="loading-memory")
             yield Static("Models missing on disk are fetched and prepared once; later starts "
                          "take seconds.  Ctrl+Q quits.", id="loading-hint")
 
@@ -65,10 +67,17 @@ class LoadingScreen(Screen[None]):
         else:
             bar.update(total=None)
         self.query_one("#loading-detail", Static).update(progress_detail(p, now - start))
+        if p.note:
+            self.query_one("#loading-memory", Static).update(Text(f"Memory: {p.note}"))
         if p.finished:
             self._started.pop(p.task, None)
 
-    def show_loading(self) -> None:
+    def show_loading(self, p: Progress | None = None) -> None:
+        """The models being loaded: a spinner until the memory plan is made, then the share
+        of the weights loaded (the bar's percentage) and the memory they will take."""
+        if p is not None and p.total:
+            self.show_progress(p)
+            return
         self.query_one("#loading-task", Static).update(LOADING_TASK + "…")
         self.query_one(ProgressBar).update(total=None)
         self.query_one("#loading-detail", Static).update("")

@@ -1,9 +1,12 @@
-"""The race screen's choosers: a prompt (built-in or typed), a pair and a drafter."""
+"""The race screen's choosers: a prompt (built-in or typed), a pair and a drafter; the pair
+chooser is also the chat screen's quick pair switcher (F8)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -12,7 +15,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from specchat.models.choices import Choice
 from specchat.race.prompts import RacePrompt
+from specchat.textsafe import safe_text
 
 
 class PromptPicker(ModalScreen[RacePrompt | None]):
@@ -47,22 +52,35 @@ class PromptPicker(ModalScreen[RacePrompt | None]):
 
 
 class PairPicker(ModalScreen[str | None]):
-    """Pick a pair whose model files are on disk."""
+    """Pick a pair (the race screen: ids of pairs on disk) or a pair or model (the chat's
+    switcher: catalog choices with their status; those not on disk are shown, greyed)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, pairs: list[str], current: str) -> None:
+    def __init__(self, pairs: Sequence[str | Choice], current: str,
+                 title: str = "Race another pair",
+                 hint: str = "Pairs whose models are on disk · Enter picks · Esc cancels") -> None:
         super().__init__()
-        self.pairs = pairs
+        self.pairs = list(pairs)
         self.current = current
+        self.title_text = title
+        self.hint = hint
+
+    def _option(self, p: str | Choice) -> Option:
+        if isinstance(p, str):
+            return Option(p + ("  (current)" if p == self.current else ""), id=p)
+        text = Text(safe_text(p.label), style="bold")
+        status = "loaded" if p.label == self.current else p.status
+        text.append(f"  {p.kind} · {status}", style="green" if p.on_disk else "dim")
+        if p.detail:
+            text.append(f"\n  {safe_text(p.detail)}", style="dim")
+        return Option(text, id=p.label, disabled=not p.on_disk)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box race-picker"):
-            yield Static("Race another pair", classes="dialog-title")
-            yield OptionList(*[Option(p + ("  (current)" if p == self.current else ""), id=p)
-                               for p in self.pairs], id="pair-list")
-            yield Static("Pairs whose models are on disk · Enter picks · Esc cancels",
-                         classes="dialog-hint")
+            yield Static(self.title_text, classes="dialog-title")
+            yield OptionList(*[self._option(p) for p in self.pairs], id="pair-list")
+            yield Static(self.hint, classes="dialog-hint")
 
     @on(OptionList.OptionSelected, "#pair-list")
     def picked(self, event: OptionList.OptionSelected) -> None:
