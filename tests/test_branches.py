@@ -274,3 +274,23 @@ def test_a_repaired_database_keeps_its_branches(tmp_path: Path) -> None:
     again = ChatStore.open(path)
     assert [(m.content, m.parent_id, m.active) for m in again.messages(chat)] == before
     assert [m.content for m in again.thread(chat)] == ["q", "r2"]
+
+
+def test_a_regenerate_that_fails_before_any_text_shows_the_old_reply_again(
+        tmp_path: Path, runtime: Runtime) -> None:
+    store = ChatStore.open(tmp_path / "c.sqlite3")
+    session = ChatSession(store, "tiny")
+    engine = ChatEngine(PlainDecoder(runtime.target_ctx))
+    session.send("hello", SYSTEM, SAMPLED)
+    finish(session, engine)
+    old = session.conversation.turns[-1]
+    session.regenerate(None, SYSTEM, SAMPLED)
+    assert session.conversation.turns[-1] is not old
+    job = session.job
+    assert job is not None
+    views = session.failed(job.id, RuntimeError("the backend fell over"))
+    assert Redraw() in views
+    assert session.conversation.turns[-1] is old and len(session.conversation.nodes) == 2
+    assert [m.active for m in store.messages(session.conversation.chat_id or 0)] == [True, True]
+    assert [m.content for m in store.thread(session.conversation.chat_id or 0)] == [
+        "hello", old.text]  # what `specchat export` writes: the shown branch

@@ -214,10 +214,20 @@ async def test_edit_and_resend_makes_a_branch(tmp_path: Path, tiny_target: Path)
         (user,) = chat.query(UserMessage)
         assert "‹ 2/2 ›" in str(user.render())
         assert isinstance(app.focused, ChatInput)
-        await pilot.press("ctrl+up", "ctrl+up", "alt+left")  # the edited message: flip back
+        # No selection: Alt+← flips the nearest message with alternatives, the edited one.
+        await pilot.press("alt+left")
         await pilot.pause()
         assert shown(chat) == old  # the old branch, whole
         assert len(list(chat.query(UserMessage))) == 2
+        first = chat.query(UserMessage).first()
+        text = str(first.render())
+        assert text.startswith("You  ‹ 1/2 ›")
+        await pilot.click(first, offset=(text.index("›") + 2, 0))  # its › arrow (edge, padding)
+        await pilot.pause()
+        assert shown(chat)[0] == ("user", "uno")
+        await pilot.click(chat.query(UserMessage).first(), offset=(text.index("‹") + 2, 0))
+        await pilot.pause()
+        assert shown(chat) == old
         rows = services.store.messages(chat.conversation.chat_id or 0)
         assert len(rows) == 6 and sum(not m.active for m in rows) == 1
         # Esc in the edit box changes nothing.

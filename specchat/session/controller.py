@@ -376,9 +376,12 @@ class ChatSession:
             return []
         reply.status, reply.stats, reply.saved = status, stats, False
         dropped = not reply.text and status != "cancelled"
+        views: list[View] = []
         if dropped:  # never written: a reply's row exists only once it has text
             self.conversation.remove(reply, show_instead=self._shown_before)
-        return [*self.flush(), Ended(reply, dropped)]
+            if self._shown_before is not None:
+                views.append(Redraw())  # the reply it was to replace is shown again
+        return [*self.flush(), Ended(reply, dropped), *views]
 
     def stop_for_exit(self) -> list[View]:
         """Quitting (the worker has stopped): keep the reply shown so far, as stopped."""

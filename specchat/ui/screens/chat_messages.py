@@ -158,7 +158,8 @@ class MessageActions:
         self.screen.app.copy_to_clipboard(payload)
         n = payload.count("\n") + 1
         self._notify(f"Copied {what} ({n} line{'s' if n != 1 else ''}, {len(payload)} "
-                     "characters) to the clipboard.", title="Copied", timeout=4)
+                     "characters) to the clipboard, through the terminal (OSC 52).",
+                     title="Copied", timeout=4)
 
     def regenerate(self) -> None:
         turn = self._target()
@@ -192,7 +193,11 @@ class MessageActions:
         self.screen.app.push_screen(EditDialog(message.text), done)
 
     def flip(self, step: int) -> None:
-        turn = self._target("assistant") or self._target()
+        turns = self.session.conversation.turns
+        # No selection: the nearest message from the end that has alternatives.
+        turn = self.selected if self.selected in turns else next(
+            (t for t in reversed(turns) if self.session.conversation.position(t)[1] > 1),
+            self._target("assistant"))
         if turn is None:
             self._notify("No messages yet.")
             return
