@@ -24,8 +24,18 @@ from specchat.ui.widgets.transcript import AssistantMessage, UserMessage
 SAMPLED = GREEDY.with_(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3, max_tokens=12)
 
 
-def notes(app: SpecchatApp) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+def record_notes(app: SpecchatApp) -> list[str]:
+    """Every notice the app shows, kept (a toast expires after seconds: on a loaded machine
+    before the test looks)."""
+    seen: list[str] = []
+    original = app.notify
+
+    def notify(message: str, *args: object, **kwargs: object) -> None:
+        seen.append(str(message))
+        original(message, *args, **kwargs)  # type: ignore[arg-type]
+
+    app.notify = notify  # type: ignore[method-assign]
+    return seen
 
 
 def header(widget: AssistantMessage) -> str:
@@ -87,6 +97,7 @@ async def test_regenerate_keeps_the_old_reply_to_flip_back_to(tmp_path: Path,
 async def test_the_palette_and_the_menu_reach_every_message_action(tmp_path: Path,
                                                                    tiny_target: Path) -> None:
     app = SpecchatApp(make_services(tmp_path, tiny_runtime(tiny_target)))
+    notes = record_notes(app)
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         titles = {c.title for c in app.get_system_commands(chat)}
@@ -103,7 +114,7 @@ async def test_the_palette_and_the_menu_reach_every_message_action(tmp_path: Pat
         await wait_for(pilot, lambda: app.screen is chat)
         await finished(pilot)
         assert chat.conversation.position(chat.conversation.turns[-1]) == (2, 2)
-        assert any("Temperature is 0" in n for n in notes(app))  # greedy: the same text
+        assert any("Temperature is 0" in n for n in notes)  # greedy: the same text
 
 
 @app_test
@@ -148,6 +159,7 @@ async def test_copy_a_message_and_a_code_block_without_control_codes(tmp_path: P
     store.add_message(chat_id, "assistant", reply)
     store.release(chat_id)
     app = SpecchatApp(services)
+    notes = record_notes(app)
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         chat.query_one(ChatList).focus()
@@ -161,7 +173,7 @@ async def test_copy_a_message_and_a_code_block_without_control_codes(tmp_path: P
         assert app.clipboard == clipboard_text(reply)
         assert "\x1b" not in app.clipboard and "\x9b" not in app.clipboard
         assert app.clipboard.startswith("Two ways ]52;c;UFdORUQ=:\n```python")
-        assert any(n.startswith("Copied the reply") for n in notes(app))
+        assert any(n.startswith("Copied the reply") for n in notes)
         assert isinstance(app.focused, ChatInput)  # the menu gave the focus back
         await pilot.press("f4")
         await wait_for(pilot, lambda: isinstance(app.screen, MessageMenu))
@@ -170,13 +182,13 @@ async def test_copy_a_message_and_a_code_block_without_control_codes(tmp_path: P
         await pilot.press("2")
         await wait_for(pilot, lambda: app.screen is chat)
         assert app.clipboard == "echo [31mhi"
-        assert any(n.startswith("Copied code block 2 of 2") for n in notes(app))
+        assert any(n.startswith("Copied code block 2 of 2") for n in notes)
         # The user's message has no code block: said, and the clipboard is left alone.
         await pilot.press("ctrl+up", "ctrl+up")
         chat.action_copy_code()
         await pilot.pause()
         assert app.clipboard == "echo [31mhi"
-        assert any("no code block" in n for n in notes(app))
+        assert any("no code block" in n for n in notes)
 
 
 def test_code_blocks_are_the_fenced_ones_as_commonmark_reads_them() -> None:

@@ -381,7 +381,7 @@ class ChatScreen(Screen[None]):
 
     def _apply_view(self) -> None:
         self.transcript.set_view(self.view, self.show_rejected)
-        self.show_legend()
+        self.messages.shown()  # the legend, or the selected message's keys in its place
 
     def show_legend(self, hint: Text | None = None) -> None:
         """The fate legend, or in its place what the selected message's keys do."""
