@@ -131,8 +131,10 @@ def test_other_unbounded_work_stops_at_the_deadline(source: str,
 def test_huge_values_are_refused_before_they_are_built(source: str) -> None:
     tracemalloc.start()
     try:
+        # Refused by a size check — or, on a machine busy enough, by the time budget first:
+        # either way before the value was built (the memory peak below).
         with pytest.raises(ModelFileError, match="chat template was stopped: it(s output passed"
-                                                 "| builds| formats)"):
+                                                 "| builds| formats| ran for more than)"):
             ChatTemplate(source, "", "").render(CHAT)
         _, peak = tracemalloc.get_traced_memory()
     finally:
