@@ -26,6 +26,7 @@ def _table() -> dict[int, str]:
 
 
 _TABLE = _table()
+_DROP: dict[int, None] = dict.fromkeys(_TABLE)
 # In JSON only C1 and DEL need help: json.dumps escapes C0 itself, but not these.
 _JSON_TABLE = {code: f"\\u{code:04x}" for code in (0x7F, *range(0x80, 0xA0))}
 
@@ -43,6 +44,13 @@ def safe_text(text: str) -> str:
     if "\r\n" in text:
         text = text.replace("\r\n", "\n")
     return text.translate(_TABLE)
+
+
+def without_controls(text: str) -> str:
+    """``text`` with every control character but newline and tab removed (``\\r\\n`` → ``\\n``):
+    what goes to the clipboard, where a stand-in would be wrong and an ESC would be obeyed
+    by the terminal it is pasted into."""
+    return text.replace("\r\n", "\n").translate(_DROP)
 
 
 def is_safe(text: str) -> bool:

@@ -284,11 +284,11 @@ def test_conversation_messages_and_saving(tmp_path: Path) -> None:
     store = ChatStore.open(tmp_path / "c.db")
     session = ChatSession(store, "demo")
     conv = session.conversation
-    conv.turns.append(Turn.user("What is 2+2?"))
+    conv.add(Turn.user("What is 2+2?"))
     conv.title = "What is 2+2?"
-    conv.turns.append(Turn("assistant", FateTrace(), status="error"))  # failed, no text
+    conv.add(Turn("assistant", FateTrace(), status="error"))  # failed, no text
     stats = ReplyStats(GenerationStats(generated_tokens=1, accepted=1, stop_reason="cancelled"))
-    conv.turns.append(Turn("assistant", FateTrace.plain("Four", "a"), stats, "cancelled"))
+    conv.add(Turn("assistant", FateTrace.plain("Four", "a"), stats, "cancelled"))
     session.flush()
     assert conv.chat_id is not None and store.get_chat(conv.chat_id).title == "What is 2+2?"
     assert conv.engine_messages("Be brief.") == [

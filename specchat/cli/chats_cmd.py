@@ -120,7 +120,7 @@ def cmd_export(env: Env, args: argparse.Namespace) -> int:
     if store is None:
         raise SpecchatError(f"no chat with id {args.chat_id}: no chats saved yet")
     chat = store.get_chat(args.chat_id)
-    text = chat_to_markdown(chat, store.messages(chat.id))
+    text = chat_to_markdown(chat, store.thread(chat.id))
     if args.output is None:
         sys.stdout.write(safe_text(text))  # a file keeps the exact text; a terminal must not obey it
         return 0

@@ -9,9 +9,14 @@ The chat screen drives it from the UI thread and renders what it returns:
   :class:`Turn` grows, is checkpointed to the store every ``checkpoint_s`` while it streams
   (status ``interrupted`` until it ends, so a kill keeps it, marked), and ends with its stats;
   ``failed(job, error)`` ends it when the worker raised.
+- ``regenerate(reply, ...)`` starts a new reply in place of one (the old one stays, an
+  alternative), ``edit(message, text, ...)`` sends an edited message in place of one (what
+  followed the old one stays on its branch); ``flip(turn, step)`` shows another alternative,
+  ``delete(turn)`` takes a turn away (``deletion(turn)`` says what that does, for the
+  confirmation). See :mod:`~specchat.session.conversation` for the tree.
 - Every method returns a list of view updates (:class:`Streamed`, :class:`Figures`,
-  :class:`Ended`, :class:`Notice`, :class:`Failed`, :class:`SaveState`): the only way the
-  session talks to the screen.
+  :class:`Ended`, :class:`Notice`, :class:`Failed`, :class:`SaveState`, :class:`Redraw`): the
+  only way the session talks to the screen.
 
 Saving never loses a turn: a write that fails (disk full, locked, read-only...) leaves the
 turn in memory with ``saved`` false, says so once (a notice, and ``SaveState``), and is
@@ -29,7 +34,7 @@ from pathlib import Path
 
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError, StoreError
-from specchat.session.conversation import Conversation, Turn
+from specchat.session.conversation import Conversation, Deletion, Turn
 from specchat.session.live import LiveStats
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
 from specchat.store import ChatStore, FateTrace, ReplyStats, Segment, chat_to_markdown, title_from
@@ -86,7 +91,12 @@ class SaveState:
     unsaved: int
 
 
-View = Streamed | Figures | Ended | Notice | Failed | SaveState
+@dataclass(frozen=True)
+class Redraw:
+    """The shown branch changed (another alternative, a deleted turn): draw it again."""
+
+
+View = Streamed | Figures | Ended | Notice | Failed | SaveState | Redraw
 
 
 def failure_text(error: BaseException) -> tuple[str, str]:
@@ -109,6 +119,7 @@ class ChatSession:
         self.owner: Owner | None = None  # another specchat writing this chat: read-only here
         self.job: ReplyJob | None = None
         self.reply: Turn | None = None
+        self._shown_before: Turn | None = None  # the alternative a regenerated reply replaced
         self._meta = ReplyStats()
         self._jobs = 0
         self._last_checkpoint = 0.0
@@ -125,11 +136,11 @@ class ChatSession:
     @property
     def unsaved(self) -> int:
         """Turns in memory only, in this chat and in chats left before they were saved."""
-        return sum(1 for c in self._conversations() for t in c.turns if self._pending(t))
+        return sum(1 for c in self._conversations() for t in c.nodes if self._pending(t))
 
     def unsaved_turns(self) -> list[Turn]:
         """This chat's turns that are in memory only (the screen marks them)."""
-        return [t for t in self.conversation.turns if self._pending(t)]
+        return [t for t in self.conversation.nodes if self._pending(t)]
 
     def _conversations(self) -> list[Conversation]:
         return [*self._backlog, self.conversation]
@@ -169,7 +180,7 @@ class ChatSession:
 
     def _leave(self) -> None:
         c = self.conversation
-        if self.owner is None and any(self._pending(t) for t in c.turns):
+        if self.owner is None and any(self._pending(t) for t in c.nodes):
             self._backlog.append(c)  # still saved in order, by flush(), after this
         elif c.chat_id is not None and self.owner is None:
             with contextlib.suppress(StoreError):  # the row goes stale on its own
@@ -215,22 +226,113 @@ class ChatSession:
         generation figures and γ are replaced by the reply's own). In a
         read-only chat nothing is added and ``job`` stays None (the text stays with the user).
         """
+        refused = self._refused()
+        if refused:
+            return refused
+        user = Turn.user(text)
+        if self.conversation.chat_id is None and not self.conversation.nodes:
+            self.conversation.title = title_from(text)
+        self.conversation.add(user)
+        return self._start(user, system_prompt, sampling, meta)
+
+    def _refused(self, what: str = "") -> list[View]:
         if self.job is not None:
-            return [Notice("Still replying: press Esc to stop it first.", "warning")]
+            return [Notice(f"Still replying: press Esc to stop it first{what}.", "warning")]
         if self.owner is not None:
             return [Notice(self.read_only_reason or "", "warning", "Read-only")]
-        user = Turn.user(text)
-        if self.conversation.chat_id is None and not self.conversation.turns:
-            self.conversation.title = title_from(text)
-        self.conversation.turns.append(user)
-        messages = self.conversation.engine_messages(system_prompt)
+        return []
+
+    def _start(self, after: Turn, system_prompt: str, sampling: SamplerSettings,
+               meta: ReplyStats | None, shown_before: Turn | None = None) -> list[View]:
+        """A reply to the shown branch up to ``after``: ``reply`` and ``job`` are set."""
+        messages = self.conversation.engine_messages(system_prompt, upto=after)
         self.reply = Turn("assistant", FateTrace(), status="interrupted")
-        self.conversation.turns.append(self.reply)
+        self.conversation.attach(self.reply, after)
+        self._shown_before = shown_before
         self._jobs += 1
         self.job = ReplyJob(self._jobs, messages, sampling)
         self._meta = meta or ReplyStats()
         self._last_checkpoint = self.clock()
         return self.flush()
+
+    def regenerate(self, reply: Turn | None, system_prompt: str, sampling: SamplerSettings,
+                   meta: ReplyStats | None = None) -> list[View]:
+        """A new reply in place of ``reply`` (default: the last one shown); the old one stays
+        as an alternative, with whatever followed it. When the shown branch ends in a message
+        with no reply (it failed), this replies to it."""
+        refused = self._refused(" before regenerating")
+        if refused:
+            return refused
+        path = self.conversation.turns
+        if reply is None:
+            reply = path[-1] if path else None
+        if reply is None:
+            return [Notice("Nothing to regenerate yet: send a message first.")]
+        if reply.role == "user":
+            return self._start(reply, system_prompt, sampling, meta)
+        if reply not in path or reply.parent is None:
+            return [Notice("Only a reply in the chat shown can be regenerated.", "warning")]
+        n = len(self.conversation.alternatives(reply))
+        if sampling.seed is not None:  # a fixed seed would draw the same reply again
+            sampling = sampling.with_(seed=sampling.seed + n)
+        views = self._start(reply.parent, system_prompt, sampling, meta, shown_before=reply)
+        if sampling.temperature == 0:
+            views.append(Notice("Temperature is 0 (greedy): the new reply comes out the same "
+                                "as the old one. Ctrl+S changes it."))
+        return views
+
+    def edit(self, message: Turn, text: str, system_prompt: str, sampling: SamplerSettings,
+             meta: ReplyStats | None = None) -> list[View]:
+        """Send ``text`` in place of the user's ``message``: the old message and what followed
+        it stay, another branch the user can flip back to."""
+        refused = self._refused(" before editing")
+        if refused:
+            return refused
+        if message.role != "user" or message not in self.conversation.turns:
+            return [Notice("Only a message of yours in the chat shown can be edited.",
+                           "warning")]
+        if not text.strip():
+            return [Notice("An edited message cannot be empty.", "warning")]
+        edited = Turn.user(text)
+        self.conversation.attach(edited, message.parent)
+        return self._start(edited, system_prompt, sampling, meta)
+
+    def flip(self, turn: Turn, step: int) -> list[View]:
+        """Show the alternative ``step`` places from ``turn`` (-1: the one before)."""
+        if self.job is not None:
+            return [Notice("Wait for the reply to finish (Esc stops it) before switching "
+                           "alternatives.", "warning")]
+        alts = self.conversation.alternatives(turn)
+        if turn not in alts or len(alts) < 2:
+            return [Notice("This message has no alternatives.")]
+        i = max(0, min(len(alts) - 1, alts.index(turn) + step))
+        if alts[i] is turn:
+            return []
+        self.conversation.select(alts[i])
+        return [Redraw(), *self.flush()]
+
+    def deletion(self, turn: Turn) -> Deletion:
+        return self.conversation.deletion(turn)
+
+    def delete(self, deletion: Deletion) -> list[View]:
+        """Delete a turn as ``deletion`` (from :meth:`deletion`) says; nothing changes when the
+        store refuses."""
+        refused = self._refused(" before deleting")
+        if refused:
+            return refused
+        if not any(t is deletion.turn for t in self.conversation.nodes):
+            return []
+        chat_id = self.conversation.chat_id
+        ids = [t.message_id for t in deletion.removed if t.message_id is not None]
+        relink = [(t.message_id, p.message_id if p else None, active)
+                  for t, p, active in deletion.relinked if t.message_id is not None]
+        if chat_id is not None and (ids or relink):
+            try:
+                self.store.delete_messages(chat_id, ids, relink)
+            except StoreError as e:
+                return [Notice(str(e), "error", "Not deleted")]
+        self.conversation.apply(deletion)
+        return [Redraw(), *self.flush(), Notice("Deleted.", title="Message")]
 
     def cancel(self) -> bool:
         """Ask the reply in flight to stop; whether there was one still running."""
@@ -283,9 +385,12 @@ class ChatSession:
             return []
         reply.status, reply.stats, reply.saved = status, stats, False
         dropped = not reply.text and status != "cancelled"
+        views: list[View] = []
         if dropped:  # never written: a reply's row exists only once it has text
-            self.conversation.turns.remove(reply)
-        return [*self.flush(), Ended(reply, dropped)]
+            self.conversation.remove(reply, show_instead=self._shown_before)
+            if self._shown_before is not None:
+                views.append(Redraw())  # the reply it was to replace is shown again
+        return [*self.flush(), Ended(reply, dropped), *views]
 
     def stop_for_exit(self) -> list[View]:
         """Quitting (the worker has stopped): keep the reply shown so far, as stopped."""
@@ -337,7 +442,7 @@ class ChatSession:
         return [*views, self._save_state()]
 
     def _write_all(self, c: Conversation) -> None:
-        for turn in c.turns:
+        for turn in c.nodes:
             if self._pending(turn):
                 self._write(c, turn)
 
@@ -350,14 +455,22 @@ class ChatSession:
             # The chat goes on with another pair: the list says which one it is on now.
             self.store.set_pair(c.chat_id, self.pair_label)
             c.pair = self.pair_label
+        parent = turn.parent
+        while parent is not None and parent.message_id is None and not self._pending(parent):
+            parent = parent.parent  # a turn never written (a failed empty reply): skip it
+        if parent is not None and parent.message_id is None:
+            self._write(c, parent)  # (nodes are in order: only a safety net)
+        parent_id = parent.message_id if parent is not None else None
         fates = turn.trace.encode() if turn.role == "assistant" else None
         if turn.message_id is None:
             turn.message_id = self.store.add_message(c.chat_id, turn.role, turn.text,
                                                      fates=fates, stats=turn.stats,
-                                                     status=turn.status)
+                                                     status=turn.status, parent_id=parent_id,
+                                                     active=turn.active)
         else:
             self.store.update_message(turn.message_id, turn.text, fates=fates,
-                                      stats=turn.stats, status=turn.status)
+                                      stats=turn.stats, status=turn.status,
+                                      parent_id=parent_id, active=turn.active)
         turn.saved = True
 
     def _save_state(self) -> SaveState:
@@ -386,7 +499,7 @@ class ChatSession:
         now = time.time()
         parts = []
         for c in self._conversations():
-            if not any(self._pending(t) for t in c.turns):
+            if not any(self._pending(t) for t in c.nodes):
                 continue
             rows = [StoredMessage(0, c.chat_id or 0, i, t.role, t.text, None, t.stats,
                                   t.status, now) for i, t in enumerate(c.turns)]

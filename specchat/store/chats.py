@@ -14,6 +14,10 @@ Ownership: while the app shows a chat it owns it (a ``chat_owners`` row with its
 heartbeat). Another specchat opening the same chat sees the owner and opens it read-only, so
 two instances never interleave one chat's turns. An owner whose process is gone (same host),
 or whose heartbeat is older than ``LEASE_S``, no longer counts.
+
+Branches: each message names the one it follows (``parent_id``); messages with the same parent
+are alternatives (a regenerated reply, an edited message) and one of them is ``active``, the
+one shown. :func:`thread` walks the shown branch; :meth:`ChatStore.messages` returns them all.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +66,39 @@ class StoredMessage:
     stats: ReplyStats | None
     status: str
     created: float
+    parent_id: int | None = None  # the message this one follows; None: the chat's first
+    active: bool = True  # the one shown among its alternatives (same parent)
+
+
+def thread(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """The shown branch of a chat's messages (in seq order): from the first message, each
+    step takes the active child (the newest one if none is marked, as a damaged row may
+    leave it). A message whose parent is gone counts as a first message."""
+    ids = {m.id for m in messages}
+    children: dict[int | None, list[StoredMessage]] = {}
+    for m in sorted(messages, key=lambda m: m.seq):
+        parent = m.parent_id if m.parent_id in ids else None
+        children.setdefault(parent, []).append(m)
+    out: list[StoredMessage] = []
+    parent_id: int | None = None
+    seen: set[int] = set()
+    while (kids := children.get(parent_id)):
+        shown = [k for k in kids if k.active] or kids
+        pick = shown[-1]
+        if pick.id in seen:  # a cycle in damaged rows: stop rather than loop
+            break
+        seen.add(pick.id)
+        out.append(pick)
+        parent_id = pick.id
+    return out
+
+
+class _Keep:
+    """An argument left out: the column keeps its value."""
+
+
+KEEP = _Keep()
+LAST = "last"  # add_message's default parent: the last message of the shown branch
 
 
 def title_from(text: str) -> str:
@@ -331,18 +368,27 @@ class ChatStore:
     # --- messages -------------------------------------------------------------------------
 
     def add_message(self, chat_id: int, role: str, content: str, *, fates: str | None = None,
-                    stats: ReplyStats | None = None, status: str = "done") -> int:
+                    stats: ReplyStats | None = None, status: str = "done",
+                    parent_id: int | str | None = LAST, active: bool = True) -> int:
+        """A new message after ``parent_id`` (default: the shown branch's last message; None:
+        a first message). ``active``: it is the one shown among its alternatives (their own
+        flags are the caller's to change, with :meth:`update_message`)."""
         now = self.clock()
         stats_json = stats.to_json() if stats else None
         with self._write() as c:
             self._check_owner(c, chat_id)
             seq = c.execute("SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE chat_id = ?",
                             (chat_id,)).fetchone()[0]
+            if parent_id == LAST:
+                shown = thread([_message(r) for r in c.execute(
+                    "SELECT * FROM messages WHERE chat_id = ?", (chat_id,)).fetchall()])
+                parent_id = shown[-1].id if shown else None
             try:
                 cur = c.execute(
                     "INSERT INTO messages (chat_id, seq, role, content, fates, stats, status, "
-                    "created) VALUES (?,?,?,?,?,?,?,?)",
-                    (chat_id, seq, role, content, fates, stats_json, status, now))
+                    "created, parent_id, active) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (chat_id, seq, role, content, fates, stats_json, status, now, parent_id,
+                     int(active)))
             except sqlite3.IntegrityError as e:
                 raise StoreError(f"cannot save the message: {e}") from None
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
@@ -352,25 +398,51 @@ class ChatStore:
         return int(cur.lastrowid or 0)
 
     def update_message(self, message_id: int, content: str, *, fates: str | None = None,
-                       stats: ReplyStats | None = None, status: str = "done") -> None:
-        """Rewrite a message saved earlier (a reply checkpointed while it streamed)."""
+                       stats: ReplyStats | None = None, status: str = "done",
+                       parent_id: int | _Keep | None = KEEP, active: bool | None = None) -> None:
+        """Rewrite a message saved earlier (a reply checkpointed while it streamed; another
+        alternative shown: ``active``)."""
         now = self.clock()
         with self._write() as c:
-            row = c.execute("SELECT chat_id FROM messages WHERE id = ?",
+            row = c.execute("SELECT chat_id, parent_id, active FROM messages WHERE id = ?",
                             (message_id,)).fetchone()
             if row is None:
                 raise StoreError(f"no message with id {message_id}", "missing")
             self._check_owner(c, int(row["chat_id"]))
-            c.execute("UPDATE messages SET content = ?, fates = ?, stats = ?, status = ? "
-                      "WHERE id = ?", (content, fates, stats.to_json() if stats else None, status,
-                                     message_id))
+            parent = row["parent_id"] if isinstance(parent_id, _Keep) else parent_id
+            shown = int(row["active"]) if active is None else int(active)
+            c.execute("UPDATE messages SET content = ?, fates = ?, stats = ?, status = ?, "
+                      "parent_id = ?, active = ? WHERE id = ?",
+                      (content, fates, stats.to_json() if stats else None, status, parent, shown,
+                       message_id))
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, row["chat_id"]))
+
+    def delete_messages(self, chat_id: int, ids: Sequence[int],
+                        relink: Sequence[tuple[int, int | None, bool]] = ()) -> None:
+        """Delete messages and, in the same transaction, give others a new parent and shown
+        flag (``relink``: (id, parent_id, active)), so no message is left following a
+        deleted one."""
+        now = self.clock()
+        with self._write("the message was not deleted") as c:
+            self._check_owner(c, chat_id)
+            for message_id, parent_id, active in relink:
+                c.execute("UPDATE messages SET parent_id = ?, active = ? "
+                          "WHERE id = ? AND chat_id = ?",
+                          (parent_id, int(active), message_id, chat_id))
+            for message_id in ids:
+                c.execute("DELETE FROM messages WHERE id = ? AND chat_id = ?",
+                          (message_id, chat_id))
+            c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
         with self._read("cannot read the chat's messages") as c:
             rows = c.execute("SELECT * FROM messages WHERE chat_id = ? ORDER BY seq",
                              (chat_id,)).fetchall()
         return [_message(r) for r in rows]
+
+    def thread(self, chat_id: int) -> list[StoredMessage]:
+        """The chat's shown branch (what an export writes)."""
+        return thread(self.messages(chat_id))
 
 
 def process_alive(pid: int) -> bool:
@@ -407,4 +479,5 @@ def _summary(r: sqlite3.Row) -> ChatSummary:
 
 def _message(r: sqlite3.Row) -> StoredMessage:
     return StoredMessage(r["id"], r["chat_id"], r["seq"], r["role"], r["content"], r["fates"],
-                         ReplyStats.from_json(r["stats"]), r["status"], r["created"])
+                         ReplyStats.from_json(r["stats"]), r["status"], r["created"],
+                         r["parent_id"], bool(r["active"]))

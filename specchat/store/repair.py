@@ -168,6 +168,7 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
         except (sqlite3.Error, KeyError, TypeError, ValueError):
             continue
     n = 0
+    last: dict[int, int] = {}  # chat → its last message written: the parent of an old row
     for m in sorted(messages, key=lambda m: (m.get("chat_id") or 0, m.get("seq") or 0)):
         try:
             chat_id = int(m["chat_id"])
@@ -177,11 +178,16 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
                                                  now, now))
                 known.add(chat_id)
             status = m.get("status") if m.get("status") in STATUSES else "done"
+            # Rows from before branches have no parent: they follow the one before them.
+            parent = m["parent_id"] if "parent_id" in m else last.get(chat_id)
+            active = int(m.get("active", 1) not in (0, "0"))
             c.execute("INSERT INTO messages (id, chat_id, seq, role, content, fates, stats, "
-                      "status, created) VALUES (?,?,?,?,?,?,?,?,?)",
+                      "status, created, parent_id, active) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                       (int(m["id"]), chat_id, int(m["seq"]), str(m["role"]),
                        str(m["content"]), m.get("fates"), m.get("stats"), status,
-                       float(m.get("created") or now)))
+                       float(m.get("created") or now),
+                       int(parent) if isinstance(parent, int) else None, active))
+            last[chat_id] = int(m["id"])
             n += 1
         except (sqlite3.Error, KeyError, TypeError, ValueError):
             continue

@@ -94,6 +94,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         seen     REAL NOT NULL               -- last heartbeat (time.time())
     );
     """,
+    # Branches: a message follows its parent (NULL: the chat's first); messages with the same
+    # parent are alternatives (a regenerated reply, an edited message), ``active`` marks the
+    # one shown. A plain column, no REFERENCES: the store relinks children itself before it
+    # deletes a message. The old linear chats become one chain by seq, every message shown.
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER;
+    ALTER TABLE messages ADD COLUMN active INTEGER NOT NULL DEFAULT 1;
+    UPDATE messages SET parent_id = (
+        SELECT p.id FROM messages p WHERE p.chat_id = messages.chat_id AND p.seq < messages.seq
+        ORDER BY p.seq DESC LIMIT 1);
+    CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
+    """,
     _search_and_prompts,
 )
 

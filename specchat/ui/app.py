@@ -61,6 +61,23 @@ COMMANDS = (
      "pair_models"),
     ("Race: plain vs speculative", "The same prompt answered both ways, replayed side by side",
      "race"),
+    ("Regenerate the reply", "A new reply in place of the last one (or the selected); the "
+     "old one stays, ‹ › flips back", "regenerate"),
+    ("Message actions", "Copy, copy a code block, regenerate, edit and resend, delete (F4)",
+     "message_menu"),
+    ("Copy the message", "The selected message, or the last reply, to the clipboard",
+     "copy_message"),
+    ("Copy a code block", "A ``` block of the selected message or the last reply",
+     "copy_code"),
+    ("Edit and resend a message", "Your selected or last message; what followed it stays on "
+     "its branch", "edit_message"),
+    ("Delete a message", "The selected or last message (asks first)", "delete_message"),
+    ("Previous alternative", "Of the selected message or the last reply (Alt+←)",
+     "previous_alternative"),
+    ("Next alternative", "Of the selected message or the last reply (Alt+→)",
+     "next_alternative"),
+    ("Select the previous message", "Move the message cursor up (Ctrl+↑)", "select_previous"),
+    ("Select the next message", "Move the message cursor down (Ctrl+↓)", "select_next"),
     ("Help: what the numbers mean, and every key",
      "α, τ, γ, the token colours, the planner; then the keys (F1)", "help"),
 )

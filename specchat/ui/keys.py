@@ -51,6 +51,19 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("f9", "pick_preset", "Prompt",
         "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
         "its own, or the Settings' one", show=False),
+    # One message: the cursor moves from the message box (typing still goes there).
+    Key("ctrl+up", "select_previous", "", "Select the message above (the message keys below "
+        "then act on it; without a selection they act on the last reply)", show=False),
+    Key("ctrl+down", "select_next", "", "Select the message below (past the last: none)",
+        show=False),
+    Key("f4", "message_menu", "Message",
+        "Message actions: copy it, copy a code block, regenerate, edit and resend, delete",
+        show=False),  # the footer is full at 80 columns: F1 and the palette list it
+    Key("ctrl+g", "regenerate", "", "Regenerate the reply; the old one stays as an "
+        "alternative (‹ 2/2 ›)", show=False),
+    Key("alt+left", "previous_alternative", "", "Show the previous alternative of the "
+        "message (a reply regenerated, a message edited): ‹", show=False),
+    Key("alt+right", "next_alternative", "", "Show the next alternative: ›", show=False),
 )
 
 # The chat keys the footer keeps in a narrow terminal (the others: F1, Ctrl+P).

@@ -26,6 +26,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from specchat.engine.chat import ChatEngine
+from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.session.controller import (
@@ -34,6 +35,7 @@ from specchat.session.controller import (
     Failed,
     Figures,
     Notice,
+    Redraw,
     SaveState,
     Streamed,
 )
@@ -48,6 +50,7 @@ from specchat.ui.fate_style import legend
 from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
 from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
+from specchat.ui.screens.chat_messages import MessageActions
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.presets import PresetPicker, PromptChoice
@@ -97,6 +100,7 @@ class ChatScreen(Screen[None]):
         self.session = ChatSession(services.store, runtime.selection.label)
         self.history = ChatHistory(self, self.session, services, self.when_idle,
                                    self._opened, self._retitled)
+        self.messages = MessageActions(self, self.session, self.start_reply)
         self.view = "markdown"
         self.show_rejected = False
         self.job_widget: AssistantMessage | None = None
@@ -149,7 +153,9 @@ class ChatScreen(Screen[None]):
                              id="sidebar-title")
                 yield ChatList(id="chat-list")
             with Vertical(id="chat-pane"):
-                yield Transcript(id="transcript")
+                transcript = Transcript(id="transcript")
+                transcript.position = lambda turn: self.conversation.position(turn)  # ‹ 2/3 ›
+                yield transcript
                 yield Static(legend(self.show_rejected, self.view), id="legend")
                 yield ChatInput(id="input")
         yield StatsBar(self.backend, self.models_label(), self.engine.n_ctx,
@@ -233,6 +239,9 @@ class ChatScreen(Screen[None]):
                             timeout=10 if severity != "information" else 5, markup=False)
             elif isinstance(v, Failed):
                 self.app.push_screen(ErrorDialog(v.title, v.text))
+            elif isinstance(v, Redraw):
+                self.transcript.show_turns(self.conversation.turns)
+                self.messages.shown()
             elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
                 self.transcript.mark_unsaved(self.session.unsaved_turns())
@@ -276,19 +285,36 @@ class ChatScreen(Screen[None]):
 
     def send_text(self, text: str) -> bool:
         """Send ``text`` and start the reply; False (the text stays in the box) if refused."""
+        new_chat = self.conversation.chat_id is None and not self.conversation.turns
+        if not self.start_reply(lambda system, sampling, meta: self.session.send(
+                text, system, sampling, meta)):
+            return False
+        if new_chat:
+            self._retitled()
+            self.refresh_chat_list()
+        return True
+
+    def start_reply(self, start: Callable[[str, SamplerSettings, ReplyStats], list[Any]],
+                    redraw: bool = False) -> bool:
+        """Start a reply through the session (``start(system prompt, sampling, meta)``: send,
+        regenerate, edit); ``redraw``: the shown branch changed above the reply. False when
+        the session refused (its notice is shown)."""
         if self._engine_stale and self.session.job is None:
             self.engine = ChatEngine(self.services.make_decoder(self.runtime, self.settings))
             self._engine_stale = False
             self.stats_bar.speculative = self.speculative
-        new_chat = self.conversation.chat_id is None and not self.conversation.turns
         meta = ReplyStats(decoder=self.engine.decoder.name, gamma_mode=self.settings.gamma_mode,
                           ctx_size=self.engine.n_ctx, pair=self.pair_label)
-        views = self.session.send(text, self.system_prompt, self.settings.sampling, meta)
+        views = start(self.system_prompt, self.settings.sampling, meta)
         job, reply = self.session.job, self.session.reply
         if job is None or reply is None or self.job_widget is not None:
             self.render_views(views)
             return False
-        self.transcript.add_user(self.conversation.turns[-2])
+        self.messages.clear()
+        if redraw:
+            self.transcript.show_turns(self.conversation.turns[:-1])
+        else:
+            self.transcript.add_user(self.conversation.turns[-2])
         self.job_widget = self.transcript.add_reply(reply)
         self.idle.clear()
         self._ui_clock = None
@@ -296,9 +322,6 @@ class ChatScreen(Screen[None]):
         self.stats_bar.show(self.stats_bar.stats, busy=True, record=False)
         self.generate(job, self.engine)
         self.render_views(views)
-        if new_chat:
-            self._retitled()
-            self.refresh_chat_list()
         return True
 
     @work(thread=True, exit_on_error=False, group="reply")
@@ -375,6 +398,8 @@ class ChatScreen(Screen[None]):
     def action_stop(self) -> None:
         if self.session.cancel():
             self.notify("Stopping the reply…", timeout=2, markup=False)
+        else:
+            self.messages.clear()  # nothing to stop: Esc leaves the message cursor
 
     def action_new_chat(self) -> None:
         self.when_idle(lambda: self._opened(self.session.new_chat()))
@@ -400,6 +425,7 @@ class ChatScreen(Screen[None]):
         if records:
             bar.show(live_from_record(records[-1]), busy=False, record=False)
         self.refresh_chat_list()
+        self.messages.clear()
         self.query_one(ChatInput).focus()
 
     def action_toggle_view(self) -> None:
@@ -414,7 +440,46 @@ class ChatScreen(Screen[None]):
 
     def _apply_view(self) -> None:
         self.transcript.set_view(self.view, self.show_rejected)
-        self.query_one("#legend", Static).update(legend(self.show_rejected, self.view))
+        self.messages.shown()  # the legend, or the selected message's keys in its place
+
+    def show_legend(self, hint: Text | None = None) -> None:
+        """The fate legend, or in its place what the selected message's keys do."""
+        self.query_one("#legend", Static).update(hint or legend(self.show_rejected, self.view))
+
+    # --- one message (chat_messages.py) -----------------------------------------------------
+
+    def on_transcript_clicked(self, msg: Transcript.Clicked) -> None:
+        self.messages.clicked(msg.turn, msg.step)
+
+    def action_select_previous(self) -> None:
+        self.messages.move(-1)
+
+    def action_select_next(self) -> None:
+        self.messages.move(1)
+
+    def action_message_menu(self) -> None:
+        self.messages.menu()
+
+    def action_regenerate(self) -> None:
+        self.messages.regenerate()
+
+    def action_previous_alternative(self) -> None:
+        self.messages.flip(-1)
+
+    def action_next_alternative(self) -> None:
+        self.messages.flip(1)
+
+    def action_copy_message(self) -> None:
+        self.messages.copy()
+
+    def action_copy_code(self) -> None:
+        self.messages.copy_code()
+
+    def action_edit_message(self) -> None:
+        self.messages.edit()
+
+    def action_delete_message(self) -> None:
+        self.messages.delete()
 
     # --- past chats (chat_history.py) --------------------------------------------------------
 

@@ -150,7 +150,7 @@ class ChatHistory:
             store = self.services.store
             chat = store.get_chat(chat_id)
             path = write_export(unused_path(self.services.export_dir / export_filename(chat)),
-                                chat_to_markdown(chat, store.messages(chat_id)))  # never over a file
+                                chat_to_markdown(chat, store.thread(chat_id)))  # never over a file
         except (SpecchatError, OSError) as e:
             self._notify(f"Export failed: {e}", severity="error", timeout=10)
             return

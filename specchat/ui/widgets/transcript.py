@@ -4,11 +4,17 @@ A reply streams in as token-fate text (see fate_text.py: only its last block is 
 When it is complete it can be shown as Markdown instead; the Markdown widget is built once, from
 the final text, the first time it is needed. The widgets read their :class:`Turn` and draw the
 segments they are given; only the chat session changes a turn.
+
+A message with alternatives (a regenerated reply, an edited message) shows which one it is,
+``‹ 2/3 ›``, in its header; a click on the arrows asks the screen to flip
+(:class:`Transcript.Clicked`, step -1 or +1), a click elsewhere on a message selects it
+(step 0). The selected message (the screen's message cursor) carries the ``-selected`` class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -18,6 +24,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
+from textual.message import Message
 from textual.widgets import Markdown, Static
 
 from specchat.engine.events import GenerationStats
@@ -28,6 +35,25 @@ from specchat.textsafe import safe_text
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
+Position = tuple[int, int]  # (which alternative, of how many), from 1
+
+
+def counter(header: Text, position: Position) -> tuple[int, int] | None:
+    """Append ``  ‹ 2/3 ›`` to a header when there are alternatives; returns the columns the
+    counter spans (a click left of its middle flips back, right of it forward)."""
+    which, of = position
+    if of < 2:
+        return None
+    header.append("  ")
+    start = header.cell_len
+    header.append(f"‹ {which}/{of} ›", style="bold")
+    return start, header.cell_len
+
+
+def clicked_step(span: tuple[int, int] | None, x: int) -> int:
+    if span is None or not span[0] <= x < span[1]:
+        return 0
+    return -1 if x < (span[0] + span[1]) // 2 else 1
 
 
 def keep_line_breaks() -> MarkdownIt:
@@ -72,19 +98,30 @@ def reply_summary(stats: ReplyStats | None, status: str) -> str:
 
 
 class UserMessage(Static):
-    def __init__(self, turn: Turn) -> None:
-        body = Text("You\n", style="bold")
+    def __init__(self, turn: Turn, position: Position = (1, 1)) -> None:
+        body = Text("You", style="bold")
+        self._span = counter(body, position)
+        body.append("\n")
         body.append(safe_text(turn.text))
         super().__init__(body, classes="message user")
         self.turn = turn
+        self.position = position
+
+    def on_click(self, event: events.Click) -> None:
+        at = event.get_content_offset(self)
+        step = clicked_step(self._span, at.x) if at is not None and at.y == 0 else 0
+        self.post_message(Transcript.Clicked(self.turn, step))
 
 
 class AssistantMessage(Vertical):
     """One reply: a header, the token-fate view, the Markdown view, and a summary line."""
 
-    def __init__(self, turn: Turn, *, streaming: bool, view: str, show_rejected: bool) -> None:
+    def __init__(self, turn: Turn, *, streaming: bool, view: str, show_rejected: bool,
+                 position: Position = (1, 1)) -> None:
         super().__init__(classes="message assistant")
         self.turn = turn  # read only
+        self.position = position
+        self._span: tuple[int, int] | None = None
         self.streaming = streaming
         self.view = view
         self.show_rejected = show_rejected
@@ -114,9 +151,15 @@ class AssistantMessage(Vertical):
         out = Text("Assistant", style="bold")
         if self._kinds or not self.streaming:  # known once tokens arrive
             out.append(f"  {mode}", style="dim")
+        self._span = counter(out, self.position)
         if self.streaming:
             out.append("  generating… (Esc stops)", style="dim italic")
         return out
+
+    def on_click(self, event: events.Click) -> None:
+        at = event.get_content_offset(self._header)
+        step = clicked_step(self._span, at.x) if at is not None and at.y == 0 else 0
+        self.post_message(Transcript.Clicked(self.turn, step))
 
     def _meta_text(self) -> str:
         return "" if self.streaming else reply_summary(self._stats, self._status)
@@ -165,10 +208,18 @@ class Transcript(VerticalScroll):
     """The conversation; it follows new text while the user is at the bottom (after a resize
     or a change of view too), and stays put when they have scrolled up to read."""
 
+    @dataclass
+    class Clicked(Message):
+        """A message was clicked: ``step`` -1 / +1 on its ‹ › counter, else 0 (select it)."""
+
+        turn: Turn
+        step: int
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.view = "markdown"
         self.show_rejected = False
+        self.position: Callable[[Turn], Position] = lambda _turn: (1, 1)
         self.following = True  # the view keeps to the end as text comes (see watch_scroll_y)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
@@ -200,16 +251,18 @@ class Transcript(VerticalScroll):
     def _widget(self, turn: Turn) -> Static | AssistantMessage:
         if turn.role == "assistant":
             return AssistantMessage(turn, streaming=False, view=self.view,
-                                    show_rejected=self.show_rejected)
-        return UserMessage(turn)
+                                    show_rejected=self.show_rejected,
+                                    position=self.position(turn))
+        return UserMessage(turn, self.position(turn))
 
     def add_user(self, turn: Turn) -> None:
-        self.mount(UserMessage(turn))
+        self.mount(UserMessage(turn, self.position(turn)))
         self._follow(True)
 
     def add_reply(self, turn: Turn) -> AssistantMessage:
         widget = AssistantMessage(turn, streaming=True, view=self.view,
-                                  show_rejected=self.show_rejected)
+                                  show_rejected=self.show_rejected,
+                                  position=self.position(turn))
         self.mount(widget)
         self._follow(True)
         return widget
@@ -230,6 +283,14 @@ class Transcript(VerticalScroll):
         for w in self.query(".message"):
             turn = getattr(w, "turn", None)
             w.set_class(turn is not None and id(turn) in pending, "-unsaved")
+
+    def select(self, turn: Turn | None) -> None:
+        """Mark ``turn``'s message as the selected one (None: no selection) and show it."""
+        for w in self.query(".message"):
+            mine = turn is not None and getattr(w, "turn", None) is turn
+            w.set_class(mine, "-selected")
+            if mine:
+                self.scroll_to_widget(w, animate=False)
 
     def set_view(self, view: str, show_rejected: bool) -> None:
         self.view, self.show_rejected = view, show_rejected
