@@ -6,8 +6,10 @@ with a control that a wrong rule fails."""
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
 from pathlib import Path
+from typing import cast
 
 import llama_cpp
 import numpy as np
@@ -20,7 +22,9 @@ from specchat.engine import verify
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters import DrafterEnv, build
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
+from specchat.engine.events import StepEvent
 from specchat.engine.gamma import FixedGamma
+from specchat.engine.lookahead_plan import LookaheadGate
 from specchat.engine.lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
@@ -28,6 +32,7 @@ from specchat.engine.plan import SideBranch
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import SpecchatError
+from specchat.paths import AppPaths
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=60)
 T09 = SamplerSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
@@ -235,3 +240,83 @@ def test_greedy_on_the_scripted_context_is_its_argmax_chain() -> None:
     v = len(table)
     assert all(b == int(np.argmax(table[(a + j) % v])) for j, (a, b) in enumerate(pairwise(seq)))
     assert sum(s.accepted for s in run.steps) > 100
+
+
+# ------------------------------------------------------------------ planning, and the CLI
+
+
+def step(lookahead: bool, committed: int, seconds: float) -> StepEvent:
+    return StepEvent(2 if lookahead else 0, committed - 1, 0.0, seconds,
+                     "lookahead" if lookahead else "none", committed=committed,
+                     reason="lookahead W2 N3 G4" if lookahead else "plain")
+
+
+@pytest.mark.parametrize(("la_rate", "want"), [(0.5, "plain"), (2.0, "lookahead")])
+def test_the_gate_runs_the_faster_arm_and_probes_the_other(la_rate: float, want: str) -> None:
+    d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
+    gate = LookaheadGate(d.default_plan, 4)
+    chosen: list[str] = []
+    for _ in range(200):
+        plan = gate.next_plan(("lookahead",))
+        la = plan.drafter == "lookahead"
+        chosen.append(plan.drafter)
+        # plain: 1 token in 10 ms; lookahead: 2 tokens in 20 ms / la_rate
+        gate.observe(step(la, 2, 0.02 / la_rate) if la else step(False, 1, 0.01))
+    tail = chosen[20:]
+    share = tail.count("lookahead" if want == "lookahead" else "none") / len(tail)
+    assert share > 0.9, share
+    assert share < 1.0  # the other arm is still probed now and then
+    assert gate.next_plan(()).drafter == "none"
+
+
+def test_the_runtime_gates_lookahead_under_the_planner(home: AppPaths, tiny_target: Path) -> None:
+    from specchat.models.catalog import load_catalog
+    from specchat.models.resolver import ModelResolver
+    from specchat.runtime import Runtime, select
+    from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
+    from specchat.ui.services import runtime_decoder
+
+    assert "lookahead" in DRAFTER_CHOICES
+    cat = load_catalog()
+    rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
+    try:
+        dec = runtime_decoder(rt, ChatSettings(drafter="lookahead"))  # the app's path
+        assert isinstance(dec, SpeculativeDecoder) and isinstance(dec.policy, LookaheadGate)
+        fixed = rt.decoder(gamma=3, drafters=("lookahead",))
+        assert isinstance(fixed, SpeculativeDecoder) and isinstance(fixed.policy, FixedGamma)
+        prompt = prompt_of(rt.target_ctx.model)
+        plain = run_to_end(rt.decoder(plain=True), prompt, GREEDY)
+        rt.clear_caches()
+        run = run_to_end(dec, prompt, GREEDY)
+        assert run.tokens == plain.tokens
+        assert any(s.reason.startswith("lookahead") for s in run.steps)
+    finally:
+        rt.close()
+
+
+def test_ask_race_bench_and_prove_run_the_lookahead_drafter(home: AppPaths, tiny_target: Path,
+                                                            tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    from specchat.cli.main import main
+
+    common = ["--model", str(tiny_target), "--drafter", "lookahead", "--threads", "1"]
+    assert main(["ask", "the cat sat", *common, "--max-tokens", "16", "--temperature", "0",
+                 "--json"]) == 0
+    assert '"lookahead"' in capsys.readouterr().out
+    rc = main(["race", "the cat sat", *common, "--max-tokens", "16", "--gamma", "4",
+               "--no-replay"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "outputs identical ✓" in out, out
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text(json.dumps({"question_id": 1, "category": "alpha",
+                                   "turns": ["the cat sat"]}) + "\n", encoding="utf-8")
+    rc = main(["bench", *common, "--prompts", str(prompts), "--per-category", "1",
+               "--max-tokens", "12", "--gamma", "4", "--temperature", "0",
+               "--out", str(tmp_path / "b")])
+    assert rc == 0, capsys.readouterr()
+    assert "lookahead" in (tmp_path / "b" / "results.json").read_text()
+    rc = main(["prove", "--prompt", "the cat sat", *common, "--samples", "40", "--tokens", "2",
+               "--gamma", "4", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "PASS" in out, out
