@@ -29,6 +29,7 @@ from specchat.engine.events import (
 from specchat.engine.gamma import FixedGamma, PolicyBase
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, flash_attention
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.plan import Plan, chain
 from specchat.engine.sampling import SamplerSettings, distribution
 from specchat.engine.speculative import SpeculativeDecoder
 
@@ -428,3 +429,51 @@ def test_policy_can_stop_drafting_early_and_sees_every_step(
     if settings.greedy:
         plain, _ = run(PlainDecoder(ctx(target)), prompt_of(target), settings)
         assert token_ids(events) == token_ids(plain)
+
+
+class RecordsAvailable(PolicyBase):
+    """A planner-like policy: n-gram chains when offered, else the draft model; records what
+    the decoder offered each step."""
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[str, ...]] = []
+        self.seen: list[StepEvent] = []
+
+    def next_gamma(self) -> int:
+        return 3
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan:
+        self.offered.append(available)
+        return chain("ngram" if "ngram" in available else "model", 3)
+
+    def observe(self, step: StepEvent) -> None:
+        self.seen.append(step)
+
+
+def test_the_planner_is_offered_ngram_only_when_the_lookup_has_a_match(
+        target: LlamaModel, close_draft: LlamaModel) -> None:
+    policy = RecordsAvailable()
+    # A prompt that repeats itself, so some steps have a match and some do not.
+    prompt = prompt_of(target, "one two three one two three one two three four")
+    dec = SpeculativeDecoder(ctx(target), ctx(close_draft), policy, drafters=("ngram", "model"))
+    events, _ = run(dec, prompt, GREEDY.with_(max_tokens=40))
+    assert len(policy.offered) == len(policy.seen)
+    kinds = {("ngram" in a) for a in policy.offered}
+    assert kinds == {True, False}, "the fixture should give steps with and without a match"
+    for offered, step in zip(policy.offered, policy.seen, strict=True):
+        assert "model" in offered
+        # A step planned on n-gram always had something to propose: never an empty n-gram step.
+        if "ngram" in offered:
+            assert step.drafter == "ngram" and step.gamma > 0
+        else:
+            assert step.drafter == "model"
+    plain, _ = run(PlainDecoder(ctx(target)), prompt, GREEDY.with_(max_tokens=40))
+    assert token_ids(events) == token_ids(plain)
+
+
+def test_ngram_can_propose_follows_the_sequence() -> None:
+    d = NgramDrafter(n_min=2)
+    d.reset([1, 2, 3, 4])
+    assert not d.can_propose([1, 2, 3, 4])
+    assert d.can_propose([1, 2, 3, 4, 1, 2])  # (1, 2) was followed by 3
+    assert not d.can_propose([9, 9])  # a new sequence is indexed afresh

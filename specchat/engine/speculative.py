@@ -34,6 +34,7 @@ from specchat.engine.drafters import (
     DraftRequest,
     Proposal,
     build,
+    can_propose,
     depths,
     fit_shape,
 )
@@ -208,7 +209,7 @@ class SpeculativeDecoder:
         next_plan: Callable[[tuple[str, ...]], Plan] | None = getattr(
             self.policy, "next_plan", None)
         if next_plan is not None:
-            plan = next_plan(tuple(d.name for d in self._alive))
+            plan = next_plan(tuple(d.name for d in self._alive if can_propose(d, seq)))
         else:
             plan = default.default_plan(self.policy.next_gamma())
         tgt = self.target
