@@ -24,10 +24,18 @@ holds only the committed path (``keep_branch`` drops the window's sequences with
 branches); nothing of the window is ever committed.
 
 Sizes: W, N, G come from :class:`LookaheadSettings` (``env.shared["lookahead"]``, else the
-defaults below, picked from this machine's verify-cost curve: a CPU pays for every extra row,
-so the window is small). ``--gamma K`` caps the candidate tokens checked per step. A step whose
-batch would not fit the context, ``n_batch`` or the sequences shrinks the window (to none if
-need be); the candidates were already fitted by the decoder.
+defaults below). They are fixed, not planned per step: on 2 CPU cores every extra row costs
+(Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
+window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
+step is whether to run Lookahead at all: under γ ``plan`` the runtime's
+:class:`~specchat.engine.lookahead_plan.LookaheadGate` measures Lookahead steps against plain
+ones (the general planner does not score Lookahead). ``--gamma K`` runs it every step with at
+most K candidate tokens. A step whose batch would not fit the context, ``n_batch`` or the
+sequences shrinks the window (to none if need be); the candidates were already fitted by the
+decoder.
+
+Combined with other drafters (``--drafter lookahead,ngram``) a step whose pool has no candidate
+is handed to the next drafter, so the window runs only on steps Lookahead proposes tokens.
 """
 
 from __future__ import annotations
