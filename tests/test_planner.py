@@ -365,3 +365,25 @@ def test_ngram_probes_keep_their_pace_when_they_miss() -> None:
         else:
             p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
     assert len(gaps) > 5 and set(gaps[1:]) == {p.settings.probe_every}
+
+
+def test_a_long_prompt_the_draft_has_not_read_is_paid_for_before_drafting() -> None:
+    """After a long pasted document the draft model must first read it all: on a flat curve
+    with a good draft that still pays; on the CPU curve with a 0.85 draft it does not."""
+    flat = planner(FLAT, 0.8)
+    flat.draft_lag(2000)
+    assert flat.next_plan(("model",)).drafter == "model"
+    cpu = planner(CostCurve(0.010, QWEN_CPU.verify_s), 0.85)  # a cheap draft: drafting pays
+    assert cpu.next_plan(("model",)).drafter == "model"
+    cpu.begin("a long document")
+    cpu.draft_lag(2000)
+    plan = cpu.next_plan(("model",))
+    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read 1999 tokens"
+
+
+def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
+    p = Planner(CALM, AutoGammaSeed(), clock=lambda: 0.0)
+    p.begin("a long document")
+    p.draft_lag(1500)
+    assert p.next_plan(("model",)).drafter == "none"
+    assert p.next_plan(("model", "ngram")).reason == "warm-up"  # n-gram lookups can warm up

@@ -208,6 +208,25 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
     assert md in capsys.readouterr().out
 
 
+def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tiny_draft: Path,
+                                                         home: AppPaths, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
+               "--max-tokens", "8", "--threads", "1", "--runs", "3", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert doc["config"]["runs"] == 3
+    assert len(doc["records"]) == 2 * 2  # one record (the median run) per prompt and mode
+    for r in doc["records"]:
+        lo, hi = r["tok_s_range"]
+        tps = r["generated_tokens"] / (r["total_s"] - r["prompt_s"])
+        assert r["runs"] == 3 and lo <= tps <= hi
+    assert "each figure the median of 3 interleaved runs" in (out / "results.md").read_text(
+        encoding="utf-8")
+    assert main(["bench", "--model", str(tiny_target), "--runs", "0"]) == 1  # said, no trace
+
+
 def test_summarize_weights_by_time_not_by_prompt() -> None:
     def rec(mode: str, gamma: int | None, gen: int, secs: float) -> dict:
         return {"question_id": "1", "category": "c", "mode": mode, "gamma": gamma,

@@ -477,3 +477,28 @@ def test_ngram_can_propose_follows_the_sequence() -> None:
     assert not d.can_propose([1, 2, 3, 4])
     assert d.can_propose([1, 2, 3, 4, 1, 2])  # (1, 2) was followed by 3
     assert not d.can_propose([9, 9])  # a new sequence is indexed afresh
+
+
+class RecordsLag(PolicyBase):
+    def __init__(self) -> None:
+        self.lags: list[int] = []
+
+    def next_gamma(self) -> int:
+        return 2
+
+    def draft_lag(self, tokens: int) -> None:
+        self.lags.append(tokens)
+
+
+def test_the_policy_is_told_what_the_draft_has_not_read(target: LlamaModel,
+                                                       close_draft: LlamaModel) -> None:
+    policy = RecordsLag()
+    dec = SpeculativeDecoder(ctx(target), ctx(close_draft), policy)
+    prompt = prompt_of(target)
+    events, _ = run(dec, prompt, GREEDY.with_(max_tokens=12))
+    assert policy.lags == [len(prompt)]  # a fresh draft cache lacks the whole prompt
+    longer = [*prompt, *token_ids(events), *prompt_of(target, "and again")]
+    run(dec, longer, GREEDY.with_(max_tokens=4))
+    # The draft kept what it read of the first reply: it lacks only the new turn (and at most
+    # the reply's last tokens, which it never drafted after).
+    assert 0 < policy.lags[1] < len(longer) - len(prompt)

@@ -78,6 +78,7 @@ class PlannerSettings:
     # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
     # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
     payback_tokens: int = 64
+    warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
     probe_budget: float = 0.05
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
@@ -311,11 +312,16 @@ class Planner(AutoGamma):
         self._step_starts()
         s, ps = self.settings, self.plan_settings
         chains = [d for d in ("model", "ngram") if d in available]
-        if self._warmup_left and chains:
+        warm = chains
+        if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
+            # A warm-up step would first read the whole prompt into the draft: not for a
+            # guess (after a long document that costs more than the reply gains).
+            warm = chains[1:]
+        if self._warmup_left and warm:
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
-            return self._chosen(chain(chains[0], gamma, "warm-up"), scored=False)
+            return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
         unseen = [n for n in available if n not in SCORED and self._other(n).tried == 0]
@@ -549,7 +555,13 @@ class Planner(AutoGamma):
         super().begin(prompt_text)
         self.prediction = Prediction()
         self._draft_behind = True
-        self._behind = 0  # the decoder brings the draft up to the prompt before the first step
+        self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+
+    def draft_lag(self, tokens: int) -> None:
+        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
+        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
+        self._draft_behind = True
 
     def describe(self) -> str:
         return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"

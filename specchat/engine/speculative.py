@@ -180,6 +180,12 @@ class SpeculativeDecoder:
             self._settle(seq)
             return None
         self.policy.begin(self._new_prompt_text(seq))
+        lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
+        if lag is not None and self.draft is not None:
+            # What the draft model must read before it can draft (its cache is brought up
+            # only when a step first asks it): a planner weighs that against what drafting
+            # would gain — after a long pasted document it can outweigh the whole reply.
+            lag(len(seq) - self.draft.common_prefix(seq))
         self._set_alive(self.drafters, seq)
         return reused
 
