@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end smoke test of the app in a real terminal: run `specchat --pair demo` inside tmux,
-# type a question, wait for the reply, capture the pane and check what is on screen, then quit
-# and check the chat was saved.
+# type a question, wait for the reply, capture the pane and check what is on screen, type right
+# after Ctrl+L and after a click in the transcript and check the text reached the message box,
+# then quit and check the chat was saved.
 #
 #   scripts/tmux_smoke.sh [MODELS_DIR]
 #
@@ -74,6 +75,17 @@ check "Esc|esc" "the footer keys"
 # The reply itself: the line after the "Assistant" header holds text.
 reply=$(awk '/Assistant/ {getline; print; exit}' "$screen" | sed 's/[▎▊█│ ]//g')
 [[ -n "$reply" ]] || { echo "tmux smoke: the reply is empty" >&2; fail=1; }
+
+# Nothing typed is lost: right after Ctrl+L (hide, show: the chat list takes the focus) and
+# right after a click in the transcript (an SGR mouse report, as a terminal sends), the text
+# lands in the message box (its line starts with the box's edge, ▊).
+tmux send-keys -t "$session" C-l C-l "typed after ctrl l"
+wait_for "▊ typed after ctrl l" 10 "the text typed after Ctrl+L in the message box"
+tmux send-keys -t "$session" C-a BSpace
+tmux send-keys -t "$session" -l $'\e[<0;70;6M\e[<0;70;6m'
+tmux send-keys -t "$session" "typed after a click"
+wait_for "▊ typed after a click" 10 "the text typed after a click in the message box"
+tmux send-keys -t "$session" C-a BSpace
 
 tmux send-keys -t "$session" C-q
 wait_for "EXITED 0" 30 "a clean exit"

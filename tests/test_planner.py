@@ -387,3 +387,20 @@ def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
     p.draft_lag(1500)
     assert p.next_plan(("model",)).drafter == "none"
     assert p.next_plan(("model", "ngram")).reason == "warm-up"  # n-gram lookups can warm up
+
+
+def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = planner(QWEN_CPU, 0.5)
+    calls = []
+    real = p.candidates
+    monkeypatch.setattr(p, "candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plans = []
+    for _ in range(8):
+        plans.append(p.next_plan(("model",)))
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert all(pl.drafter == "none" for pl in plans)
+    assert len({pl.reason for pl in plans}) == 1  # the held steps say why, as the scored one
+    assert len(calls) == 2  # scored at steps 1 and 5 (exploration would add one per scoring)
+    p.next_plan(("model", "ngram"))  # other drafters offered: scored at once
+    assert len(calls) == 3

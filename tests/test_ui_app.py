@@ -133,7 +133,7 @@ async def test_the_real_speculative_decoder_with_auto_gamma_in_the_app(
         bar = chat.stats_bar
         assert bar.stats.mode is not None and bar.stats.mode.startswith("auto · ")
         assert bar.gamma_history and bar.stats.alpha is not None
-        assert "auto · " in str(bar.query_one("#stats-line", Static).render())
+        assert "auto · " in str(bar.query_one("#stats-gamma", Static).render())
         (saved,) = services.store.list_chats()
         stats = services.store.messages(saved.id)[1].stats
         assert stats and stats.decoder == "speculative" and stats.gamma_mode.startswith("auto")
@@ -154,7 +154,7 @@ async def test_the_planner_is_the_apps_default_and_says_what_it_chose(
         assert reply.turn.status == "done"
         bar = chat.stats_bar
         assert bar.stats.mode is not None and bar.stats.mode.startswith("plan")
-        assert "plan" in str(bar.query_one("#stats-line", Static).render())
+        assert "planner" in str(bar.query_one("#stats-gamma", Static).render())
 
 
 @app_test
@@ -287,7 +287,7 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
         assert "max tokens reached" in str(reply._meta.render())
         assert (seen[-1].gamma_mode, seen[-1].gamma, seen[-1].drafter) == ("fixed", 3,
                                                                          "ngram,model")
-        assert chat.stats_bar.gamma_mode == "fixed"
+        assert chat.stats_bar.gamma_mode == "fixed 3"
     saved = yaml.safe_load(services.config_path.read_text())  # type: ignore[union-attr]
     assert saved["gamma"] == 3 and saved["drafter"] == "ngram,model" and saved["ngram"] is False
     assert saved["sampling"]["max_tokens"] == 7 and saved["sampling"]["seed"] == 11

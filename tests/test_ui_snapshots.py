@@ -38,7 +38,8 @@ REPLY = [  # (text, origin, rejected drafts after it)
 ]
 # 61.2 tok/s, α 0.79, τ 2.5
 STATS = ReplyStats(GenerationStats(prompt_tokens=31, generated_tokens=15, decode_s=14 / 61.2,
-                                   accepted=79, rejections=21, steps=6, target_forwards=6,
+                                   accepted=79, rejections=21, steps=6, drafted=24,
+                                   target_forwards=6,
                                    draft_s=0.05, verify_s=0.11),
                    decoder="speculative", gamma=4, gamma_mode="fixed", ctx_size=512)
 

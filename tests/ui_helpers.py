@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import io
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from specchat.config import UserConfig
 from specchat.engine.chat import ChatEngine
@@ -178,3 +181,14 @@ def app_test(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
         gc.collect()
 
     return run
+
+
+def screen_text(app: Any) -> str:
+    """The app's screen as plain text, one line per terminal row (what a text snapshot keeps:
+    what is written where, without colours)."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True,
+                      color_system=None, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens))
+    return "\n".join(line.rstrip() for line in console.export_text().split("\n")[:height])

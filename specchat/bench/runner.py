@@ -175,8 +175,7 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
                     elif settings.greedy and plain_ids is not None:
                         rec["identity"] = identity.verdict(tokens, plain_ids, ids)
                         same = f" · {rec['identity']}"
-                    gen_s = stats.total_s - stats.prompt_s
-                    tps = stats.generated_tokens / gen_s if gen_s > 0 else 0.0
+                    tps = stats.decode_tps  # once the reply has started (as the report)
                     done[i].append((tps, rec))
                     alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
                         and stats.tau is not None else ""

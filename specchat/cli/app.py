@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from specchat.cli.common import Env
+from specchat.cli.common import Env, sampling_changes
 from specchat.config import UserConfig
-from specchat.engine.drafters import parse_names
+from specchat.engine.gamma import GammaSetting
 from specchat.errors import ConfigError, SpecchatError
 from specchat.models.catalog import load_catalog
 from specchat.models.progress import Progress, ProgressFn
@@ -28,10 +29,10 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
         config = env.config
     except ConfigError as e:
         config, problem = UserConfig(), str(e)  # start with defaults; say so in the app
-    drafter = getattr(args, "drafter", None) or (
-        "ngram,model" if getattr(args, "ngram", False) else None)
-    if drafter:  # --drafter on the command line: this session's choice, until changed
-        config = config.with_(drafter=",".join(parse_names(drafter)))
+    file_config = config
+    config = session_config(env, args, config)
+    from_file = {k: getattr(file_config, k) for k in SESSION_KEYS
+                 if getattr(config, k) != getattr(file_config, k)}
     model = args.model
     if model is None and args.pair is None and not config.default_pair:
         model = config.default_model  # a single model configured instead of a pair
@@ -66,7 +67,35 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
                        config_path=env.paths.config_file, config_problem=problem,
                        store_problem=store_problem,
                        open_pair=open_pair, paths=env.paths, first_run=first_run,
-                       race_pairs=race_pairs, open_race_pair=open_race_pair)
+                       race_pairs=race_pairs, open_race_pair=open_race_pair,
+                       from_file=from_file)
+
+
+SESSION_KEYS = ("drafter", "ngram", "gamma", "system_prompt", "memory_check", "theme", "sampling")
+
+
+def session_config(env: Env, args: argparse.Namespace, config: UserConfig) -> UserConfig:
+    """The config file's settings with what the command line changed for this session (until
+    changed in the app, whose Ctrl+S saves what it then shows): drafter, n-gram, γ, system
+    prompt, sampling, memory check, theme."""
+    changes: dict[str, Any] = {}
+    if getattr(args, "drafter", None) or getattr(args, "ngram", None) is not None:
+        changes.update(drafter=env.drafter_setting(args, config), ngram=False)
+    if isinstance(getattr(args, "gamma", None), GammaSetting):
+        changes["gamma"] = args.gamma
+    if getattr(args, "system", None) is not None:
+        changes["system_prompt"] = args.system
+    if getattr(args, "memory_check", None) is not None:
+        changes["memory_check"] = bool(args.memory_check)
+    if getattr(args, "theme", None):
+        changes["theme"] = args.theme
+    sampling = sampling_changes(args)
+    if sampling:
+        try:
+            changes["sampling"] = config.sampling.with_(**sampling).validate()
+        except ValueError as e:
+            raise SpecchatError(str(e)) from None
+    return config.with_(**changes) if changes else config
 
 
 def opener(selection: Selection, resolver: ModelResolver, options: RuntimeOptions) -> PairOpener:

@@ -9,7 +9,16 @@ import sys
 import threading
 from typing import Any
 
-from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_drafter_args, add_model_args, gamma_arg
+from specchat.cli.common import (
+    GAMMA_OPTION_HELP,
+    Env,
+    add_drafter_args,
+    add_model_args,
+    add_sampling_args,
+    add_system_arg,
+    gamma_arg,
+    sampling_changes,
+)
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import (
@@ -20,6 +29,7 @@ from specchat.engine.events import (
     StepEvent,
     TokenEvent,
 )
+from specchat.engine.in_force import InForce, in_force
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
@@ -31,13 +41,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("ask", help="answer one prompt and print the reply")
     p.add_argument("prompt", help="the question")
     add_model_args(p)
-    p.add_argument("--max-tokens", type=int, help="stop after N tokens")
-    p.add_argument("--temperature", type=float, help="0 = greedy")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--min-p", type=float)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--system", help="system prompt (default: the configured one)")
+    add_sampling_args(p)
+    add_system_arg(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
@@ -49,8 +54,7 @@ def add_parser(sub: Any) -> None:
 
 def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
     base = env.config.sampling
-    changes = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "min_p", "seed",
-                                            "max_tokens") if getattr(args, k, None) is not None}
+    changes = sampling_changes(args)
     if getattr(args, "stop", None):
         changes["stop"] = tuple(args.stop)
     try:
@@ -74,13 +78,14 @@ def run(env: Env, args: argparse.Namespace) -> int:
             sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")
         decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
                                   drafters=env.drafters(args))
+        setup = in_force(decoder)
         engine = ChatEngine(decoder)
         system = args.system if args.system is not None else env.config.system_prompt
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
         cancel = threading.Event()
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
         try:
-            stats = _stream(engine.reply(messages, settings, cancel), args.json)
+            stats = _stream(engine.reply(messages, settings, cancel), args.json, setup)
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
@@ -88,12 +93,15 @@ def run(env: Env, args: argparse.Namespace) -> int:
     return 130 if stats and stats.stop_reason == "cancelled" else 0
 
 
-def _stream(events: Any, as_json: bool) -> GenerationStats | None:
+def _stream(events: Any, as_json: bool, setup: InForce) -> GenerationStats | None:
     out = sys.stdout
     stats = None
     for ev in events:
         if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
-            out.write(safe_json(json.dumps(event_json(ev), ensure_ascii=False)) + "\n")
+            doc = event_json(ev)
+            if isinstance(ev, GenerationStats):  # what ran: the drafters and the γ mode
+                doc.update(setup.as_dict())
+            out.write(safe_json(json.dumps(doc, ensure_ascii=False)) + "\n")
         elif isinstance(ev, TokenEvent):
             out.write(safe_text(ev.text))
         elif isinstance(ev, NoticeEvent):
@@ -103,14 +111,16 @@ def _stream(events: Any, as_json: bool) -> GenerationStats | None:
             stats = ev
     if stats and not as_json:
         out.write("\n")
-        sys.stderr.write(summary(stats) + "\n")
+        sys.stderr.write(summary(stats, setup) + "\n")
     return stats
 
 
-def summary(s: GenerationStats) -> str:
+def summary(s: GenerationStats, setup: InForce | None = None) -> str:
     parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
              f"ttft {s.ttft_s * 1000:.0f} ms",
              f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
+    if setup is not None and setup.decoder != "plain":
+        parts.append(setup.line())  # n-gram lookup from the config file is said, not hidden
     if s.steps and not s.drafted:
         parts.append("plain: nothing was worth drafting")  # what ran, not what could have
     elif s.steps:

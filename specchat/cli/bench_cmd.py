@@ -101,12 +101,12 @@ def run(env: Env, args: argparse.Namespace) -> int:
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     try:
         drafters = env.drafters(args)
-        if not drafter_names(drafters, args.ngram, runtime.draft_ctx is not None):
+        if not drafter_names(drafters, bool(args.ngram), runtime.draft_ctx is not None):
             raise SpecchatError("nothing to compare: give a pair, --model with --draft, "
                                 "or --drafter ngram")
         gammas = args.gamma or (PLAN,)
         cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
-                          max_tokens=args.max_tokens, seed=args.seed, ngram=args.ngram,
+                          max_tokens=args.max_tokens, seed=args.seed, ngram=bool(args.ngram),
                           drafters=drafters,
                           system=env.config.system_prompt or None, runs=args.runs)
         out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")

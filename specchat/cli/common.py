@@ -65,7 +65,7 @@ class Env:
         return RuntimeOptions(
             context=target.context_settings(ctx), target=target.model_settings(),
             draft=draft.model_settings(), draft_context=draft.context_settings(ctx),
-            memory_check=config.memory_check and not getattr(args, "no_memory_check", False),
+            memory_check=self.memory_check(args, config),
         )
 
     def gamma(self, args: argparse.Namespace) -> GammaSetting:
@@ -73,18 +73,43 @@ class Env:
         g = getattr(args, "gamma", None)
         return g if isinstance(g, GammaSetting) else self.config.gamma
 
-    def ngram(self, args: argparse.Namespace) -> bool:
-        return bool(getattr(args, "ngram", False) or self.config.ngram)
+    def ngram(self, args: argparse.Namespace, config: UserConfig | None = None) -> bool:
+        """--ngram / --no-ngram, else (unless --drafter says what drafts) the config's."""
+        flag = getattr(args, "ngram", None)
+        if flag is not None:
+            return bool(flag)
+        if getattr(args, "drafter", None):
+            return False
+        return (config or self.config).ngram
 
-    def drafters(self, args: argparse.Namespace) -> tuple[str, ...] | None:
+    def drafters(self, args: argparse.Namespace,
+                 config: UserConfig | None = None) -> tuple[str, ...] | None:
         """The drafters from --drafter, else the config's ``drafter`` (None: --ngram's or the
-        default choice, see ``runtime.drafter_names``)."""
+        default choice, see ``runtime.drafter_names``); --no-ngram takes n-gram lookup out of
+        the config's list (none left: the default, the draft model)."""
         text = getattr(args, "drafter", None)
         if text:
             return parse_names(text)
-        if getattr(args, "ngram", False):
+        flag = getattr(args, "ngram", None)
+        if flag:
             return None
-        return parse_names(self.config.drafter) if self.config.drafter else None
+        config = config or self.config
+        names = parse_names(config.drafter) if config.drafter else None
+        if flag is False and names:
+            names = tuple(n for n in names if n != "ngram") or None
+        return names
+
+    def drafter_setting(self, args: argparse.Namespace, config: UserConfig) -> str | None:
+        """The app's drafter setting after --drafter / --ngram / --no-ngram (the config's ``drafter``
+        spelling; None: the default)."""
+        names = self.drafters(args, config)
+        if names:
+            return ",".join(names)
+        return "ngram,model" if self.ngram(args, config) else None
+
+    def memory_check(self, args: argparse.Namespace, config: UserConfig | None = None) -> bool:
+        flag = getattr(args, "memory_check", None)
+        return (config or self.config).memory_check if flag is None else bool(flag)
 
 
 def gamma_arg(text: str) -> GammaSetting:
@@ -116,7 +141,7 @@ def validate_args(args: argparse.Namespace) -> None:
     for dest, (flag, setting) in OPTION_SETTINGS.items():
         value = getattr(args, dest, None)
         for v in value if isinstance(value, (tuple, list)) else (value,):
-            if v is None:
+            if v is None or v == "none":  # not given; --seed none
                 continue
             try:
                 check_setting(setting, v)
@@ -145,9 +170,64 @@ def add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", metavar="NAME[,NAME…]",
                    help="what drafts: " + ", ".join(drafter_names()) + "; several are tried in "
                    "turn (e.g. ngram,model). Default: the configured drafter, else the draft "
-                   "model")
-    p.add_argument("--ngram", action="store_true",
-                   help="the same as --drafter ngram,model (ngram alone with --model)")
+                   "model (--drafter model)")
+    p.add_argument("--ngram", action=argparse.BooleanOptionalAction, default=None,
+                   help="--ngram: the same as --drafter ngram,model (ngram alone with --model); "
+                   "--no-ngram: no n-gram lookup, whatever the config file says (ngram: true, "
+                   "or ngram in its drafter)")
+
+
+def seed_arg(text: str) -> int | str:
+    """--seed N, or none (a new seed each reply: the opposite of a seed in the config file)."""
+    if text.strip().lower() in ("none", "random"):
+        return "none"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number or 'none'") from None
+
+
+def add_sampling_args(p: argparse.ArgumentParser, temperature: str = "the configured one",
+                      max_tokens: str = "the configured number") -> None:
+    """The sampler's settings, each overriding the config file's ``sampling`` section."""
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, metavar="T",
+                   help=f"0 = greedy (default: {temperature})")
+    g.add_argument("--top-k", type=int, metavar="K", help="0 = off")
+    g.add_argument("--top-p", type=float, metavar="P", help="1 = off")
+    g.add_argument("--min-p", type=float, metavar="P", help="0 = off")
+    g.add_argument("--seed", type=seed_arg, metavar="N|none",
+                   help="sampling seed; none = a new one each reply")
+    g.add_argument("--max-tokens", type=int, metavar="N",
+                   help=f"stop after N tokens (default: {max_tokens})")
+
+
+def add_system_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", metavar="TEXT",
+                   help='system prompt (default: the configured one; --system "" for none)')
+
+
+def add_app_args(p: argparse.ArgumentParser) -> None:
+    """The app's own choices (``specchat`` with no command): this session's, until changed."""
+    p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N", help=GAMMA_OPTION_HELP)
+    add_system_arg(p)
+    add_sampling_args(p)
+    p.add_argument("--theme", metavar="NAME",
+                   help="the app's colour theme by name (default: the configured one, else "
+                   "Textual's; Ctrl+P → Theme lists them)")
+
+
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens")
+
+
+def sampling_changes(args: argparse.Namespace) -> dict[str, object]:
+    """What the sampling options changed (``--seed none`` is a seed of None)."""
+    changes: dict[str, object] = {}
+    for k in SAMPLING_OPTIONS:
+        v = getattr(args, k, None)
+        if v is not None:
+            changes[k] = None if v == "none" else v
+    return changes
 
 
 def _layers(text: str) -> int | str:
@@ -178,5 +258,6 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-type", choices=tuple(KV_CACHE_TYPES),
                    help="KV cache type (default f16; quantized types need flash attention)")
     g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: automatic)")
-    g.add_argument("--no-memory-check", action="store_true",
-                   help="load even when the estimate says the models will not fit")
+    g.add_argument("--memory-check", action=argparse.BooleanOptionalAction, default=None,
+                   help="refuse to load what the estimate says will not fit (default: the "
+                   "config file's memory_check, else on); --no-memory-check loads anyway")

@@ -11,7 +11,14 @@ from typing import NoReturn
 
 from specchat import __version__
 from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd, prove_cmd, race_cmd
-from specchat.cli.common import Env, add_drafter_args, add_model_args, make_env, validate_args
+from specchat.cli.common import (
+    Env,
+    add_app_args,
+    add_drafter_args,
+    add_model_args,
+    make_env,
+    validate_args,
+)
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text
 
@@ -31,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specchat {__version__}")
     add_model_args(parser)
     add_drafter_args(parser)
+    add_app_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ask.add_parser(sub)
     models_cmd.add_parser(sub)
@@ -57,13 +65,17 @@ def share_options(parser: argparse.ArgumentParser) -> None:
     argparse copies a subcommand's defaults over what was parsed before it, so
     ``specchat --model M ask hi`` would lose ``--model``. With the subcommand's default
     suppressed, the option means the same before or after the subcommand (after wins when both
-    are given). Any option added to both places is shared: nothing to list here.
+    are given). Any option added to both places alike (same type, no default of its own) is
+    shared: nothing to list here. One a subcommand defines its own way (bench's --temperature
+    takes a list, prove's --gamma a number, bench's --max-tokens defaults to 128) stays its own.
     """
-    top = {a.dest for a in parser._actions if a.dest not in (argparse.SUPPRESS, "help")
+    top = {a.dest: a for a in parser._actions if a.dest not in (argparse.SUPPRESS, "help")
            and not isinstance(a, argparse._SubParsersAction)}
     for p in _subparsers(parser):
         for action in p._actions:
-            if action.dest in top:
+            mine = top.get(action.dest)
+            if mine is not None and action.default is None and action.type == mine.type \
+                    and type(action) is type(mine):
                 action.default = argparse.SUPPRESS
 
 

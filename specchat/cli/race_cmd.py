@@ -8,17 +8,27 @@ chart and the figures. ``--ui`` opens the app on its race screen instead.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.cli.common import GAMMA_OPTION_HELP, Env, add_drafter_args, add_model_args, gamma_arg
+from specchat.cli.common import (
+    GAMMA_OPTION_HELP,
+    Env,
+    add_drafter_args,
+    add_model_args,
+    add_sampling_args,
+    add_system_arg,
+    gamma_arg,
+    sampling_changes,
+)
 from specchat.engine.events import TokenEvent
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.race.prompts import DEFAULT_KIND, RacePrompt, prompt_from
 from specchat.race.replay import Due, play, schedule
-from specchat.race.result import RaceResult
+from specchat.race.result import RaceResult, recorded_with
 from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
@@ -41,10 +51,9 @@ def add_parser(sub: Any) -> None:
                    "extraction, summary, rag; copy, reformat, edit-code (replies that repeat "
                    "the prompt, where prompt lookup pays); or any Spec-Bench category")
     add_model_args(p)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--seed", type=int, help="sampling seed, the same for both runs (default 1)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
-                   help=f"tokens per reply (default {DEFAULT_MAX_TOKENS})")
+    add_sampling_args(p, temperature="0, greedy, where both outputs must match",
+                      max_tokens=str(DEFAULT_MAX_TOKENS))  # one seed for both runs (default 1)
+    add_system_arg(p)
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
                    help=GAMMA_OPTION_HELP)
     add_drafter_args(p)
@@ -70,14 +79,22 @@ def race_setup(env: Env, args: argparse.Namespace) -> RaceSetup:
     runs = getattr(args, "runs", DEFAULT_RUNS)
     if not 1 <= runs <= 20:
         raise SpecchatError(f"--runs must be between 1 and 20 (got {runs})")
-    seed = args.seed if args.seed is not None else (env.config.sampling.seed or 1)
+    changes = sampling_changes(args)
+    # Greedy and 128 tokens unless asked otherwise; one seed for both runs (--seed none: a
+    # new one for this race).
+    changes.setdefault("temperature", 0.0)
+    changes.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+    if "seed" not in changes:
+        changes["seed"] = env.config.sampling.seed or 1
+    elif changes["seed"] is None:
+        changes["seed"] = random.randrange(1, 2**31)
     try:
-        settings = env.config.sampling.with_(temperature=args.temperature, seed=seed,
-                                             max_tokens=args.max_tokens).validate()
+        settings = env.config.sampling.with_(**changes).validate()
     except ValueError as e:
         raise SpecchatError(str(e)) from None
-    return RaceSetup(chosen.text if chosen else args.prompt, settings,
-                     env.config.system_prompt or None, chosen.category if chosen else None, runs)
+    system = args.system if getattr(args, "system", None) is not None else env.config.system_prompt
+    return RaceSetup(chosen.text if chosen else args.prompt, settings, system or None,
+                     chosen.category if chosen else None, runs)
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
@@ -93,8 +110,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
                                 "--draft, or --drafter ngram")
         spec = race_decoder(runtime, env.gamma(args), env.ngram(args), env.drafters(args))
-        result = run_race(runtime, setup, spec,
-                          progress=lambda m: print(f"[{safe_text(m)}]", file=sys.stderr))
+        result = recorded_with(run_race(runtime, setup, spec, progress=lambda m: print(
+            f"[{safe_text(m)}]", file=sys.stderr)), spec)
     finally:
         runtime.close()
     out = sys.stdout
@@ -103,7 +120,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     print_result(result, out)
     if args.report:
         written = write_race_report(result, args.report)
-        print(f"report: {written.markdown}, {written.charts[0]}", file=sys.stderr)
+        print(f"report: {written.markdown}, {written.charts[0]}, {written.summary}",
+              file=sys.stderr)
     if result.is_bug:  # scripts (and CI) must see it, not only a person reading the output
         print(f"specchat: error: {safe_text(result.verdict())}", file=sys.stderr)
         return 1

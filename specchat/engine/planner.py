@@ -52,6 +52,7 @@ from specchat.engine.tree_dp import expected_tokens as tree_expected
 TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
+REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
 OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
 OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)
 
@@ -194,6 +195,8 @@ class Planner(AutoGamma):
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
+        # (plain steps left to take unscored, for these drafters, this topic): see next_plan
+        self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
         self._probed = ""  # the drafter of the last speculative step when it was a probe
@@ -249,14 +252,19 @@ class Planner(AutoGamma):
         for name, alph, per_token in scored:
             if name not in available:
                 continue
-            best: Candidate | None = None
-            for g in range(1, top + 1):
-                cand = Candidate(chain(name, g), expected_tokens(alph, g),
-                                 g * per_token + table[g] + o)
-                if best is None or cand.rate > best.rate * 1.0001:
-                    best = cand
-            if best is not None:
-                out.append(best)
+            # Every chain length in one pass, E(γ) grown term by term (this runs each step:
+            # plans are built for the winner only).
+            best_g, best_e, best_s, best_rate = 0, 0.0, 0.0, -1.0
+            e, run = 1.0, 1.0
+            for g in range(1, min(top, len(alph)) + 1):
+                run *= alph[g - 1]
+                e += run
+                sec = g * per_token + table[g] + o
+                rate = e / sec if sec > 0 else 0.0
+                if rate > best_rate * 1.0001:
+                    best_g, best_e, best_s, best_rate = g, e, sec, rate
+            if best_g:
+                out.append(Candidate(chain(name, best_g), best_e, best_s))
         if "tree" in available:
             tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
@@ -340,6 +348,13 @@ class Planner(AutoGamma):
                     return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
                 return self._chosen(plain("plain: timing a target step"), scored=False)
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+        left, held, topic = self._hold
+        self._hold = (0, (), 0)
+        if left > 0 and held == available and topic == id(self.current) \
+                and self._plain_run + 1 < self._probe_wait:
+            self._hold = (left - 1, held, topic)
+            self._plain_run += 1
+            return self._chosen(plain(self.reason))
         model = self.current.model
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
@@ -386,6 +401,9 @@ class Planner(AutoGamma):
             self._plain_run += 1
             if self._plain_run < self._probe_wait or not (
                     chains or any(n not in SCORED for n in available)):
+                # Nothing pays: the next few plain steps keep this answer unscored (scoring
+                # costs a few ms of Python, a tenth of a small model's step).
+                self._hold = (REPLAN_EVERY - 1, available, id(self.current))
                 return self._chosen(plain(self._plain_reason(base, cands)))
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)

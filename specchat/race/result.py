@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specchat.engine.batch_rounding import Parting, first_difference
+from specchat.engine.decoding import Decoder
+from specchat.engine.in_force import in_force
 from specchat.engine.sampling import SamplerSettings
 from specchat.race.noise import MachineLoad, Spread, noise_note
 from specchat.race.timeline import RaceTimeline
 from specchat.race.why import Costs, explain
+
+
+def recorded_with(result: RaceResult, spec: Decoder) -> RaceResult:
+    """``result`` with what its speculative side ran with: its drafters and γ mode."""
+    setup = in_force(spec)
+    return replace(result, drafters=setup.drafters, gamma_mode=setup.gamma_mode)
 
 
 def gamma_runs(gammas: Sequence[int]) -> list[tuple[int, int]]:
@@ -51,6 +59,9 @@ class RaceResult:
     divergence: Divergence | None = None
     costs: Costs | None = None  # what a target token, a check and a draft token cost here
     device: str = "CPU"
+    # What the speculative side ran with (engine.in_force, read from its decoder).
+    drafters: tuple[str, ...] = ()
+    gamma_mode: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -157,8 +168,17 @@ class RaceResult:
                 f"TTFT speculative/plain {ttft}  ·  α {_f(self.alpha)}  τ {_f(self.tau)}  "
                 f"γ {gamma_trace_text(self.gammas)}")
 
+    def setup_line(self) -> str:
+        """``speculative side: drafter ngram, model · γ mode plan`` ("" when not recorded)."""
+        if not self.drafters and not self.gamma_mode:
+            return ""
+        return (f"speculative side: drafter {', '.join(self.drafters) or '–'} · γ mode "
+                f"{self.gamma_mode or '–'}")
+
     def summary_lines(self) -> list[str]:
         lines = [self.side_line(0), self.side_line(1), self.ratio_line()]
+        if self.setup_line():
+            lines.append(self.setup_line())
         if self.planner_text():
             lines.append(f"planner: {self.planner_text()}")
         if self.why:

@@ -1,10 +1,12 @@
-"""A race on disk: ``report.md`` (setup, figures, both outputs) and ``race.svg`` (cumulative
-tokens over time, both runs)."""
+"""A race on disk: ``report.md`` (setup, figures, both outputs), ``race.svg`` (cumulative
+tokens over time, both runs) and ``race.json`` (setup and figures, for scripts)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specchat.race.result import RaceResult, gamma_trace_text
 from specchat.race.timeline import RaceTimeline
@@ -13,12 +15,14 @@ from specchat.report.markdown import fence, quote, table
 
 CHART = "race.svg"
 REPORT = "report.md"
+SUMMARY = "race.json"
 
 
 @dataclass(frozen=True)
 class Written:
     markdown: Path
     charts: tuple[Path, ...]
+    summary: Path | None = None  # race.json
 
 
 def cumulative_points(run: RaceTimeline) -> list[tuple[float, float]]:
@@ -66,6 +70,8 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
             f"- **α** (draft tokens accepted): {_f(result.alpha)} · **τ** (tokens per target "
             f"pass): {_f(result.tau)}",
             f"- **γ trace** (draft length × steps): {gamma_trace_text(result.gammas, 20)}",
+            *([f"- **speculative side:** drafter {', '.join(result.drafters) or '–'}, γ mode "
+               f"{result.gamma_mode or '–'}"] if result.setup_line() else []),
             f"- **check:** {result.verdict()}",
             *([f"- **planner:** {result.planner_text()}"] if result.planner_text() else []),
             *([f"- **why:** {result.why}"] if result.why else []),
@@ -86,9 +92,40 @@ def write_race_report(result: RaceResult, folder: Path) -> Written:
                 cumulative_points(result.plain)),
          Series(f"speculative {result.spec.tok_s:.1f} tok/s", SPEC_COLOUR,
                 cumulative_points(result.spec))],
-        f"Cumulative tokens over time — {result.pair}", "time since start (s)",
+        f"Cumulative tokens over time — {result.pair}" + (
+            f" · drafter {', '.join(result.drafters) or '–'} · γ {result.gamma_mode or '–'}"
+            if result.setup_line() else ""), "time since start (s)",
         "tokens generated")
     svg = chart.write(folder / CHART)
     md = folder / REPORT
     md.write_text(race_markdown(result), encoding="utf-8")
-    return Written(md, (svg,))
+    summary = folder / SUMMARY
+    summary.write_text(json.dumps(race_json(result), indent=2, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+    return Written(md, (svg,), summary)
+
+
+def race_json(result: RaceResult) -> dict[str, Any]:
+    """The race's setup and figures for scripts: what ran (pair, drafters, γ mode, sampling)
+    and what it measured (medians over the runs)."""
+    s = result.settings
+
+    def side(n: int) -> dict[str, Any]:
+        run = (result.plain, result.spec)[n]
+        return {"tokens": len(run.tokens),
+                "tok_s": result.spread(n, "tok_s").median,
+                "decode_tok_s": result.spread(n, "decode_tok_s").median,
+                "ttft_s": result.spread(n, "ttft_s").median, "runs": len(result.runs[n]),
+                "stop_reason": run.stats.stop_reason}
+
+    return {
+        "pair": result.pair, "device": result.device, "category": result.category,
+        "prompt": result.prompt,
+        "speculative": {"drafters": list(result.drafters), "gamma_mode": result.gamma_mode},
+        "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+                     "min_p": s.min_p, "seed": s.seed, "max_tokens": s.max_tokens},
+        "plain": side(0), "spec": side(1),
+        "decode_speedup": result.decode_speedup, "speedup": result.speedup,
+        "alpha": result.alpha, "tau": result.tau, "identical": result.identical,
+        "verdict": result.verdict(),
+    }

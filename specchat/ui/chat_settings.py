@@ -59,8 +59,10 @@ class ChatSettings:
 
     @property
     def gamma_label(self) -> str:
-        """How the stats bar names the γ mode."""
-        return self.gamma_mode
+        """How the stats bar names the γ setting: the mode, with its number where it has one
+        ("fixed 4", "pair 3", "plan", "auto")."""
+        return f"{self.gamma_mode} {self.gamma}" if self.gamma_mode in ("fixed", "pair") \
+            else self.gamma_mode
 
 
 def parse_settings(system_prompt: str, temperature: str, top_p: str, top_k: str, min_p: str,

@@ -32,7 +32,9 @@ CHAT_KEYS: tuple[Key, ...] = (
         "Switch finished replies between Markdown and the token-fate colours", priority=True),
     Key("ctrl+r", "toggle_rejected", "Drafts",
         "Show or hide the rejected draft tokens (struck through)", priority=True),
-    Key("ctrl+l", "toggle_chats", "Chats", "Show or hide the list of past chats"),
+    Key("ctrl+l", "toggle_chats", "Chats",
+        "Show or hide the list of past chats (typing there goes to the message box)",
+        priority=True),
     Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, drafter, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
@@ -42,10 +44,15 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("f1", "help", "Help", "This list of keys"),
 )
 
+# The chat keys the footer keeps in a narrow terminal (the others: F1, Ctrl+P).
+NARROW_FOOTER = frozenset({"stop", "new_chat", "toggle_view", "toggle_chats", "settings", "help"})
+
 RACE_KEYS: tuple[Key, ...] = (
     Key("r", "run_again", "Run again", "Record both runs again and replay them"),
     Key("p", "pick_prompt", "Prompt", "Switch prompt: a built-in one or your own"),
     Key("s", "swap_pair", "Pair", "Race another pair (pairs whose models are on disk)"),
+    Key("d", "pick_drafter", "Drafter",
+        "Race another drafter: the draft model, n-gram lookup, a tree, the planner's choice…"),
     Key("x", "toggle_rejected", "Drafts", "Show or hide the rejected draft tokens"),
     Key("e", "export", "Export", "Write report.md and race.svg to a new folder"),
     Key("space", "skip", "Skip", "Skip the replay to the end"),
@@ -62,6 +69,7 @@ LIST_KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Open the highlighted chat"),
     ("F2", "Rename the highlighted chat"),
     ("Delete", "Delete the highlighted chat (asks first)"),
+    ("Any letter", "Goes to the message box, which takes the focus (so does a paste)"),
 )
 
 APP_KEYS: tuple[tuple[str, str], ...] = (

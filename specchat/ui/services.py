@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
@@ -63,6 +64,13 @@ class AppServices:
     # worker thread; never fetches).
     race_pairs: Callable[[], list[str]] = list
     open_race_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
+    # The config file's values of the settings the command line changed for this session
+    # (--no-ngram, --temperature, ...): what is saved keeps them, unless the user changes that
+    # very setting in the app, so a flag never leaks into config.yaml.
+    from_file: dict[str, Any] = field(default_factory=dict)
+
+    def _for_file(self, *changed: str) -> UserConfig:
+        return self.config.with_(**{k: v for k, v in self.from_file.items() if k not in changed})
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)
@@ -70,6 +78,8 @@ class AppServices:
     def save_settings(self, settings: ChatSettings) -> str | None:
         """Save to the config file; return a note for the user when something else happened."""
         self.config = settings.to_config(self.config)
+        for k in SETTINGS_KEYS:  # saved as shown: the user's choice now
+            self.from_file.pop(k, None)
         if self.config_path is None:
             return None
         note = None
@@ -80,7 +90,7 @@ class AppServices:
             note = f"your unreadable settings file was kept as {backup}"
             self.config_problem = None
         try:
-            save_config(self.config_path, self.config)
+            save_config(self.config_path, self._for_file())
         except OSError as e:
             raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
                 from None
@@ -90,9 +100,10 @@ class AppServices:
         """Remember the theme picked in the app for the next start (a config file that could
         not be read is left alone, as for the default pair)."""
         self.config = self.config.with_(theme=theme)
+        self.from_file.pop("theme", None)
         if self.config_path is not None and not self.config_problem:
             try:
-                save_config(self.config_path, self.config)
+                save_config(self.config_path, self._for_file())
             except OSError as e:
                 raise ConfigError(f"cannot save the theme to {self.config_path}: "
                                   f"{e.strerror or e}") from None
@@ -101,7 +112,7 @@ class AppServices:
         """Write the settings file, so the next start opens the chat, not the wizard."""
         if self.config_path is not None and not self.config_path.exists():
             with contextlib.suppress(OSError):  # else the wizard shows again next time
-                save_config(self.config_path, self.config)
+                save_config(self.config_path, self._for_file())
 
     def use_pair(self, pair_id: str) -> PairOpener:
         """Make ``pair_id`` what the app opens, now and (saved as the default) next time."""
@@ -112,11 +123,15 @@ class AppServices:
         self.config = self.config.with_(default_pair=pair_id, default_model=None)
         if self.config_path is not None and not self.config_problem:
             try:
-                save_config(self.config_path, self.config)
+                save_config(self.config_path, self._for_file())
             except OSError as e:
                 raise ConfigError(f"cannot save the default pair to {self.config_path}: "
                                   f"{e.strerror or e}") from None
         return opener
+
+
+# What the settings screen saves (ChatSettings.to_config).
+SETTINGS_KEYS = ("system_prompt", "sampling", "gamma", "drafter", "ngram")
 
 
 def _no_pairs(pair: str) -> Runtime:

@@ -22,7 +22,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from specchat.engine.chat import ChatEngine
 from specchat.errors import SpecchatError
@@ -43,7 +43,7 @@ from specchat.store import ReplyStats
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
-from specchat.ui.keys import CHAT_KEYS, bindings
+from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
 from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.dialogs import ErrorDialog
@@ -53,6 +53,7 @@ from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
+from specchat.ui.widgets.key_footer import NARROW, KeyFooter
 from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
@@ -137,7 +138,7 @@ class ChatScreen(Screen[None]):
         yield StatsBar(self.backend, self.models_label(), self.engine.n_ctx,
                        speculative=self.speculative,
                        gamma_mode=self.settings.gamma_label, id="stats")
-        yield Footer()
+        yield KeyFooter(NARROW_FOOTER)
 
     def _topbar(self) -> Text:
         out = Text(f"specchat · {safe_text(self.conversation.title)}")  # text, not markup
@@ -164,6 +165,14 @@ class ChatScreen(Screen[None]):
         if self.services.store_problem:
             self.notify(self.services.store_problem, title="Chat history", severity="warning",
                         timeout=20, markup=False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # Below NARROW columns: a narrower chat list, no sparklines, a compact footer of the
+        # essential keys (app.tcss, .-narrow), so nothing essential is cut at 80×24.
+        narrow = event.size.width < NARROW
+        self.set_class(narrow, "-narrow")
+        for footer in self.query(KeyFooter):
+            footer.set_narrow(narrow)
 
     def _fill(self) -> None:
         """The chat list filled and the input focused, once the widgets are there (a fast
@@ -317,6 +326,30 @@ class ChatScreen(Screen[None]):
         if event.key.startswith("alt+") and event.is_printable:
             self.action_stop()
 
+    def take_typing(self, event: events.Key | events.Paste) -> bool:
+        """A character typed (or text pasted) while the chat list or the transcript has focus
+        (after Ctrl+L, after a click in the transcript) goes to the message box, which takes
+        the focus: what the user types is never lost, and Enter then sends it rather than
+        opening a chat. Keys the focused pane is bound to (arrows, Enter, F2, Delete, ...)
+        keep their meaning. The app calls this before it hands the event to the focused
+        widget, in the order the keys came (see SpecchatApp.on_event)."""
+        box = self.query_one(ChatInput)
+        focused = self.focused
+        if focused is None or focused is box or self.app.screen is not self or box.read_only:
+            return False
+        if isinstance(event, events.Paste):
+            text = event.text
+        elif not event.is_printable or event.key in self.active_bindings:
+            return False
+        else:
+            text = event.character or ""
+            if event.key.startswith("alt+"):  # Esc and then a key, read as one (see on_key)
+                self.action_stop()
+        if not text:
+            return False
+        box.type_in(text)
+        return True
+
     def action_stop(self) -> None:
         if self.session.cancel():
             self.notify("Stopping the reply…", timeout=2, markup=False)
@@ -385,10 +418,9 @@ class ChatScreen(Screen[None]):
     def action_toggle_chats(self) -> None:
         sidebar = self.query_one("#sidebar")
         sidebar.display = not sidebar.display
-        if sidebar.display:
-            self.query_one(ChatList).focus()
-        else:
-            self.query_one(ChatInput).focus()
+        # Focus moves now (Ctrl+L is a priority key, run before the next key is handed on):
+        # what is typed right after it then reaches the list, which passes it to the box.
+        self.set_focus(self.query_one(ChatList) if sidebar.display else self.query_one(ChatInput))
 
     def action_pair_models(self) -> None:
         self.app.open_wizard()  # type: ignore[attr-defined]

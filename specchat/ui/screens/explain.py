@@ -23,9 +23,10 @@ NUMBERS: tuple[tuple[str, str], ...] = (
     ("α", "acceptance: the share of draft tokens the target kept (0.8 = four in five)"),
     ("τ", "tokens per target pass: accepted drafts plus the target's own one; plain is 1.0, "
           "higher is faster"),
-    ("γ", "draft length: tokens guessed per pass. The word after it says what chose it: fixed "
-          "(your setting), pair (the pair's calibrated γ), auto or the planner (step by step, "
-          "with its reason); off or γ 0 is plain decoding"),
+    ("γ", "draft length: tokens guessed per pass, on the stats bar's second line. First what "
+          "chooses it: fixed at N (your setting), the pair's N (its calibrated γ), auto, or the "
+          "planner (step by step, with its reason); then its value: this step's while a reply "
+          "streams, drafted per step for a finished one. Off, or 0 per step, is plain decoding"),
     ("draft/verify", "time spent drafting vs checking"),
     ("ctx", "context window: tokens used / size"),
 )
@@ -42,7 +43,7 @@ FATES: tuple[tuple[str, str], ...] = (
 PLANNER = ("Each step the planner picks who drafts (the draft model, n-gram lookup in the "
            "prompt, a token tree, or nobody) and how many tokens, from what a target pass "
            "costs at each length on this machine and how often recent drafts were accepted. "
-           "Its choice and reason follow γ in the stats bar; when drafting does not pay it "
+           "Its choice and reason follow γ on the stats bar; when drafting does not pay it "
            "takes plain steps (γ 0) rather than slower ones.")
 
 

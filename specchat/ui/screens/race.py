@@ -24,14 +24,15 @@ from specchat.engine.decoding import Decoder
 from specchat.errors import SpecchatError
 from specchat.race.prompts import DEFAULT_KIND, builtin_prompts, prompt_from
 from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule
-from specchat.race.result import RaceResult, gamma_trace_text
+from specchat.race.result import RaceResult, gamma_trace_text, recorded_with
 from specchat.race.runner import RaceCancelled, RaceSetup, run_race
 from specchat.report.race_report import write_race_report
 from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
+from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
 from specchat.ui.keys import RACE_KEYS, bindings
 from specchat.ui.messages import RacePairOpened, RaceProgress, RaceRecorded, WorkerFailed
-from specchat.ui.screens.race_pickers import PairPicker, PromptPicker
+from specchat.ui.screens.race_pickers import DrafterPicker, PairPicker, PromptPicker
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.race_column import RaceColumn
 
@@ -47,6 +48,36 @@ def default_setup(services: AppServices) -> RaceSetup:
                                      max_tokens=min(config.sampling.max_tokens, RACE_MAX_TOKENS))
     p = prompt_from(DEFAULT_KIND)
     return RaceSetup(p.text, settings, config.system_prompt or None, p.category)
+
+
+SETTINGS_CHOICE = "settings"  # the race drafts as the chat's settings say
+PLANNER_CHOICE = "planner"  # the planner picks per step among every drafter it can score
+
+
+def drafter_choices(runtime: Runtime, settings: ChatSettings) -> list[tuple[str, str]]:
+    """What the race can draft with here: (key, label), the key being a drafter setting
+    (``ngram,model``) or one of the two above; choices that cannot run on this pair (no draft
+    model, no layer-skip file) are left out."""
+    current = DRAFTER_CHOICES.get(settings.drafter, settings.drafter.replace(",", ", then "))
+    out = [(SETTINGS_CHOICE, f"as in the chat's settings: {current}, γ {settings.gamma_label}")]
+    scored = tuple(n for n in ("ngram", "model") if n in runtime.usable_drafters(("ngram", "model")))
+    out.append((PLANNER_CHOICE, "the planner's choice each step: " + " or ".join(
+        DRAFTER_CHOICES[n] for n in scored) + ", a token tree or none (γ plan)"))
+    for value, label in DRAFTER_CHOICES.items():
+        names = tuple(value.split(","))
+        if runtime.usable_drafters(names) == names:
+            out.append((value, label))
+    return out
+
+
+def race_settings(settings: ChatSettings, choice: str, runtime: Runtime) -> ChatSettings:
+    """The chat's settings with the race's drafter choice (the chat's own stay as they are)."""
+    if choice == SETTINGS_CHOICE:
+        return settings
+    if choice == PLANNER_CHOICE:
+        names = runtime.usable_drafters(("ngram", "model"))
+        return settings.with_(drafter=",".join(names), gamma_mode="plan")
+    return settings.with_(drafter=choice)
 
 
 class RaceScreen(Screen[None]):
@@ -70,6 +101,7 @@ class RaceScreen(Screen[None]):
         self._cursor: ReplayCursor | None = None
         self._timer: Timer | None = None
         self._start = 0.0
+        self.drafter = SETTINGS_CHOICE  # what drafts (d): a key of drafter_choices
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -98,9 +130,19 @@ class RaceScreen(Screen[None]):
                     f"≤{s.settings.max_tokens} tokens)")
 
     def _spec_title(self) -> str:
-        draft = self.runtime.selection.draft
         shown = " · rejected drafts shown" if self.show_rejected else ""
-        return f"speculative — drafts by {draft.id if draft else 'n-gram lookup'}{shown}"
+        return f"speculative — {self._drafter_words()}{shown}"
+
+    def _drafter_words(self) -> str:
+        """``drafts by demo-draft``, ``n-gram lookup only``, ``the planner's choice``."""
+        if self.drafter == PLANNER_CHOICE:
+            return "the planner's choice each step"
+        value = self.services.settings().drafter if self.drafter == SETTINGS_CHOICE \
+            else self.drafter
+        draft = self.runtime.selection.draft
+        if value == "model":
+            return f"drafts by {draft.id}" if draft else "n-gram lookup"
+        return DRAFTER_CHOICES.get(value, value.replace(",", ", then "))
 
     @property
     def plain_col(self) -> RaceColumn:
@@ -132,7 +174,8 @@ class RaceScreen(Screen[None]):
             col.reset()
         self._summary(Text("Recording… (warm-up first; the runs take turns on the hardware)"))
         try:
-            spec = self.services.make_decoder(self.runtime, self.services.settings())
+            settings = race_settings(self.services.settings(), self.drafter, self.runtime)
+            spec = self.services.make_decoder(self.runtime, settings)
         except SpecchatError as e:
             self._failed(str(e))
             return
@@ -142,9 +185,9 @@ class RaceScreen(Screen[None]):
     def record(self, job: int, runtime: Runtime, setup: RaceSetup, spec: Decoder,
                cancel: threading.Event) -> None:
         try:
-            result = run_race(runtime, setup, spec,
-                              progress=lambda m: self.post_message(RaceProgress(job, m)),
-                              cancel=cancel)
+            result = recorded_with(run_race(
+                runtime, setup, spec, progress=lambda m: self.post_message(RaceProgress(job, m)),
+                cancel=cancel), spec)
             self.post_message(RaceRecorded(job, result))
         except RaceCancelled:
             pass
@@ -245,6 +288,26 @@ class RaceScreen(Screen[None]):
 
         self.app.push_screen(PromptPicker(builtin_prompts()), chosen)
 
+    def action_pick_drafter(self) -> None:
+        choices = drafter_choices(self.runtime, self.services.settings())
+
+        def chosen(key: str | None) -> None:
+            if key is None or key == self.drafter:
+                return
+            self.drafter = key
+            self.spec_col.set_title(self._spec_title())
+            self.cancel.set()  # a recording in flight is for the old drafter
+            self._stop_timer()
+            self._start_when_idle()
+
+        self.app.push_screen(DrafterPicker(choices, self.drafter), chosen)
+
+    def _start_when_idle(self) -> None:
+        if self.idle.is_set():
+            self.start()
+        else:  # the cancelled recording lets go of the models within a step
+            self.set_timer(0.05, self._start_when_idle)
+
     def action_swap_pair(self) -> None:
         pairs = self.services.race_pairs()
         if not pairs:
@@ -324,6 +387,8 @@ def summary_text(result: RaceResult) -> Text:
     out.append(f" (speculative over plain, once started) · overall {sp:.2f}× · TTFT "
                f"{ttft[0]:.2f} s plain, {ttft[1]:.2f} s speculative{runs}\n" if sp else "\n")
     out.append(f"α {alpha}  ·  τ {tau}  ·  γ {gamma_trace_text(result.gammas)}\n")
+    if result.setup_line():
+        out.append(result.setup_line() + "\n", "dim")
     if result.why:
         out.append("why: ", "bold")
         out.append(result.why + "\n")

@@ -1,4 +1,4 @@
-"""The race screen's two choosers: a prompt (built-in or typed) and a pair."""
+"""The race screen's choosers: a prompt (built-in or typed), a pair and a drafter."""
 
 from __future__ import annotations
 
@@ -65,6 +65,38 @@ class PairPicker(ModalScreen[str | None]):
                          classes="dialog-hint")
 
     @on(OptionList.OptionSelected, "#pair-list")
+    def picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class DrafterPicker(ModalScreen[str | None]):
+    """Pick what drafts on the speculative side: the drafters that can run on this pair, as
+    the settings screen names them. Dismissed with the chosen choice's key."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, choices: list[tuple[str, str]], current: str) -> None:
+        super().__init__()
+        self.choices = choices  # (key, label)
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box race-picker"):
+            yield Static("Race another drafter", classes="dialog-title")
+            yield OptionList(*[Option(label + ("  (current)" if key == self.current else ""),
+                                      id=key) for key, label in self.choices], id="drafter-list")
+            yield Static("What drafts on the speculative side; the chat's settings do not "
+                         "change · Enter picks · Esc cancels", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        keys = [k for k, _ in self.choices]
+        if self.current in keys:
+            self.query_one("#drafter-list", OptionList).highlighted = keys.index(self.current)
+
+    @on(OptionList.OptionSelected, "#drafter-list")
     def picked(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
 

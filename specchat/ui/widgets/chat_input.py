@@ -29,6 +29,14 @@ class ChatInput(TextArea):
                          **kwargs)  # type: ignore[arg-type]
         self._typed: list[str] = []  # printable keys not inserted yet (see _on_key)
 
+    def type_in(self, text: str) -> None:
+        """Text typed (or pasted) while another pane had focus: focus moves here at once and
+        the text goes in, so a key the chat list or transcript does not use is never lost."""
+        self.screen.set_focus(self)  # now, not after a refresh: the next queued key lands here
+        if not self._typed:
+            self.call_later(self.flush_typed)
+        self._typed.append(text)
+
     def flush_typed(self) -> None:
         """Insert the characters typed since the last insert, all at once."""
         if self._typed:

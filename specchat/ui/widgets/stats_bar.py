@@ -1,6 +1,7 @@
-"""The live stats bar: rolling tokens/s, α, τ, γ and its mode, draft vs verify time, context
-fill, backend and models, with sparklines of α and tokens/s over the conversation and a strip of
-γ over the recent steps (where auto-γ shows it lengthening on code and shortening on prose).
+"""The live stats bar: rolling tokens/s, α, τ, draft vs verify time and context fill on one
+line; γ on the next, what chooses it and what it is, each labelled; then backend and models,
+with sparklines of α and tokens/s over the conversation and a strip of γ over the recent steps
+(where auto-γ shows it lengthening on code and shortening on prose).
 
 It is fed :class:`LiveStats` snapshots (at most ~10 a second, coalesced in the message queue)
 and draws nothing on its own.
@@ -45,7 +46,8 @@ def sparkline(values: Sequence[float], width: int, lo: float, hi: float | None) 
     return "".join(bars).ljust(width)
 
 
-def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> Text:
+def stats_line(s: LiveStats, busy: bool) -> Text:
+    """The figures: tokens/s, α, τ, the draft/verify split and the context's fill."""
     def fmt(v: float | None, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
@@ -57,14 +59,6 @@ def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
     out.append(fmt(s.alpha, ".2f"), "bold")
     out.append("  τ ", dim)
     out.append(fmt(s.tau, ".2f"), "bold")
-    out.append("  γ ", dim)
-    if s.gamma_mode is not None or speculative:  # a saved speculative reply, or one running
-        out.append("—" if s.gamma is None else str(s.gamma), "bold")
-        # what chose the last γ ("pair", "fixed", "auto · code"), else the setting
-        out.append(f" {s.mode or s.gamma_mode or gamma_mode}", dim)
-    else:
-        out.append("off", "bold")
-        out.append(" plain decoding", dim)
     out.append("  draft/verify ", dim)
     if s.draft_share is None:
         out.append("—", "bold")
@@ -74,6 +68,48 @@ def stats_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> 
     used = "—" if s.ctx_used is None else str(s.ctx_used)
     size = "—" if s.ctx_size is None else str(s.ctx_size)
     out.append(f"{used}/{size}", "bold")
+    return out
+
+
+def mode_words(label: str, setting: str) -> str:
+    """What chooses γ, in words that cannot be read as a count: ``fixed`` with the setting
+    ``fixed 4`` → ``fixed at 4``, ``pair`` → ``the pair's 3``, ``plan · chain 3`` → ``planner ·
+    chain 3``, ``auto · code`` as it is. ``label`` is the step's (or a saved reply's), ``setting``
+    the chat's (:attr:`ChatSettings.gamma_label`), whose number a fixed label lacks."""
+    head, _, rest = label.partition(" · ")
+    head, _, n = head.partition(" ")  # the setting itself ("fixed 4") carries its number
+    kind, _, setting_n = setting.partition(" ")
+    n = n or (setting_n if kind == head else "")
+    words = {"fixed": f"fixed at {n}" if n else "fixed", "pair": f"the pair's {n}".rstrip(),
+             "plan": "planner"}.get(head, head)
+    return " · ".join(x for x in (words, rest) if x)
+
+
+def gamma_line(s: LiveStats, gamma_mode: str, speculative: bool, busy: bool) -> Text:
+    """γ: what chooses it (the mode) and what it is (this step's, or per step over a finished
+    reply), each labelled, so a fixed γ 4 ending on a 0-token step reads "fixed at 4 · last
+    step 0", and a reply that drafted nothing says it was plain throughout."""
+    out = Text()
+    out.append("γ ", "dim")
+    if s.gamma_mode is None and not speculative:  # plain decoding, or a saved plain reply
+        out.append("off", "bold")
+        out.append(" · plain decoding, no draft", "dim")
+        return out
+    # A saved reply's label is its own; the chat's setting (and its number) may have changed.
+    setting = "" if s.mode is None and s.gamma_mode is not None else gamma_mode
+    out.append(mode_words(s.mode or s.gamma_mode or gamma_mode, setting), "bold")
+    if s.final and s.drafted_per_step is not None:
+        if s.drafted_per_step == 0:
+            out.append(" · 0 drafted per step: plain throughout", "dim")
+        else:
+            per = s.drafted_per_step
+            out.append(f" · {per:.1f} drafted per step" if per >= 1 else
+                       f" · {per:.2f} drafted per step", "dim")
+            if s.gamma is not None:
+                out.append(f" (last step {s.gamma})", "dim")
+    elif s.gamma is not None:
+        out.append(f" · {'this' if busy else 'last'} step ", "dim")
+        out.append(str(s.gamma), "bold")
     return out
 
 
@@ -91,9 +127,11 @@ class StatsBar(Vertical):
         self.alpha_history: list[float] = []
         self.tps_history: list[float] = []
         self.gamma_history: list[int] = []
+        self._gamma_wraps = False  # the γ line took two lines when last drawn
 
     def compose(self) -> ComposeResult:
         yield Static(self._line(), id="stats-line")
+        yield Static(self._gamma_line(), id="stats-gamma")
         with Horizontal(id="stats-sparks"):
             yield Label("α", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, 1), id="alpha-spark", classes="spark")
@@ -105,7 +143,23 @@ class StatsBar(Vertical):
                         markup=False)
 
     def _line(self) -> Text:
-        return stats_line(self.stats, self.gamma_mode, self.speculative, self.busy)
+        return stats_line(self.stats, self.busy)
+
+    def _gamma_line(self) -> Text:
+        return gamma_line(self.stats, self.gamma_mode, self.speculative, self.busy)
+
+    def _redraw(self, relayout: bool = False) -> None:
+        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+        # The γ line wraps when the planner's reason is long: laid out again (a cost, ~10
+        # redraws a second) only when it goes from one line to two or back.
+        gamma = self._gamma_line()
+        wraps = len(gamma.plain) > self.size.width - 2
+        relayout = relayout or wraps != self._gamma_wraps
+        self._gamma_wraps = wraps
+        self.query_one("#stats-gamma", Static).update(gamma, layout=relayout)
+
+    def on_resize(self) -> None:
+        self._redraw(relayout=True)
 
     def show(self, stats: LiveStats, busy: bool, record: bool = True) -> None:
         """Draw a snapshot; ``record`` adds its α and tokens/s to the sparklines (one point per
@@ -120,7 +174,7 @@ class StatsBar(Vertical):
                 self.tps_history.append(stats.tps)
             self.gamma_history += stats.gammas  # the steps since the last snapshot
             self._draw_sparks()
-        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+        self._redraw()
 
     def set_history(self, alpha: Sequence[float], tps: Sequence[float],
                     gammas: Sequence[int] = ()) -> None:
@@ -130,13 +184,13 @@ class StatsBar(Vertical):
 
     def set_mode(self, gamma_mode: str) -> None:
         self.gamma_mode = gamma_mode
-        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+        self._redraw()
 
     def reset(self) -> None:
         self.stats = LiveStats(ctx_size=self.ctx_size)
         self.busy = False
         self.set_history([], [])
-        self.query_one("#stats-line", Static).update(self._line(), layout=False)
+        self._redraw()
 
     def _draw_sparks(self) -> None:
         del self.alpha_history[:-HISTORY]

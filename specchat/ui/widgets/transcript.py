@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Markdown, Static
 
 from specchat.engine.events import GenerationStats
@@ -24,6 +28,21 @@ from specchat.textsafe import safe_text
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
+
+
+def keep_line_breaks() -> MarkdownIt:
+    """Markdown where a single line break stays one: a model writes a poem, an address or a
+    list without bullets line by line, and CommonMark would join those lines into one."""
+    md = MarkdownIt("gfm-like")
+
+    def hard_breaks(state: StateCore) -> None:
+        for token in state.tokens:
+            for child in token.children or ():
+                if child.type == "softbreak":
+                    child.type = "hardbreak"
+
+    md.core.ruler.push("keep_line_breaks", hard_breaks)
+    return md
 
 
 def reply_summary(stats: ReplyStats | None, status: str) -> str:
@@ -133,7 +152,8 @@ class AssistantMessage(Vertical):
     def _apply_view(self) -> None:
         markdown = self.view == "markdown" and not self.streaming and bool(self.turn.text)
         if markdown and self._markdown is None:
-            self._markdown = Markdown(safe_text(self.turn.text), classes="markdown")
+            self._markdown = Markdown(safe_text(self.turn.text), classes="markdown",
+                                      parser_factory=keep_line_breaks)
             self.mount(self._markdown, after=self._fates)
         if self._markdown is not None:
             self._markdown.display = markdown
@@ -142,16 +162,32 @@ class AssistantMessage(Vertical):
 
 
 class Transcript(VerticalScroll):
-    """The conversation; it follows new text while the user is at the bottom, and stays put
-    when they have scrolled up to read."""
+    """The conversation; it follows new text while the user is at the bottom (after a resize
+    or a change of view too), and stays put when they have scrolled up to read."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.view = "markdown"
         self.show_rejected = False
+        self.following = True  # the view keeps to the end as text comes (see watch_scroll_y)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        # Where the user (or scroll_end) put the view: at the end it follows the text, above
+        # it it stays put. A layout change (new text, a resize, Ctrl+T) moves no scroll
+        # position, so it never turns following off.
+        self.following = new_value >= self.max_scroll_y
+
+    def watch_virtual_size(self, size: Size) -> None:
+        if self.following:  # taller or shorter: a reply grew, rewrapped, changed view
+            self.scroll_end(animate=False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.following:
+            self.scroll_end(animate=False)
 
     def _follow(self, at_bottom: bool) -> None:
-        if at_bottom:
+        if at_bottom or self.following:
             self.scroll_end(animate=False)  # after the next layout, when the new size is known
 
     def show_turns(self, turns: Iterable[Turn]) -> None:

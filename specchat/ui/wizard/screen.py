@@ -46,7 +46,7 @@ from specchat.ui.wizard.messages import (
 )
 from specchat.ui.wizard.steps import CalibrateStep, CheckStep, FetchStep, SaveStep
 from specchat.ui.wizard.target_step import TargetStep
-from specchat.ui.wizard.welcome import DEMO, STARTER, WelcomeStep
+from specchat.ui.wizard.welcome import DEMO, STARTER, WelcomeStep, demo_words
 
 STEPS = {"step-target": "1 · Target", "step-draft": "2 · Draft", "step-fetch": "3 · Files",
          "step-check": "4 · Check", "step-calibrate": "5 · Calibrate", "step-save": "6 · Save"}
@@ -81,6 +81,8 @@ class WizardScreen(ModalScreen[PairEntry | None]):
         self.back = {**BACK, "step-target": "step-welcome"} if self.welcome else BACK
         self.paths = paths
         self.resolver = ModelResolver(self.catalog, paths)
+        if self.intro and "{demo}" in self.intro:  # what is true of the files now
+            self.intro = self.intro.replace("{demo}", demo_words(self.resolver, self.catalog))
         self.calibration_options = calibration or CalibrationOptions(
             max_tokens=48, gamma_max=6, n_threads=_configured_threads(paths))
         self.cancel_event = threading.Event()

@@ -180,6 +180,19 @@ class WelcomeStep(Vertical):
         self.post_message(self.Chosen("pair"))
 
 
+def demo_words(resolver: ModelResolver, catalog: Catalog) -> str:
+    """Where the demo pair's files stand, for the first run's intro: ", already on this
+    computer (600 MB)" or ", about 94 MB from PyPI, ~664 MB on disk once made"; "" when
+    the catalog has no demo."""
+    if DEMO not in catalog.pairs:
+        return ""
+    p = pair_size(resolver, catalog, DEMO)
+    if p.present:
+        return f", already on this computer ({format_bytes(p.on_disk)})"
+    return f", about {format_bytes(p.download)} to fetch, ~{format_bytes(p.on_disk)} on disk " \
+        "once made"
+
+
 def _size_words(p: PairSize) -> str:
     if p.present:
         return f"already on disk ({format_bytes(p.on_disk)})"
