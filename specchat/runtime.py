@@ -16,9 +16,12 @@ from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettin
 from specchat.engine.decoding import Decoder
 from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
+from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
+from specchat.engine.drafters.lookahead import LookaheadDrafter
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
+from specchat.engine.lookahead_plan import LookaheadGate
 from specchat.engine.memory_plan import (
     LoadPlan,
     LoadRequest,
@@ -366,7 +369,6 @@ class Runtime:
         names = drafter_names(drafters, ngram, self.draft_ctx is not None)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
-        policy = self.policy(gamma, ngram="ngram" in names)
         env = self._drafter_env()
         chosen: list[str | Drafter] = []
         for n in names:
@@ -374,7 +376,15 @@ class Runtime:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n == LAYERSKIP else n)
+            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD) else n)
+        lookahead = chosen[0] if names == (LOOKAHEAD,) else None
+        if isinstance(lookahead, LookaheadDrafter) and _is_plan(gamma):
+            # The planner does not score Lookahead: measure it against plain steps instead.
+            s = lookahead.settings
+            policy: GammaPolicy = LookaheadGate(lookahead.default_plan,
+                                                s.candidates * (s.ngram - 1))
+        else:
+            policy = self.policy(gamma, ngram="ngram" in names)
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
@@ -430,6 +440,18 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
         return None
     st = resolver.state(entry)
     return st.path if st.present else None
+
+
+def _is_plan(gamma: GammaSetting | int | str | GammaPolicy | None) -> bool:
+    """Whether a γ argument of :meth:`Runtime.decoder` asks for the planner."""
+    if gamma is None:
+        return True
+    if not isinstance(gamma, (GammaSetting, int, str)):
+        return False
+    try:
+        return parse_gamma(gamma).kind == "plan"
+    except ValueError:
+        return False  # Runtime.policy says what is wrong with it
 
 
 def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool

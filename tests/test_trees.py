@@ -327,9 +327,11 @@ def test_the_drafter_setting_in_the_config_file(tmp_path: Path) -> None:
     assert load_config(path).drafter == "ngram,model"
     path.write_text("ngram: true\n")  # the old key is still read
     assert load_config(path).ngram is True and load_config(path).drafter is None
-    path.write_text("gamma: 3\ndrafter: medusa\n")
+    path.write_text("gamma: 3\ndrafter: nosuch\n")
+    # Every drafter this package has is offered (the list grows as drafters are added).
     with pytest.raises(ConfigError, match=r"config.yaml:2: setting 'drafter' is wrong: unknown "
-                       r"drafter 'medusa' \(choose from layerskip, model, ngram, tree\)"):
+                       r"drafter 'nosuch' \(choose from layerskip, lookahead, model, ngram, "
+                       r"(\w+, )*tree"):
         load_config(path)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.plan import SideBranch
+
 
 class ScriptedModel:
     def __init__(self, n_vocab: int, eog: int | None = None) -> None:
@@ -46,6 +48,7 @@ class ScriptedContext:
         self.decode_s = 0.0
         self.cancel = threading.Event()
         self._tree: dict[int, tuple[int, int]] | None = None  # node → (token, parent node)
+        self.side_rows = 0  # side-branch rows evaluated (see SideBranch)
 
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
@@ -61,8 +64,22 @@ class ScriptedContext:
         idx = range(len(tokens)) if logits == "all" else [len(tokens) - 1]
         return np.stack([self.row(tokens[i], start + i) for i in idx])
 
-    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int]
-                    ) -> npt.NDArray[np.float32]:
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
+                    side: SideBranch | None = None) -> npt.NDArray[np.float32]:
+        if side is not None:
+            # Rows of their own sequences, as LlamaContext lays them out: they must fit the
+            # batch, the sequences and the context like the real thing, and never stay.
+            paths = sum(1 for i, _ in enumerate(shape) if i not in set(shape))
+            if len(nodes) + side.size > self.n_batch or paths + side.n_seqs > self.n_seq_max:
+                raise AssertionError("a side branch that does not fit the batch")
+            if len(self.tokens) + len(nodes) + side.size > self.n_ctx:
+                raise AssertionError("a side branch that does not fit the context")
+            self._tree = None
+            self.side_rows += side.size
+            if side.logits:
+                side.receive(np.stack([self.row(side.tokens[r],
+                                                len(self.tokens) + side.offsets[r])
+                                       for r in side.logits]))
         if self._tree is None:
             self._tree = {}
         rows = []

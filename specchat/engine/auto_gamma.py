@@ -254,7 +254,7 @@ class AutoGamma(PolicyBase):
         self._step_s = step.draft_s + step.verify_s
         if step.drafter in MODEL_DRAFTERS and step.gamma > 0:
             self.costs.add_draft(step.gamma, step.draft_s)
-        self.costs.add_verify(step.gamma + 1, step.verify_s)
+        self.costs.add_verify(step.batch, step.verify_s)
         if step.drafter in MODEL_DRAFTERS and step.gamma > 0:
             self._learn(step)
         self._after_observe()

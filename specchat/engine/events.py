@@ -62,12 +62,17 @@ class StepEvent:
     kind: str = "chain"  # "chain", "tree", or "none" (nothing proposed)
     reason: str = ""  # the plan's few words for the stats bar ("tree 12 · depth 4")
     depth: int = -1  # draft tokens on the proposal's longest path (−1: not told; then gamma)
+    # Rows of the target's verify batch (−1: not told; then gamma + 1). More than gamma + 1
+    # when the drafter adds rows of its own (Lookahead's window): what a cost table must key on.
+    batch: int = -1
 
     def __post_init__(self) -> None:
         if self.plan_size < 0:
             object.__setattr__(self, "plan_size", self.gamma)
         if self.depth < 0:
             object.__setattr__(self, "depth", self.gamma)
+        if self.batch < 0:
+            object.__setattr__(self, "batch", self.gamma + 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
 from specchat.engine.load_report import LoadReport
+from specchat.engine.plan import SideBranch
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.formats.gguf_file import GgufHeader, validate
 
@@ -321,8 +322,8 @@ class LlamaContext:
         for i in range(self.n_batch):
             self.batch.seq_id[i][0] = 0
 
-    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int]
-                    ) -> npt.NDArray[np.float32]:
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
+                    side: SideBranch | None = None) -> npt.NDArray[np.float32]:
         """Evaluate nodes of a token tree after the cache's tokens in one batch; logits for each.
 
         ``shape`` is the whole tree as parent indices (−1: the node follows the cached tokens;
@@ -334,45 +335,74 @@ class LlamaContext:
         attention mask (keyed on a token's first sequence, and causal in position) gives each
         node exactly its ancestors. ``tokens`` stays the linear part; :meth:`keep_branch` or
         :meth:`drop_tree` end the tree.
+
+        ``side``: rows in sequences numbered after the tree's (the root, node 0, joins them
+        all), evaluated in the same batch; their wanted logits go to ``side.receive``. They
+        need a tree whose node 0 is its only root, evaluated in this call; ending the tree
+        drops them.
         """
         n = len(nodes)
         if n == 0 or n != len(tokens):
             raise ValueError("a tree decode needs one token per node")
-        if n > self.n_batch:
-            raise ValueError(f"{n} tree nodes do not fit a batch of {self.n_batch}")
+        n_side = side.size if side is not None else 0
+        if n + n_side > self.n_batch:
+            raise ValueError(f"{n + n_side} tree nodes do not fit a batch of {self.n_batch}")
         shape = tuple(shape)
         start = len(self.tokens)
         depth: list[int] = []
         for p in shape:
             depth.append(0 if p < 0 else depth[p] + 1)
-        if start + max(depth[i] for i in nodes) + 1 > self.n_ctx:
+        reach = max(depth[i] for i in nodes)
+        if side is not None:
+            if 0 not in nodes or sum(1 for p in shape if p < 0) != 1:
+                raise ValueError("a side branch needs the tree's single root in the batch")
+            reach = max(reach, side.reach)
+        if start + reach + 1 > self.n_ctx or start + n + n_side > self.n_ctx:
             raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
         seqs = tree_paths(shape)
         n_paths = 1 + max(max(s) for s in seqs)
-        if n_paths > self.n_seq_max:
-            raise ValueError(f"a tree of {n_paths} leaves needs more than {self.n_seq_max} "
-                             "sequences")
-        if shape != self._tree_shape:
+        n_all = n_paths + (side.n_seqs if side is not None else 0)
+        if n_all > self.n_seq_max:
+            raise ValueError(f"a tree of {n_all} sequences needs more than {self.n_seq_max}")
+        if side is not None or shape != self._tree_shape:
             self.drop_tree()
-            for s in range(1, n_paths):
+            for s in range(1, n_all):
                 llama_cpp.llama_memory_seq_cp(self.mem, 0, s, -1, -1)
-            self._tree_seqs, self._tree_shape = n_paths - 1, shape
+            self._tree_seqs, self._tree_shape = n_all - 1, shape
         b = self.batch
         for i, (node, tok) in enumerate(zip(nodes, tokens, strict=True)):
             self._tok[i] = tok
             self._pos[i] = start + depth[node]
-            ids = seqs[node]
+            ids = seqs[node] if side is None or node != 0 else (
+                *seqs[node], *range(n_paths, n_all))
             self._n_seq[i] = len(ids)
             for j, sid in enumerate(ids):
                 b.seq_id[i][j] = sid
         self._out[:n] = 1
-        b.n_tokens = n
+        wanted = sorted(set(side.logits)) if side is not None else []
+        if side is not None:
+            self._out[n : n + n_side] = 0
+            for r, (tok, off, ids) in enumerate(zip(side.tokens, side.offsets, side.seqs,
+                                                    strict=True)):
+                i = n + r
+                self._tok[i] = tok
+                self._pos[i] = start + off
+                self._n_seq[i] = len(ids)
+                for j, sid in enumerate(ids):
+                    b.seq_id[i][j] = n_paths + sid
+            for r in wanted:
+                self._out[n + r] = 1
+        b.n_tokens = n + n_side
         try:
-            self._run_batch(n, start)
+            self._run_batch(n + n_side, start)
         finally:
             self._linear_batch()
         ptr = llama_cpp.llama_get_logits(self.ptr)
-        return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
+        rows = np.ctypeslib.as_array(ptr, shape=(n + len(wanted), self.n_vocab))
+        if side is not None and wanted:
+            at = {r: n + k for k, r in enumerate(wanted)}
+            side.receive(rows[[at[r] for r in side.logits]])
+        return rows[:n]
 
     def keep_branch(self, shape: Sequence[int], node: int, path_tokens: Sequence[int]) -> None:
         """End a tree (see :meth:`decode_tree`) keeping the path from its root to ``node``

@@ -504,7 +504,7 @@ class Planner(AutoGamma):
 
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
-        self.costs.add_verify(step.gamma + 1, step.verify_s)
+        self.costs.add_verify(step.batch, step.verify_s)
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on

@@ -60,7 +60,7 @@ class SpecTally:
         self.overlap_sum += sum(step.overlap)
         self.match_sum += sum(match)
         self.overlap_n += len(step.overlap)
-        entry = self.verify_batches.setdefault(step.gamma + 1, [0, 0.0])
+        entry = self.verify_batches.setdefault(step.batch, [0, 0.0])
         entry[0] += 1
         entry[1] += forward_s
         self.step_s += step_s

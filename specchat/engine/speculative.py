@@ -196,7 +196,8 @@ class SpeculativeDecoder:
             proposal.drafter if proposal.tokens else "none", position, committed,
             verdict.overlap, self.policy.label, plan_size=plan.size,
             accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
-            depth=proposal.depth)
+            depth=proposal.depth,
+            batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0))
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
         self._alive = list(drafters)
@@ -251,11 +252,15 @@ class SpeculativeDecoder:
         """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
         tgt = self.target
         tokens = [seq[-1], *proposal.tokens]
-        tree = proposal.kind == "tree"
+        # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
+        tree = proposal.kind == "tree" or proposal.side is not None
         shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
         t0 = time.perf_counter()
-        rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
-                else tgt.decode(tokens, logits="all"))
+        if proposal.side is not None:
+            rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
+        else:
+            rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
+                    else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
         if settings.greedy:
             v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)

@@ -99,7 +99,7 @@ def costs_from_race(plain_t1: float, steps: Sequence[StepEvent]) -> Costs | None
     draft: list[float] = []
     for s in steps:
         if s.gamma > 0 and s.verify_s > 0:
-            by_n[s.gamma + 1].append(s.verify_s)
+            by_n[s.batch].append(s.verify_s)
         if s.drafter in ("draft", "model") and s.gamma > 0 and s.draft_s > 0:
             draft.append(s.draft_s / s.gamma)
     if not by_n or plain_t1 <= 0:

@@ -26,6 +26,7 @@ DRAFTER_CHOICES = {
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
+    "lookahead": "Lookahead decoding: the target guesses ahead itself (no draft model)",
 }
 
 

@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from specchat.engine.model import LlamaContext
-from specchat.engine.plan import Plan, chain, depths
+from specchat.engine.plan import Plan, SideBranch, chain, depths
 from specchat.engine.sampling import Distribution, SamplerSettings
 from specchat.engine.verify import Verdict
 from specchat.errors import SpecchatError
@@ -62,6 +62,9 @@ class Proposal:
     tokens: tuple[int, ...] = ()
     parents: tuple[int, ...] = ()  # node i hangs under parents[i] (−1: the root), parents first
     q: tuple[Distribution, ...] = ()  # the distribution each token was drawn from
+    # Rows the drafter wants evaluated in the same target batch, apart from the tree (its
+    # own work, e.g. Lookahead's Jacobi window); their logits go back to it, never to the rule.
+    side: SideBranch | None = None
 
     @property
     def kind(self) -> str:
