@@ -26,6 +26,7 @@ DRAFTER_CHOICES = {
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
+    "medusa": "Medusa heads on the target's hidden state (models train-heads)",
 }
 
 

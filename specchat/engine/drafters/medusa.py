@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.blas import blas_threads
 from specchat.engine.drafters import (
     DrafterEnv,
     DraftFailed,
@@ -153,7 +154,8 @@ class MedusaDrafter:
         h = self._hidden(req.seq)
         if h is None:
             return Proposal(self.name)
-        logits = heads.logits(h)
+        with blas_threads(1):
+            logits = heads.logits(h)
         if not np.isfinite(logits).all():
             raise DraftFailed("the Medusa heads produced NaN or infinite logits", NAME)
         s, rng = req.settings, req.rng

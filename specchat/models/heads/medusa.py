@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.blas import blas_threads
 from specchat.engine.drafters.medusa import MedusaHeads
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.data import TrainingData
@@ -58,6 +59,7 @@ class TrainSpec:
     epochs: int = 40  # at most, when the time budget allows
     eval_every: int = 50  # steps between held-out checks
     eval_positions: int = 256  # held-out positions those checks use (the summary uses all)
+    blas_threads: int = 1  # see blas_threads
     seed: int = 0
 
 
@@ -202,6 +204,14 @@ def train(data: TrainingData, output_rows: Callable[[npt.NDArray[np.int64]],
           cancel: threading.Event | None = None) -> TrainResult:
     """Train ``spec.heads`` heads on ``data``; ``output_rows(ids)`` gives the target's output
     matrix rows for token ids. Raises Cancelled when ``cancel`` is set (nothing is kept)."""
+    with blas_threads(spec.blas_threads):
+        return _train(data, output_rows, spec, sha256, report, cancel)
+
+
+def _train(data: TrainingData, output_rows: Callable[[npt.NDArray[np.int64]],
+                                                      npt.NDArray[np.float32]],
+           spec: TrainSpec, sha256: str, report: ProgressFn,
+           cancel: threading.Event | None) -> TrainResult:
     k_heads = spec.heads
     if k_heads < 1:
         raise SpecchatError("--heads must be at least 1")
