@@ -122,8 +122,8 @@ def test_fit_shape_shrinks_instead_of_failing() -> None:
 def test_drafter_names_parse_with_clear_errors() -> None:
     assert parse_names("ngram, model") == ("ngram", "model")
     assert parse_names("tree") == ("tree",)
-    with pytest.raises(SpecchatError, match="unknown drafter 'medusa'"):
-        parse_names("medusa")
+    with pytest.raises(SpecchatError, match="unknown drafter 'eagle'"):
+        parse_names("eagle")
     with pytest.raises(SpecchatError, match="named twice"):
         parse_names("model,model")
 
