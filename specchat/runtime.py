@@ -18,6 +18,8 @@ from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
 from specchat.engine.drafters.lookahead import LookaheadDrafter
+from specchat.engine.drafters.medusa import NAME as MEDUSA
+from specchat.engine.drafters.medusa import MedusaHeads
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
@@ -42,6 +44,9 @@ from specchat.models.progress import Progress, ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
+
+# The Medusa tree's size when no γ is fixed (the planner does not score heads yet).
+MEDUSA_NODES = 6
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
@@ -197,6 +202,7 @@ class Runtime:
         # The target's layer-skip draft (``specchat models self-draft``), loaded on first use.
         self.layerskip_path: Path | None = None
         self._layerskip: tuple[LlamaModel, LlamaContext] | None = None
+        self._medusa: MedusaHeads | None = None  # the target's Medusa heads, once loaded
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -369,6 +375,8 @@ class Runtime:
         names = drafter_names(drafters, ngram, self.draft_ctx is not None)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
+        if MEDUSA in names:
+            self._medusa_heads()  # no heads: say how to train them before anything runs
         env = self._drafter_env()
         chosen: list[str | Drafter] = []
         for n in names:
@@ -376,7 +384,7 @@ class Runtime:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD) else n)
+            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD, MEDUSA) else n)
         lookahead = chosen[0] if names == (LOOKAHEAD,) else None
         if isinstance(lookahead, LookaheadDrafter) and _is_plan(gamma):
             # The planner does not score Lookahead: measure it against plain steps instead.
@@ -385,18 +393,43 @@ class Runtime:
                                                 s.candidates * (s.ngram - 1))
         else:
             policy = self.policy(gamma, ngram="ngram" in names)
+        if set(names) == {MEDUSA} and isinstance(policy, (Planner, AutoGamma)):
+            # The planner scores chains and draft-model trees only: it would plan plain steps
+            # for heads it knows nothing of. A fixed Medusa tree instead.
+            policy = FixedGamma(MEDUSA_NODES, "medusa tree")
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
         """Of ``names``, those that can run with what is loaded (the app keeps one drafter
         setting for pairs and single models alike)."""
-        return usable(names, self._drafter_env())
+        return usable(names, self._drafter_env(names))
 
-    def _drafter_env(self) -> DrafterEnv:
+    def _drafter_env(self, names: Sequence[str] = ()) -> DrafterEnv:
         env = DrafterEnv(self.target_ctx, self.draft_ctx)
         if self.layerskip_path is not None:
             env.shared[LAYERSKIP] = self._load_layerskip
+        if MEDUSA in names or self._medusa is not None:
+            with contextlib.suppress(SpecchatError):  # no heads: the drafter is not usable
+                self._medusa_heads()
+                env.shared[MEDUSA] = self._medusa_heads
         return env
+
+    def _medusa_heads(self) -> MedusaHeads:
+        """The target's Medusa heads (``specchat models train-heads``), loaded once."""
+        if self._medusa is None:
+            from specchat.models.heads.medusa import heads_file, load
+            from specchat.models.heads.store import target_sha256
+
+            t = self.selection.target.id
+            path = self.target.path
+            sha = target_sha256(self.paths, path) if self.paths is not None else ""
+            file = heads_file(self.paths, sha) if self.paths is not None else None
+            if file is None or not file.exists():
+                raise SpecchatError(f"{t} has no Medusa heads yet: train them with "
+                                    f"`specchat models train-heads {t} --kind medusa` "
+                                    "(a few minutes)")
+            self._medusa = load(file, sha, path)
+        return self._medusa
 
     def _load_layerskip(self) -> LlamaContext:
         if self._layerskip is None:

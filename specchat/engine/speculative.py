@@ -48,6 +48,7 @@ from specchat.engine.events import (
     TokenOrigin,
 )
 from specchat.engine.gamma import FixedGamma, GammaPolicy
+from specchat.engine.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.plan import Plan
 from specchat.engine.reply import Reply
@@ -258,6 +259,10 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         if proposal.side is not None:
             rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
+        elif any(getattr(d, "reads_hidden", False) for d in self._alive):
+            # A drafter that drafts from the target's hidden states (medusa) reads this pass's.
+            rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
+                       else decode_with_hidden(tgt, tokens))
         else:
             rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
                     else tgt.decode(tokens, logits="all"))

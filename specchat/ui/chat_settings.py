@@ -27,6 +27,7 @@ DRAFTER_CHOICES = {
     "ngram": "n-gram lookup only",
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
     "lookahead": "Lookahead decoding: the target guesses ahead itself (no draft model)",
+    "medusa": "Medusa heads on the target's hidden state (models train-heads)",
 }
 
 
