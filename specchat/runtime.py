@@ -16,6 +16,7 @@ from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettin
 from specchat.engine.decoding import Decoder
 from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
+from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
@@ -28,6 +29,7 @@ from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_file import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
+from specchat.models.mtp import detect, detect_path, no_heads
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
@@ -171,7 +173,7 @@ class Runtime:
             plan = plan_load(reqs, MemoryReadings.unknown())
         opened: list[LlamaModel | LlamaContext] = []
         try:
-            target = LlamaModel(target_path, plan.plans[0].model_settings)
+            target = LlamaModel(target_path, _with_mtp(target_path, plan.plans[0].model_settings))
             opened.append(target)
             target_ctx = LlamaContext(target, options.context)
             opened.append(target_ctx)
@@ -318,6 +320,10 @@ class Runtime:
         env = self._drafter_env()
         chosen: list[str | Drafter] = []
         for n in names:
+            if n == MTP:
+                why = mtp_problem(self.target)
+                if why is not None:
+                    raise SpecchatError(why)
             if n == LAYERSKIP and LAYERSKIP not in env.shared:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
@@ -367,6 +373,21 @@ class Runtime:
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
+
+
+def _with_mtp(path: Path, settings: ModelSettings) -> ModelSettings:
+    """Load a target's MTP layers when llama.cpp can run them (``--drafter mtp``): one block
+    more in memory, which the load's memory estimate does not count."""
+    heads = detect_path(path)
+    return replace(settings, load_mtp=True) if heads is not None and heads.runnable else settings
+
+
+def mtp_problem(target: LlamaModel) -> str | None:
+    """Why ``--drafter mtp`` cannot run on this target (None: it can), from its header."""
+    heads = detect(target.header)
+    if heads is None:
+        return no_heads(target.name)
+    return heads.why_not(target.name)
 
 
 def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:

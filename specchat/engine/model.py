@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +52,9 @@ class ModelSettings:
     # With n_gpu_layers == -1: Runtime.open's memory check offloads only as many layers as fit.
     fit_layers: bool = True
     vocab_only: bool = False  # the tokenizer alone (no weights): for comparing vocabularies
+    # Also load the file's MTP (nextn) layers, which llama.cpp skips by default: the "mtp"
+    # drafter runs them (see engine.drafters.mtp).
+    load_mtp: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class LlamaModel:
             params.main_gpu = settings.main_gpu
         params.use_mmap = settings.use_mmap
         params.vocab_only = settings.vocab_only
+        params.load_mtp = settings.load_mtp
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
@@ -263,6 +267,12 @@ class LlamaContext:
         self._abort_cb = llama_cpp.ggml_abort_callback(
             lambda _data: (ctx := me()) is not None and ctx.cancel.is_set())
         self._abortable = False
+        # Told after each batch this context evaluates: (first position, its tokens), or
+        # (first position, None) for a token tree (the positions from there on are not a
+        # linear sequence). A drafter that reads the target's hidden states keeps up this way.
+        self.on_decode: Callable[[int, Sequence[int] | None], None] | None = None
+        # Called before the context is freed: what was built on it (an MTP context) goes first.
+        self.on_close: list[Callable[[], None]] = []
 
     @property
     def n_vocab(self) -> int:
@@ -295,6 +305,8 @@ class LlamaContext:
             self.batch.n_tokens = m
             self._run_batch(m, start + off)
             self.tokens.extend(chunk)
+            if self.on_decode is not None:
+                self.on_decode(start + off, chunk)
         if logits == "all" and n > self.n_batch:
             raise ValueError("logits for every row need the tokens to fit in one batch")
         if rows == 0:
@@ -357,6 +369,8 @@ class LlamaContext:
             self._run_batch(n, start)
         finally:
             self._linear_batch()
+        if self.on_decode is not None:
+            self.on_decode(start, None)
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
 
@@ -430,6 +444,9 @@ class LlamaContext:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            for hook in self.on_close:
+                hook()
+            self.on_close.clear()
             llama_cpp.llama_batch_free(self.batch)
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
