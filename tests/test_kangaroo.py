@@ -1,0 +1,178 @@
+"""Kangaroo: the shallow model + adapter drafter, and the adapter's numpy training.
+
+- Exactness on scripted-logits contexts (a Markov "target" and a "shallow model" whose hidden
+  state is a one-hot of its row): the real drafter (adapter logits, early stop on confidence)
+  and the real decoder and verifier, ≥ 10⁵ committed tokens at T = 0.9, χ² of the transition
+  counts against the target's rows at 1e-6. Control: the same drafts kept unchecked fail it.
+- Training on arrays made here: a shallow state that is a known non-linear distortion of the
+  "last" one; the adapter must raise held-out agreement with the target well above the shallow
+  state's own.
+- The real thing (slow, SPECCHAT_TEST_MODELS): on the demo target, greedy kangaroo output equals
+  plain greedy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from itertools import pairwise
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+import specchat.engine.speculative as spec_mod
+from specchat.bench.chi2 import chi_square, critical_value
+from specchat.devtools.scripted import ScriptedContext
+from specchat.engine.decoding import run_to_end
+from specchat.engine.drafters import DrafterEnv, DraftRequest, build
+from specchat.engine.drafters.kangaroo import KangarooAdapter, KangarooDrafter
+from specchat.engine.gamma import FixedGamma
+from specchat.engine.model import LlamaContext
+from specchat.engine.plan import chain
+from specchat.engine.sampling import SamplerSettings, distribution
+from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.verify import Verdict
+from specchat.errors import SpecchatError
+
+V = 5
+T09 = SamplerSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
+
+
+def tables(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    target = (rng.normal(size=(V, V)) * 1.6).astype(np.float32)
+    shallow = (target + rng.normal(size=target.shape) * 1.2).astype(np.float32)
+    return target, shallow
+
+
+def one_hot_hidden(ctx: LlamaContext, tokens: Sequence[int]
+                   ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """The scripted shallow model's rows, and as its "hidden state" the row's index one-hot."""
+    sc = cast(ScriptedContext, ctx)
+    start = len(sc.tokens)
+    rows = sc.decode(tokens, logits="all")
+    idx = [(t + (start + i) * sc.stride) % len(sc.table) for i, t in enumerate(tokens)]
+    return rows, np.eye(len(sc.table), dtype=np.float32)[idx]
+
+
+def scripted_adapter(seed: int, eta: float) -> KangarooAdapter:
+    rng = np.random.default_rng(seed)
+    r = 3
+    return KangarooAdapter(rng.normal(size=(r, V)).astype(np.float32),
+                           rng.normal(size=r).astype(np.float32),
+                           rng.normal(size=(V, r)).astype(np.float32), n_layers=1, eta=eta)
+
+
+def scripted_decoder(seed: int, eta: float) -> SpeculativeDecoder:
+    t, d = tables(seed)
+    target = cast(LlamaContext, ScriptedContext(t))
+    shallow = cast(LlamaContext, ScriptedContext(d))
+    adapter = scripted_adapter(seed, eta)
+    drafter = KangarooDrafter(target, lambda: (shallow, adapter), decode=one_hot_hidden)
+    return SpeculativeDecoder(target, None, FixedGamma(4), [drafter])
+
+
+def transitions(dec: SpeculativeDecoder, s: SamplerSettings, replies: int, length: int,
+                stats: Counter[str]) -> Iterator[tuple[int, int]]:
+    """(the target row the next token was drawn from, that token) along each reply."""
+    for seed in range(replies):
+        run = run_to_end(dec, [0], s.with_(seed=seed, max_tokens=length))
+        for st in run.steps:
+            stats["drafted"] += st.gamma
+            stats["accepted"] += st.accepted
+            stats["steps"] += 1
+            stats["early"] += 0 < st.gamma < 4
+        seq = [0, *run.tokens]
+        yield from (((a + j) % V, b) for j, (a, b) in enumerate(pairwise(seq)))
+
+
+def transition_chi2(pairs: Iterator[tuple[int, int]], s: SamplerSettings, seed: int
+                    ) -> tuple[float, float, int]:
+    t, _ = tables(seed)
+    by_row: dict[int, Counter[int]] = {}
+    n = 0
+    for a, b in pairs:
+        by_row.setdefault(a, Counter())[b] += 1
+        n += 1
+    stat, df = 0.0, 0
+    for a, counts in by_row.items():
+        p = distribution(t[a], s)
+        r = chi_square(counts, dict(zip(p.ids.tolist(), p.probs.tolist(), strict=True)))
+        stat += r.statistic
+        df += r.df
+    return stat, critical_value(df), n
+
+
+def test_kangaroo_commits_the_targets_distribution_at_t09() -> None:
+    stats: Counter[str] = Counter()
+    stat, crit, n = transition_chi2(transitions(scripted_decoder(7, 0.5), T09, 200, 520, stats),
+                                    T09, 7)
+    assert n >= 100_000
+    assert stat <= crit, (stat, crit)
+    # the drafts were real, some kept, some stopped early on low confidence
+    assert stats["accepted"] > 0.2 * stats["drafted"] > 0
+    assert stats["early"] > 0
+
+
+def test_kangaroo_drafts_kept_unchecked_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = spec_mod.verify_tree
+
+    def unchecked(rows, tokens, parents, qs, rng):  # type: ignore[no-untyped-def]
+        v = original(rows, tokens, parents, qs, rng)
+        if not tokens:
+            return v
+        return Verdict(accepted=len(tokens), token=v.token, rejected=None,
+                       path=tuple(range(len(tokens))))
+
+    monkeypatch.setattr(spec_mod, "verify_tree", unchecked)
+    stat, crit, _ = transition_chi2(transitions(scripted_decoder(7, 0.5), T09, 40, 520,
+                                                Counter()), T09, 7)
+    assert stat > crit, (stat, crit)
+
+
+def test_greedy_kangaroo_is_the_targets_argmax_chain() -> None:
+    dec = scripted_decoder(9, 0.3)
+    t, _ = tables(9)
+    run = run_to_end(dec, [0], SamplerSettings(temperature=0, max_tokens=300), threading.Event())
+    seq = [0, *run.tokens]
+    assert all(b == int(np.argmax(t[(a + j) % V])) for j, (a, b) in enumerate(pairwise(seq)))
+    assert sum(s.accepted for s in run.steps) > 0
+
+
+def test_the_early_stop_proposes_only_confident_tokens() -> None:
+    t, d = tables(3)
+    shallow = cast(LlamaContext, ScriptedContext(d))
+    target = cast(LlamaContext, ScriptedContext(t))
+    for eta in (0.0, 0.5, 0.999):
+        adapter = scripted_adapter(3, eta)
+        drafter = KangarooDrafter(target, lambda a=adapter: (shallow, a), decode=one_hot_hidden)
+        got = drafter.propose(DraftRequest([0, 1], chain("kangaroo", 6),
+                                           SamplerSettings(temperature=0),
+                                           np.random.default_rng(0)))
+        # replay: each proposed token's confidence is ≥ η, the one after it (if any) is not
+        replay = cast(ScriptedContext, ScriptedContext(d))
+        base, h = one_hot_hidden(cast(LlamaContext, replay), [0, 1])
+        row = adapter.logits(base[-1], h[-1])
+        for tok in got.tokens:
+            assert int(np.argmax(row)) == tok
+            z = np.exp(row - row.max())
+            assert z.max() / z.sum() >= eta
+            base, h = one_hot_hidden(cast(LlamaContext, replay), [tok])
+            row = adapter.logits(base[-1], h[-1])
+        if len(got.tokens) < 6:
+            z = np.exp(row - row.max())
+            assert z.max() / z.sum() < eta
+        if eta == 0.0:
+            assert len(got.tokens) == 6
+        if eta == 0.999:
+            assert len(got.tokens) < 6
+
+
+def test_kangaroo_without_an_adapter_says_how_to_train_one() -> None:
+    t, _ = tables(1)
+    env = DrafterEnv(cast(LlamaContext, ScriptedContext(t)))
+    with pytest.raises(SpecchatError, match="train-heads TARGET --kind kangaroo"):
+        build("kangaroo", env)
