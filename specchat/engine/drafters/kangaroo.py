@@ -72,6 +72,10 @@ class KangarooAdapter:
         return out
 
 
+def _const(x: float) -> Callable[[], float]:
+    return lambda: x
+
+
 def _top_prob(row: npt.NDArray[np.float32]) -> float:
     z = row - row.max()
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
@@ -133,8 +137,7 @@ class KangarooDrafter(ChainDefault):
                 break  # Kangaroo's early stop: this token is not worth a verification row
             tokens.append(d)
             qs.append(q)
-            if (eog(d) or not req.keep_drafting(len(tokens), lambda c=conf: c)
-                    or len(tokens) >= gamma):
+            if eog(d) or not req.keep_drafting(len(tokens), _const(conf)) or len(tokens) >= gamma:
                 break
             rows, hidden = self._decode(ctx, (d,))
             base, h = rows[-1], hidden[-1]
