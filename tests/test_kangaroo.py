@@ -176,3 +176,60 @@ def test_kangaroo_without_an_adapter_says_how_to_train_one() -> None:
     env = DrafterEnv(cast(LlamaContext, ScriptedContext(t)))
     with pytest.raises(SpecchatError, match="train-heads TARGET --kind kangaroo"):
         build("kangaroo", env)
+
+
+# ------------------------------------------------------------------------ the adapter's fit
+
+
+def synthetic(seed: int, n: int = 6000, d: int = 32, v: int = 300
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A "last" hidden state H, a shallow one h = H − tanh(H·M) (a distortion the adapter has
+    to undo), an output matrix W, and the target's top 8 next tokens from softmax(W·H)."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((v, d)) * 1.5).astype(np.float32)
+    last = rng.standard_normal((n, d)).astype(np.float32)
+    m = (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)
+    shallow = (last - np.tanh(last @ m)).astype(np.float32)
+    z = last @ w.T
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ids = np.argsort(-p, axis=1)[:, :8].astype(np.int32)
+    return shallow, ids, np.take_along_axis(p, ids, axis=1).astype(np.float16), w
+
+
+def test_the_adapter_learns_to_undo_the_shallow_states_distortion() -> None:
+    from specchat.models.heads.kangaroo import KangarooSpec, fit
+
+    h, ids, probs, w = synthetic(0)
+    train, test = np.arange(5000), np.arange(5000, 6000)
+    r = fit(h, ids, probs, train, test, lambda v: w[v],
+            KangarooSpec(rank=32, minutes=5, epochs=10, lr=3e-3))
+    acc = r.accuracy
+    assert acc.positions == 1000
+    assert 0.2 < acc.shallow_top1 < 0.5  # the shallow state alone agrees now and then
+    assert acc.top1 > acc.shallow_top1 + 0.15, acc  # the adapter helps, on held-out positions
+    assert acc.top3 >= acc.top1
+
+
+def test_the_adapters_whole_vocabulary_logits_match_its_training_form() -> None:
+    """Run time computes W·h + (W·B)·SiLU(A·h + a) over the whole vocabulary; training
+    computes W·(h + B·SiLU(A·h + a)) over a subset: the same numbers on the subset."""
+    from specchat.models.heads.kangaroo import Adapter, output_times_b
+
+    rng = np.random.default_rng(1)
+    d, r, v = 16, 4, 50
+    w = rng.standard_normal((v, d)).astype(np.float32)
+    ad = Adapter(rng.standard_normal((r, d)).astype(np.float32),
+                 rng.standard_normal(r).astype(np.float32),
+                 rng.standard_normal((d, r)).astype(np.float32))
+    run = KangarooAdapter(ad.a, ad.bias, output_times_b(lambda i: w[i], v, ad.b, chunk=7), 1)
+    h = rng.standard_normal(d).astype(np.float32)
+    assert np.allclose(run.logits(w @ h, h), w @ ad.features(h[None, :])[0], atol=1e-4)
+
+
+def test_too_little_text_is_refused_clearly() -> None:
+    from specchat.models.heads.kangaroo import fit
+
+    h, ids, probs, w = synthetic(0, n=300)
+    with pytest.raises(SpecchatError, match="too little text to train the adapter"):
+        fit(h, ids, probs, np.arange(100), np.arange(100, 300), lambda v: w[v])
