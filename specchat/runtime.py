@@ -15,6 +15,8 @@ from pathlib import Path
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
 from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
+from specchat.engine.drafters.kangaroo import NAME as KANGAROO
+from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
@@ -147,6 +149,10 @@ class Runtime:
         # The target's layer-skip draft (``specchat models self-draft``), loaded on first use.
         self.layerskip_path: Path | None = None
         self._layerskip: tuple[LlamaModel, LlamaContext] | None = None
+        # The target's Kangaroo adapter and shallow model (``models train-heads --kind
+        # kangaroo``): found when the drafter is first asked for, loaded on its first step.
+        self._kangaroo_found: tuple[KangarooAdapter, Path] | None = None
+        self._kangaroo: tuple[LlamaModel, LlamaContext] | None = None
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -324,11 +330,14 @@ class Runtime:
                 why = mtp_problem(self.target)
                 if why is not None:
                     raise SpecchatError(why)
+            if n == KANGAROO and KANGAROO not in env.shared:
+                self._find_kangaroo()
+                env = self._drafter_env()
             if n == LAYERSKIP and LAYERSKIP not in env.shared:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n == LAYERSKIP else n)
+            chosen.append(build(n, env) if n in (LAYERSKIP, KANGAROO) else n)
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
@@ -340,7 +349,37 @@ class Runtime:
         env = DrafterEnv(self.target_ctx, self.draft_ctx)
         if self.layerskip_path is not None:
             env.shared[LAYERSKIP] = self._load_layerskip
+        if self._kangaroo_found is not None:
+            env.shared[KANGAROO] = self._load_kangaroo
         return env
+
+    def _find_kangaroo(self) -> None:
+        """The target's trained adapter, or a clear error saying how to train one."""
+        from specchat.models.heads.kangaroo import adapter_file, load
+        from specchat.models.heads.store import target_sha256
+
+        if self.paths is None:
+            raise SpecchatError("the kangaroo drafter needs specchat's data folder")
+        path = self.target.path
+        found = adapter_file(self.paths, target_sha256(self.paths, path))
+        if not found.exists():
+            raise SpecchatError(f"{path.name} has no Kangaroo adapter yet: train one with "
+                                f"`specchat models train-heads {path} --kind kangaroo`")
+        self._kangaroo_found = load(found, target_sha256(self.paths, path), path)
+
+    def _load_kangaroo(self) -> tuple[LlamaContext, KangarooAdapter]:
+        assert self._kangaroo_found is not None
+        adapter, shallow = self._kangaroo_found
+        if self._kangaroo is None:
+            t = self.target_ctx
+            model = LlamaModel(shallow, self.target.settings)
+            try:
+                ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
+            except BaseException:
+                model.close()
+                raise
+            self._kangaroo = (model, ctx)
+        return self._kangaroo[1], adapter
 
     def _load_layerskip(self) -> LlamaContext:
         if self._layerskip is None:
@@ -362,6 +401,8 @@ class Runtime:
             self.draft_ctx.clear()
         if self._layerskip is not None:
             self._layerskip[1].clear()
+        if self._kangaroo is not None:
+            self._kangaroo[1].clear()
 
     def close(self) -> None:
         self.save_controllers()
@@ -370,6 +411,10 @@ class Runtime:
             self._layerskip[1].close()
             self._layerskip[0].close()
             self._layerskip = None
+        if self._kangaroo is not None:
+            self._kangaroo[1].close()
+            self._kangaroo[0].close()
+            self._kangaroo = None
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()

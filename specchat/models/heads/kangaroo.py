@@ -24,15 +24,30 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.drafters.kangaroo import ETA
+from specchat.engine.drafters.kangaroo import ETA, KangarooAdapter
+from specchat.engine.hidden_states import states_over
+from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.errors import Cancelled, SpecchatError
+from specchat.models.heads.data import DataSpec, collect, sequences
+from specchat.models.heads.output_matrix import output_rows
+from specchat.models.heads.store import (
+    HeadsError,
+    check_target,
+    load_npz,
+    save_npz,
+    target_dir,
+    target_sha256,
+)
+from specchat.models.layer_cut import open_source, write_cut
 from specchat.models.progress import Progress, ProgressFn, no_progress
+from specchat.paths import AppPaths
 
 F32 = np.float32
 
@@ -252,3 +267,131 @@ def output_times_b(output_rows: Callable[[npt.NDArray[np.int64]], npt.NDArray[np
         ids = np.arange(i, min(n_vocab, i + chunk), dtype=np.int64)
         wb[ids] = output_rows(ids).astype(F32) @ b
     return wb
+
+
+# ------------------------------------------------------------------ the pipeline, on disk
+
+KANGAROO_FILE = "kangaroo.npz"
+
+
+def default_layers(n_layer: int) -> int:
+    """How many of the target's first blocks the shallow model keeps by default: a sixth
+    (Kangaroo exits after 2 of Vicuna-7B's 32; a small model needs a larger share to agree)."""
+    return max(1, min(n_layer - 1, round(n_layer / 6)))
+
+
+def shallow_file(folder: Path, layers: int) -> Path:
+    return folder / f"shallow-{layers}.gguf"
+
+
+def make_shallow(target: Path, folder: Path, layers: int | None,
+                 cancel: threading.Event | None = None) -> tuple[Path, int, int]:
+    """The GGUF of the target's first ``layers`` blocks in the target's heads folder (made
+    once); returns (its path, the blocks kept, the target's block count)."""
+    src = open_source(target)
+    n = layers if layers is not None else default_layers(src.n_layer)
+    if not 1 <= n < src.n_layer:
+        raise SpecchatError(f"the shallow model keeps 1 to {src.n_layer - 1} of the target's "
+                            f"{src.n_layer} blocks, not {n}")
+    dest = shallow_file(folder, n)
+    if not dest.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_cut(src, dest, range(n), cancel.is_set if cancel is not None else None)
+    return dest, n, src.n_layer
+
+
+def shallow_states(ctx: LlamaContext, seqs: Sequence[Sequence[int]], report: ProgressFn,
+                   cancel: threading.Event | None) -> npt.NDArray[np.float16]:
+    """The shallow model's post-norm hidden state at every position of ``seqs``, in order."""
+    total = sum(len(s) for s in seqs)
+    task = "reading the shallow model's hidden states"
+    done = 0
+    out: list[npt.NDArray[np.float16]] = []
+    for s in seqs:
+        for chunk in states_over(ctx, s, chunk=64, top=1, cancel=cancel):
+            out.append(chunk.hidden.astype(np.float16))
+            done += chunk.hidden.shape[0]
+            report(Progress(task, done, total, unit="tok"))
+    report(Progress(task, done, total, unit="tok", finished=True))
+    return np.concatenate(out)
+
+
+@dataclass(frozen=True)
+class KangarooTrained:
+    path: Path  # the adapter file
+    shallow: Path  # the shallow model's GGUF
+    layers: int
+    n_layer: int
+    fit: FitResult
+
+
+def train(paths: AppPaths, target: Path, ctx: LlamaContext, spec: KangarooSpec = KangarooSpec(),
+          data: DataSpec | None = None, layers: int | None = None,
+          shallow_ctx: ContextSettings | None = None, report: ProgressFn = no_progress,
+          cancel: threading.Event | None = None) -> KangarooTrained:
+    """Train and save a Kangaroo adapter for the target file ``target`` (loaded as ``ctx``):
+    the training data (shared with Medusa's heads, cached), the shallow model, its hidden
+    states (cached per data key and depth), the fit, and ``W · B``. Nothing is saved unless
+    all of it completes."""
+    target = Path(target)
+    data = data or DataSpec()
+    sha = target_sha256(paths, target, report)
+    folder = target_dir(paths, sha)
+    shallow, n, n_layer = make_shallow(target, folder, layers, cancel)
+    td = collect(ctx, folder, data, report, cancel)
+    cache = folder / f"shallow-{n}-{data.key()}.npz"
+    if cache.exists():
+        states = load_npz(cache)[1]["hidden"]
+    else:
+        seqs = sequences(ctx, folder, data, report, cancel)
+        model = LlamaModel(shallow, ctx.model.settings)
+        try:
+            sctx = LlamaContext(model, shallow_ctx or ctx.settings)
+            try:
+                states = shallow_states(sctx, seqs, report, cancel)
+            finally:
+                sctx.close()
+        finally:
+            model.close()
+        if states.shape[0] != td.n_positions:
+            raise SpecchatError("the shallow model's positions do not match the training data's "
+                                "(the cached text changed): delete "
+                                f"{folder} and train again")
+        save_npz(cache, {"layers": n, "positions": int(states.shape[0])}, {"hidden": states})
+    result = fit(states, td.top_ids, td.top_probs, td.positions(0, True), td.positions(0, False),
+                 lambda ids: output_rows(target, ids), spec, report, cancel)
+    wb = output_times_b(lambda ids: output_rows(target, ids), ctx.n_vocab, result.adapter.b)
+    dest = folder / KANGAROO_FILE
+    acc = result.accuracy
+    save_npz(dest, {"target_sha256": sha, "target": target.name, "layers": n, "n_layer": n_layer,
+                    "rank": spec.rank, "eta": spec.eta, "shallow": shallow.name,
+                    "shallow_top1": acc.shallow_top1, "top1": acc.top1, "top3": acc.top3,
+                    "held_out": acc.positions, "seconds": round(result.seconds, 1),
+                    "steps": result.steps},
+             {"a": result.adapter.a, "bias": result.adapter.bias, "wb": wb.astype(np.float16)})
+    return KangarooTrained(dest, shallow, n, n_layer, result)
+
+
+def adapter_file(paths: AppPaths, sha256: str) -> Path:
+    return target_dir(paths, sha256) / KANGAROO_FILE
+
+
+def load(path: Path, sha256: str, target: Path) -> tuple[KangarooAdapter, Path]:
+    """The adapter at ``path`` and its shallow model's file; HeadsError when it was trained
+    for another file, is damaged, or its shallow model is gone."""
+    meta, arrays = load_npz(path)
+    check_target(meta, sha256, path, target)
+    try:
+        a, bias, wb = arrays["a"], arrays["bias"], arrays["wb"]
+        layers = int(meta["layers"])
+        shallow = path.parent / str(meta["shallow"])
+    except (KeyError, ValueError, TypeError) as e:
+        raise HeadsError(f"{path} is damaged ({e}); train it again with "
+                         f"`specchat models train-heads {target} --kind kangaroo`") from None
+    if a.ndim != 2 or bias.shape != (a.shape[0],) or wb.ndim != 2 or wb.shape[1] != a.shape[0]:
+        raise HeadsError(f"{path} is damaged (its arrays do not fit together); train it again")
+    if not shallow.exists():
+        raise HeadsError(f"the adapter's shallow model {shallow.name} is gone; train it again "
+                         f"with `specchat models train-heads {target} --kind kangaroo`")
+    return (KangarooAdapter(a.astype(F32), bias.astype(F32), wb.astype(F32), layers, sha256,
+                            float(meta.get("eta", ETA))), shallow)
