@@ -349,18 +349,24 @@ class Runtime:
         env = DrafterEnv(self.target_ctx, self.draft_ctx)
         if self.layerskip_path is not None:
             env.shared[LAYERSKIP] = self._load_layerskip
+        if self._kangaroo_found is None and self.paths is not None:
+            with contextlib.suppress(SpecchatError):  # decoder() says what is wrong, if asked
+                self._find_kangaroo(known_only=True)
         if self._kangaroo_found is not None:
             env.shared[KANGAROO] = self._load_kangaroo
         return env
 
-    def _find_kangaroo(self) -> None:
-        """The target's trained adapter, or a clear error saying how to train one."""
-        from specchat.models.heads.kangaroo import adapter_file, load
+    def _find_kangaroo(self, known_only: bool = False) -> None:
+        """The target's trained adapter, or a clear error saying how to train one
+        (``known_only``: without hashing the target, see models.heads.kangaroo.known_adapter)."""
+        from specchat.models.heads.kangaroo import adapter_file, known_adapter, load
         from specchat.models.heads.store import target_sha256
 
         if self.paths is None:
             raise SpecchatError("the kangaroo drafter needs specchat's data folder")
         path = self.target.path
+        if known_only and known_adapter(self.paths, path) is None:
+            return
         found = adapter_file(self.paths, target_sha256(self.paths, path))
         if not found.exists():
             raise SpecchatError(f"{path.name} has no Kangaroo adapter yet: train one with "

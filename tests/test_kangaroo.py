@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from itertools import pairwise
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -233,3 +234,59 @@ def test_too_little_text_is_refused_clearly() -> None:
     h, ids, probs, w = synthetic(0, n=300)
     with pytest.raises(SpecchatError, match="too little text to train the adapter"):
         fit(h, ids, probs, np.arange(100), np.arange(100, 300), lambda v: w[v])
+
+
+# ------------------------------------------------------------------ a real target (slow)
+
+
+@pytest.mark.slow
+def test_greedy_kangaroo_on_the_demo_target_equals_plain(
+        demo_files: tuple[Path, Path], tmp_path: Path) -> None:
+    """Train a small adapter for SmolLM2-135M F32 (its first 6 of 30 blocks) on a short text in
+    seconds, save it, load it back as the runtime does, and decode greedily: the output is the
+    target's own greedy output, and some drafts are kept."""
+    from specchat.engine.model import ContextSettings, LlamaModel
+    from specchat.engine.plain import PlainDecoder
+    from specchat.models.heads.data import DataSpec, spec_bench_prompts
+    from specchat.models.heads.kangaroo import KangarooSpec, adapter_file, load, train
+    from specchat.models.heads.store import target_sha256
+    from specchat.paths import AppPaths
+
+    target_path, _ = demo_files
+    paths = AppPaths(tmp_path / "c", tmp_path / "d", tmp_path / "k")
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(t for _, t in spec_bench_prompts(40)), encoding="utf-8")
+    cs = ContextSettings(n_ctx=1024, n_batch=256, n_threads=1)
+    model = LlamaModel(target_path)
+    ctx = LlamaContext(model, cs)
+    trained = train(paths, target_path, ctx, KangarooSpec(rank=32, minutes=0.3, batch=128),
+                    DataSpec(text_file=text, sequence_tokens=256), layers=6)
+    assert trained.fit.accuracy.positions > 0
+    sha = target_sha256(paths, target_path)
+    adapter, shallow_path = load(adapter_file(paths, sha), sha, target_path)
+    shallow = LlamaContext(LlamaModel(shallow_path), cs)
+    drafter = KangarooDrafter(ctx, lambda: (shallow, adapter))
+    prompt = model.tokenize("<|im_start|>user\nWrite a short story about a robot who learns "
+                            "to paint.<|im_end|>\n<|im_start|>assistant\n")
+    s = SamplerSettings(temperature=0, max_tokens=48)
+    plain = run_to_end(PlainDecoder(ctx), prompt, s).tokens
+    spec = run_to_end(SpeculativeDecoder(ctx, None, FixedGamma(3), [drafter]), prompt, s)
+    assert spec.tokens == plain
+    assert sum(st.accepted for st in spec.steps) > 0
+
+
+def test_an_adapter_for_another_file_is_refused(tmp_path: Path) -> None:
+    from specchat.models.heads.kangaroo import load
+    from specchat.models.heads.store import HeadsError, save_npz
+
+    f = tmp_path / "kangaroo.npz"
+    save_npz(f, {"target_sha256": "a" * 64, "layers": 2, "shallow": "s.gguf"},
+             {"a": np.zeros((2, 3), np.float32), "bias": np.zeros(2, np.float32),
+              "wb": np.zeros((5, 2), np.float16)})
+    with pytest.raises(HeadsError, match="was trained for another file"):
+        load(f, "b" * 64, tmp_path / "target.gguf")
+    with pytest.raises(HeadsError, match="shallow model s.gguf is gone"):
+        load(f, "a" * 64, tmp_path / "target.gguf")
+    f.write_bytes(b"not a zip")
+    with pytest.raises(HeadsError, match="damaged"):
+        load(f, "a" * 64, tmp_path / "target.gguf")

@@ -26,6 +26,8 @@ DRAFTER_CHOICES = {
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
+    "kangaroo": "the target's first blocks + a trained adapter (models train-heads --kind kangaroo)",
+    "mtp": "the target's own MTP heads, when the model ships them",
 }
 
 

@@ -40,6 +40,7 @@ from specchat.models.heads.output_matrix import output_rows
 from specchat.models.heads.store import (
     HeadsError,
     check_target,
+    heads_root,
     load_npz,
     save_npz,
     target_dir,
@@ -395,3 +396,23 @@ def load(path: Path, sha256: str, target: Path) -> tuple[KangarooAdapter, Path]:
                          f"with `specchat models train-heads {target} --kind kangaroo`")
     return (KangarooAdapter(a.astype(F32), bias.astype(F32), wb.astype(F32), layers, sha256,
                             float(meta.get("eta", ETA))), shallow)
+
+
+def known_adapter(paths: AppPaths, target: Path) -> Path | None:
+    """The target's adapter file if one was trained, without hashing the target: training
+    remembers the file's sha256 per (path, size, mtime) (:func:`.store.target_sha256`), so a
+    target with an adapter is always remembered (None otherwise, or after the file changed)."""
+    import json
+
+    target = Path(target).resolve()
+    try:
+        st = target.stat()
+        memo = json.loads((heads_root(paths) / "sha256.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    hit = memo.get(str(target)) if isinstance(memo, dict) else None
+    if not (isinstance(hit, dict) and hit.get("stamp") == [st.st_size, st.st_mtime_ns]
+            and isinstance(hit.get("sha256"), str)):
+        return None
+    found = adapter_file(paths, str(hit["sha256"]))
+    return found if found.exists() else None
