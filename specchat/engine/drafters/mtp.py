@@ -12,7 +12,9 @@ How it runs here:
 
 - The target publishes the post-norm hidden state of every token it evaluates (unmasked,
   prompt chunks included) and this module copies them per position as each batch ends
-  (``LlamaContext.on_decode``), so nothing is lost between a decode and the next step.
+  (``LlamaContext.on_decode``), so nothing is lost between a decode and the next step. With
+  this on, the target's logits rows are still the ones asked for; they move by ~1e-6 (its graph
+  then keeps every row to the end), which cannot matter to exactness but can flip a near-tie.
 - The MTP context has its own KV cache, holding for positions p ≥ 1 the entry
   (token p, h of p−1) of the committed sequence. Before drafting it is brought up to the
   sequence's last token (common prefix kept, the rest fed from the captured states); the logits
