@@ -290,3 +290,22 @@ def test_an_adapter_for_another_file_is_refused(tmp_path: Path) -> None:
     f.write_bytes(b"not a zip")
     with pytest.raises(HeadsError, match="damaged"):
         load(f, "a" * 64, tmp_path / "target.gguf")
+
+
+def test_a_target_that_cannot_be_cut_says_why(tmp_path: Path) -> None:
+    import gguf
+
+    from specchat.models.heads.kangaroo import make_shallow
+
+    p = tmp_path / "g.gguf"
+    w = gguf.GGUFWriter(str(p), "gemma3")
+    w.add_block_count(2)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(SpecchatError, match="cannot make Kangaroo's shallow model of a gemma3 "
+                       "model: its blocks alternate"):
+        make_shallow(p, tmp_path / "heads", None)
+    assert not (tmp_path / "heads").exists()  # nothing left behind

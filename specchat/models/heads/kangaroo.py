@@ -46,7 +46,7 @@ from specchat.models.heads.store import (
     target_dir,
     target_sha256,
 )
-from specchat.models.layer_cut import open_source, write_cut
+from specchat.models.layer_cut import CutError, open_source, write_cut
 from specchat.models.progress import Progress, ProgressFn, no_progress
 from specchat.paths import AppPaths
 
@@ -289,7 +289,10 @@ def make_shallow(target: Path, folder: Path, layers: int | None,
                  cancel: threading.Event | None = None) -> tuple[Path, int, int]:
     """The GGUF of the target's first ``layers`` blocks in the target's heads folder (made
     once); returns (its path, the blocks kept, the target's block count)."""
-    src = open_source(target)
+    try:
+        src = open_source(target)
+    except CutError as e:  # the cutter's reason, said for Kangaroo
+        raise CutError(str(e).replace("a layer-skip draft", "Kangaroo's shallow model")) from None
     n = layers if layers is not None else default_layers(src.n_layer)
     if not 1 <= n < src.n_layer:
         raise SpecchatError(f"the shallow model keeps 1 to {src.n_layer - 1} of the target's "
