@@ -39,17 +39,24 @@ def train_kangaroo(env: Env, target: Path, args: argparse.Namespace,
     minutes = getattr(args, "minutes", None)
     spec = KangarooSpec(rank=args.rank, minutes=3.0 if minutes is None else float(minutes),
                         eta=ETA if args.eta is None else args.eta)
+    # The same data as Medusa's heads for the same options (so its cache is shared).
     text = getattr(args, "text", None)
-    data = DataSpec(text_file=Path(text)) if text else DataSpec()
-    prompts = getattr(args, "prompts", None)
-    if prompts and not text:
-        data = DataSpec(prompts=int(prompts))
+    base = DataSpec()
+    data = DataSpec(prompts=getattr(args, "prompts", None) or base.prompts,
+                    reply_tokens=getattr(args, "reply_tokens", None) or base.reply_tokens,
+                    text_file=Path(text) if text else None)
+    cancel = cancel or threading.Event()
     model = LlamaModel(target)
     try:
-        ctx = LlamaContext(model, ContextSettings(n_ctx=4096, n_batch=512, n_threads=threads))
+        ctx = LlamaContext(model, ContextSettings(n_ctx=2048, n_batch=64, n_threads=threads))
         try:
             done = train(env.paths, target, ctx, spec, data, args.layers, report=TextProgress(),
                          cancel=cancel)
+        except KeyboardInterrupt:
+            cancel.set()
+            print("cancelled: no adapter was saved; what was complete (the replies, the hidden "
+                  "states, the shallow model) is cached and the next run goes on from there")
+            return 130
         finally:
             ctx.close()
     finally:
