@@ -260,9 +260,10 @@ def fit(shallow: npt.NDArray[np.floating], top_ids: npt.NDArray[np.int32],
 
 
 def output_times_b(output_rows: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]],
-                   n_vocab: int, b: npt.NDArray[np.float32], chunk: int = 8192
+                   n_vocab: int, b: npt.NDArray[np.float32], chunk: int = 32768
                    ) -> npt.NDArray[np.float32]:
-    """W · B over the whole vocabulary, W read in chunks of rows (never all of it at once)."""
+    """W · B over the whole vocabulary, W read in chunks of rows (never all of it at once; each
+    read opens the GGUF again, which costs seconds for a large vocabulary)."""
     wb = np.empty((n_vocab, b.shape[1]), dtype=F32)
     for i in range(0, n_vocab, chunk):
         ids = np.arange(i, min(n_vocab, i + chunk), dtype=np.int64)
