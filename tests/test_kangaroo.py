@@ -309,3 +309,15 @@ def test_a_target_that_cannot_be_cut_says_why(tmp_path: Path) -> None:
                        "model: its blocks alternate"):
         make_shallow(p, tmp_path / "heads", None)
     assert not (tmp_path / "heads").exists()  # nothing left behind
+
+
+def test_the_output_rows_reader_matches_gguf(tiny_target: Path) -> None:
+    import gguf
+
+    from specchat.models.heads.kangaroo import OutputRows
+
+    ids = np.array([0, 7, 3, 51], dtype=np.int64)
+    reader = gguf.GGUFReader(str(tiny_target))
+    t = next(x for x in reader.tensors if x.name == "output.weight")
+    want = gguf.dequantize(t.data[ids], t.tensor_type).reshape(len(ids), -1)
+    assert np.array_equal(OutputRows(tiny_target)(ids), want)

@@ -36,7 +36,6 @@ from specchat.engine.hidden_states import states_over
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.data import DataSpec, collect, sequences
-from specchat.models.heads.output_matrix import output_rows
 from specchat.models.heads.store import (
     HeadsError,
     check_target,
@@ -259,6 +258,49 @@ def fit(shallow: npt.NDArray[np.floating], top_ids: npt.NDArray[np.int32],
                      coverage)
 
 
+class OutputRows:
+    """Rows of the target's output matrix, read through one memory map of the file.
+
+    ``gguf.GGUFReader`` parses every metadata field in Python each time it opens a file (a
+    minute for SmolLM2's 49,152-token vocabulary on a busy 2-core machine); specchat's own
+    header reader skips the token texts, and the rows are dequantized by ``gguf`` as they are
+    asked for."""
+
+    def __init__(self, path: Path) -> None:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+        from specchat.formats.gguf_file import read_header
+
+        self._dequantize = dequantize
+        header = read_header(Path(path), token_texts=False)
+        tensors = {t.name: t for t in header.tensors}
+        t = tensors.get("output.weight") or tensors.get("token_embd.weight")
+        if t is None or len(t.shape) != 2:
+            raise SpecchatError(f"{Path(path).name} has no output matrix (output.weight or "
+                                "token_embd.weight)")
+        try:
+            self.qtype = GGMLQuantizationType(t.ggml_type)
+            block, size = GGML_QUANT_SIZES[self.qtype]
+        except (ValueError, KeyError):
+            raise SpecchatError(f"{Path(path).name}'s output matrix has a type ({t.ggml_type}) "
+                                "the gguf package does not know") from None
+        cols, self.n_rows = int(t.shape[0]), int(t.shape[1])
+        self.row_bytes = cols // block * size
+        self._raw = np.memmap(path, dtype=np.uint8, mode="r", offset=header.data_start + t.offset,
+                              shape=(self.n_rows, self.row_bytes))
+        self(np.array([0], dtype=np.int64))  # a type gguf cannot dequantize is refused now
+
+    def __call__(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        raw = np.asarray(self._raw[np.asarray(ids)])
+        try:
+            out = self._dequantize(raw, self.qtype)
+        except (NotImplementedError, KeyError, ValueError) as e:
+            raise SpecchatError(f"the output matrix is {self.qtype.name}, which the gguf package "
+                                f"cannot dequantize ({e}): no adapter can be trained for it"
+                                ) from None
+        return np.ascontiguousarray(out, dtype=F32).reshape(len(raw), -1)
+
+
 def output_times_b(output_rows: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float32]],
                    n_vocab: int, b: npt.NDArray[np.float32], chunk: int = 32768
                    ) -> npt.NDArray[np.float32]:
@@ -363,9 +405,10 @@ def train(paths: AppPaths, target: Path, ctx: LlamaContext, spec: KangarooSpec =
                                 "(the cached text changed): delete "
                                 f"{folder} and train again")
         save_npz(cache, {"layers": n, "positions": int(states.shape[0])}, {"hidden": states})
+    rows = OutputRows(target)
     result = fit(states, td.top_ids, td.top_probs, td.positions(0, True), td.positions(0, False),
-                 lambda ids: output_rows(target, ids), spec, report, cancel)
-    wb = output_times_b(lambda ids: output_rows(target, ids), ctx.n_vocab, result.adapter.b)
+                 rows, spec, report, cancel)
+    wb = output_times_b(rows, ctx.n_vocab, result.adapter.b)
     dest = folder / KANGAROO_FILE
     acc = result.accuracy
     save_npz(dest, {"target_sha256": sha, "target": target.name, "layers": n, "n_layer": n_layer,
