@@ -18,6 +18,8 @@ from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
 from specchat.engine.drafters.kangaroo import NAME as KANGAROO
 from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
+from specchat.engine.drafters.medusa import NAME as MEDUSA
+from specchat.engine.drafters.medusa import MedusaHeads
 from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
@@ -36,6 +38,9 @@ from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
+
+# The Medusa tree's size when no γ is fixed (the planner does not score heads yet).
+MEDUSA_NODES = 6
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
@@ -153,6 +158,7 @@ class Runtime:
         # kangaroo``): found when the drafter is first asked for, loaded on its first step.
         self._kangaroo_found: tuple[KangarooAdapter, Path] | None = None
         self._kangaroo: tuple[LlamaModel, LlamaContext] | None = None
+        self._medusa: MedusaHeads | None = None  # the target's Medusa heads, once loaded
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -322,7 +328,17 @@ class Runtime:
         names = drafter_names(drafters, ngram, self.draft_ctx is not None)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
+        if MEDUSA in names:
+            self._medusa_heads()  # no heads: say how to train them before anything runs
         policy = self.policy(gamma, ngram="ngram" in names)
+        if set(names) == {MEDUSA} and isinstance(policy, (Planner, AutoGamma)):
+            # The planner scores chains and draft-model trees only: it would plan plain steps
+            # for heads it knows nothing of. A fixed Medusa tree instead.
+            policy = FixedGamma(MEDUSA_NODES, "medusa tree")
+        if names and set(names) <= {KANGAROO, MTP} and isinstance(policy, (Planner, AutoGamma)):
+            # Nor does it score these chains: a fixed length (Kangaroo's early exit still cuts
+            # a chain short where its drafts lose confidence).
+            policy = FixedGamma(GAMMA_DEFAULT, f"{names[0]} chain")
         env = self._drafter_env()
         chosen: list[str | Drafter] = []
         for n in names:
@@ -337,24 +353,45 @@ class Runtime:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n in (LAYERSKIP, KANGAROO) else n)
+            chosen.append(build(n, env) if n in (LAYERSKIP, MEDUSA, KANGAROO) else n)
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
         """Of ``names``, those that can run with what is loaded (the app keeps one drafter
         setting for pairs and single models alike)."""
-        return usable(names, self._drafter_env())
+        return usable(names, self._drafter_env(names))
 
-    def _drafter_env(self) -> DrafterEnv:
+    def _drafter_env(self, names: Sequence[str] = ()) -> DrafterEnv:
         env = DrafterEnv(self.target_ctx, self.draft_ctx)
         if self.layerskip_path is not None:
             env.shared[LAYERSKIP] = self._load_layerskip
+        if MEDUSA in names or self._medusa is not None:
+            with contextlib.suppress(SpecchatError):  # no heads: the drafter is not usable
+                self._medusa_heads()
+                env.shared[MEDUSA] = self._medusa_heads
         if self._kangaroo_found is None and self.paths is not None:
             with contextlib.suppress(SpecchatError):  # decoder() says what is wrong, if asked
                 self._find_kangaroo(known_only=True)
         if self._kangaroo_found is not None:
             env.shared[KANGAROO] = self._load_kangaroo
         return env
+
+    def _medusa_heads(self) -> MedusaHeads:
+        """The target's Medusa heads (``specchat models train-heads``), loaded once."""
+        if self._medusa is None:
+            from specchat.models.heads.medusa import heads_file, load
+            from specchat.models.heads.store import target_sha256
+
+            t = self.selection.target.id
+            path = self.target.path
+            sha = target_sha256(self.paths, path) if self.paths is not None else ""
+            file = heads_file(self.paths, sha) if self.paths is not None else None
+            if file is None or not file.exists():
+                raise SpecchatError(f"{t} has no Medusa heads yet: train them with "
+                                    f"`specchat models train-heads {t} --kind medusa` "
+                                    "(a few minutes)")
+            self._medusa = load(file, sha, path)
+        return self._medusa
 
     def _find_kangaroo(self, known_only: bool = False) -> None:
         """The target's trained adapter, or a clear error saying how to train one

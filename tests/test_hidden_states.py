@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
 
@@ -19,15 +18,18 @@ from specchat.engine.hidden_states import (
 )
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.errors import Cancelled
+from specchat.models.heads.output_matrix import output_rows
 
 
 def _output_matrix(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-    out = tensors.get("output.weight") or tensors["token_embd.weight"]
-    norm = tensors["output_norm.weight"]
-    w = gguf.dequantize(out.data, out.tensor_type).astype(np.float32)
-    g = gguf.dequantize(norm.data, norm.tensor_type).astype(np.float32)
-    return w, g
+    """The output matrix as the heads read it, and the final norm's gain (F32 in these files)."""
+    from specchat.formats.gguf_file import read_header
+
+    header = read_header(path, token_texts=False)
+    norm = next(t for t in header.tensors if t.name == "output_norm.weight")
+    g = np.memmap(path, dtype=np.float32, mode="r", offset=header.data_start + norm.offset,
+                  shape=norm.shape)
+    return output_rows(path), np.array(g)
 
 
 def _ctx(path: Path) -> LlamaContext:

@@ -243,8 +243,8 @@ def test_too_little_text_is_refused_clearly() -> None:
 def test_greedy_kangaroo_on_the_demo_target_equals_plain(
         demo_files: tuple[Path, Path], tmp_path: Path) -> None:
     """Train a small adapter for SmolLM2-135M F32 (its first 6 of 30 blocks) on a short text
-    (eight Spec-Bench prompts, ~900 tokens), save it, load it back as the runtime does, and decode greedily: the output is the
-    target's own greedy output, and some drafts are kept."""
+    (eight Spec-Bench prompts, ~900 tokens), save it, load it back as the runtime does, and
+    decode greedily: the output is the target's own greedy output, and some drafts are kept."""
     from specchat.engine.model import ContextSettings, LlamaModel
     from specchat.engine.plain import PlainDecoder
     from specchat.models.heads.data import DataSpec, spec_bench_prompts

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from specchat.cli import pair_cmd
+import numpy as np
+
+from specchat.cli import heads_kangaroo, pair_cmd
 from specchat.cli.common import Env
-from specchat.errors import FetchError
+from specchat.errors import FetchError, SpecchatError
 from specchat.models.catalog import (
     DerivedSource,
     HfSource,
@@ -40,6 +43,88 @@ def add_parser(sub: Any) -> None:
     rm.add_argument("ids", nargs="+", metavar="ID")
     rm.set_defaults(func=cmd_rm)
     pair_cmd.add_parsers(msub)
+    th = msub.add_parser("train-heads", help="train drafting heads for a target on this machine",
+                         description="Train Medusa heads for TARGET (a catalog id or a .gguf "
+                         "path) with numpy: the target reads Spec-Bench prompts and its own "
+                         "replies to them (generated once and cached) or --text FILE, then the "
+                         "heads learn to predict its next tokens. Use them with --drafter medusa.")
+    th.add_argument("target", metavar="TARGET")
+    th.add_argument("--kind", default="medusa", choices=HEAD_KINDS,
+                    help="medusa (heads on the last hidden state) or kangaroo (the first blocks "
+                    "+ an adapter); default medusa")
+    th.add_argument("--minutes", type=float, default=3.0, help="training time budget (3)")
+    th.add_argument("--heads", type=int, default=3, help="Medusa heads K: tokens drafted ahead (3)")
+    th.add_argument("--prompts", type=int, default=48,
+                    help="Spec-Bench prompts the target replies to (48)")
+    th.add_argument("--reply-tokens", type=int, default=128, help="tokens per reply (128)")
+    th.add_argument("--text", type=Path, metavar="FILE", help="train on this text file instead")
+    th.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: automatic)")
+    heads_kangaroo.add_arguments(th)
+    th.set_defaults(func=cmd_train_heads)
+
+
+HEAD_KINDS = ("medusa", "kangaroo")
+
+
+def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
+    import threading
+
+    from specchat.config import cap_threads
+    from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+    from specchat.models.heads import data as heads_data
+    from specchat.models.heads import medusa
+    from specchat.models.heads.output_matrix import output_rows, output_type
+    from specchat.models.heads.store import target_dir, target_sha256
+    from specchat.models.progress import format_duration
+
+    for name, value in (("--minutes", args.minutes), ("--heads", args.heads),
+                        ("--prompts", args.prompts), ("--reply-tokens", args.reply_tokens)):
+        if not value > 0:
+            raise SpecchatError(f"{name} must be more than 0")
+    if args.text is not None and not args.text.is_file():
+        raise SpecchatError(f"no text file at {args.text}")
+    entry = model_from_ref(env.catalog, args.target)
+    progress = TextProgress()
+    path = env.resolver.ensure(entry, progress)
+    kind = output_type(path)
+    output_rows(path, np.array([0]))  # a type gguf cannot dequantize is refused now, not later
+    if args.kind == "kangaroo":
+        return heads_kangaroo.train_kangaroo(env, path, args)
+    sha = target_sha256(env.paths, path, progress)
+    folder = target_dir(env.paths, sha)
+    threads, _ = cap_threads(args.threads or env.config.n_threads)
+    model = LlamaModel(path)
+    ctx = LlamaContext(model, ContextSettings(n_ctx=2048, n_batch=64, n_threads=threads))
+    spec = heads_data.DataSpec(prompts=args.prompts, reply_tokens=args.reply_tokens,
+                               text_file=args.text)
+    cancel = threading.Event()
+    out = sys.stdout
+    try:
+        data = heads_data.collect(ctx, folder, spec, progress, cancel)
+        ctx.close()
+        model.close()
+        result = medusa.train(data, lambda ids: output_rows(path, ids),
+                              medusa.TrainSpec(heads=args.heads, minutes=args.minutes), sha,
+                              progress, cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        out.write("cancelled: nothing half-written was kept; replies already generated are "
+                  f"cached in {folder} and the next run goes on from there\n")
+        return 130
+    dest = medusa.save(env.paths, result, path)
+    out.write(safe_text(
+        f"Medusa heads for {path.name} (output matrix {kind}): {result.heads.k} heads, trained "
+        f"{format_duration(result.seconds)} ({result.steps} steps) on {result.train_positions:,}"
+        f" positions; vocabulary {result.vocab:,} tokens ({result.coverage:.1%} of the "
+        "target's top-token mass)\n"))
+    test_n = result.accuracy[0].positions if result.accuracy else 0
+    out.write(f"held-out text ({test_n:,} positions), the head's best token vs the target's:\n")
+    for a in result.accuracy:
+        out.write(f"  head {a.head} (token +{a.head + 1}): top-1 {a.top1:.1%}  "
+                  f"top-3 {a.top3:.1%}\n")
+    out.write(safe_text(f"saved: {dest}\n") + safe_text(
+        f"use them: specchat race --model {args.target} --drafter medusa\n"))
+    return 0
 
 
 def describe_source(src: Source) -> str:

@@ -50,7 +50,40 @@ class ScriptedContext:
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
 
+    # Hidden states (engine.hidden_states asks a context for its own when it has them): the
+    # state after token t at position i is the one-hot of its row's index, which determines the
+    # next-token logits as a real final hidden state does.
+
+    @property
+    def n_embd(self) -> int:
+        return len(self.table)
+
+    def _states(self, pairs: Sequence[tuple[int, int]]) -> npt.NDArray[np.float32]:
+        out = np.zeros((len(pairs), len(self.table)), dtype=np.float32)
+        for i, (tok, pos) in enumerate(pairs):
+            out[i, (tok + pos * self.stride) % len(self.table)] = 1.0
+        return out
+
+    def decode_with_hidden(self, tokens: Sequence[int]
+                           ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        start = len(self.tokens)
+        rows = self.decode(tokens, logits="all")
+        return rows, self._states([(int(t), start + i) for i, t in enumerate(tokens)])
+
+    def decode_tree_with_hidden(self, shape: Sequence[int], nodes: Sequence[int],
+                                tokens: Sequence[int]
+                                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        rows = self.decode_tree(shape, nodes, tokens)
+        pairs = []
+        for node, tok in zip(nodes, tokens, strict=True):
+            depth, p = 0, shape[node]
+            while p >= 0:
+                depth, p = depth + 1, shape[p]
+            pairs.append((int(tok), len(self.tokens) + depth))
+        return rows, self._states(pairs)
+
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
+        self.decode_s += 1e-9  # each decode moves the clock (hidden_states.last_hidden reads it)
         self.drop_tree()
         start = len(self.tokens)
         if start + len(tokens) > self.n_ctx:
@@ -63,6 +96,7 @@ class ScriptedContext:
 
     def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int]
                     ) -> npt.NDArray[np.float32]:
+        self.decode_s += 1e-9
         if self._tree is None:
             self._tree = {}
         rows = []

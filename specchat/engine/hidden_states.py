@@ -58,6 +58,9 @@ class HiddenStateError(SpecchatError):
 
 def n_embd(ctx: LlamaContext) -> int:
     """The width of the target's hidden state."""
+    own = getattr(ctx, "n_embd", None)  # a stand-in context (devtools.scripted) says its own
+    if isinstance(own, int):
+        return own
     return int(llama_cpp.llama_model_n_embd(ctx.model.ptr))
 
 
@@ -96,6 +99,11 @@ def decode_with_hidden(ctx: LlamaContext, tokens: Sequence[int]
                        ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """Append ``tokens`` (one batch at most) to the cache: every row's logits (a view, as
     ``ctx.decode(tokens, logits="all")`` returns) and hidden state ``(n, n_embd)`` (a copy)."""
+    own = getattr(ctx, "decode_with_hidden", None)
+    if own is not None:  # a stand-in context computes its own (devtools.scripted)
+        rows, hidden = own(tokens)
+        ctx._last_hidden = (ctx.decode_s, hidden)  # type: ignore[attr-defined]
+        return rows, hidden
     with hidden_states_on(ctx):
         rows = ctx.decode(tokens, logits="all")
         return rows, _read(ctx, rows.shape[0])
@@ -105,6 +113,11 @@ def decode_tree_with_hidden(ctx: LlamaContext, shape: Sequence[int], nodes: Sequ
                             tokens: Sequence[int]
                             ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """``ctx.decode_tree(shape, nodes, tokens)`` and each node's hidden state (a copy)."""
+    own = getattr(ctx, "decode_tree_with_hidden", None)
+    if own is not None:
+        rows, hidden = own(shape, nodes, tokens)
+        ctx._last_hidden = (ctx.decode_s, hidden)  # type: ignore[attr-defined]
+        return rows, hidden
     with hidden_states_on(ctx):
         rows = ctx.decode_tree(shape, nodes, tokens)
         return rows, _read(ctx, rows.shape[0])

@@ -47,6 +47,7 @@ from specchat.engine.events import (
     TokenOrigin,
 )
 from specchat.engine.gamma import FixedGamma, GammaPolicy
+from specchat.engine.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.plan import Plan
 from specchat.engine.reply import Reply
@@ -247,8 +248,13 @@ class SpeculativeDecoder:
         tree = proposal.kind == "tree"
         shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
         t0 = time.perf_counter()
-        rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
-                else tgt.decode(tokens, logits="all"))
+        if any(getattr(d, "reads_hidden", False) for d in self._alive):
+            # A drafter that drafts from the target's hidden states (medusa) reads this pass's.
+            rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
+                       else decode_with_hidden(tgt, tokens))
+        else:
+            rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
+                    else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
         if settings.greedy:
             v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
