@@ -31,7 +31,9 @@ def add_arguments(p: Any) -> None:
 def train_kangaroo(env: Env, target: Path, args: argparse.Namespace,
                    cancel: threading.Event | None = None) -> int:
     from specchat.models.heads.data import DataSpec
-    from specchat.models.heads.kangaroo import ETA, KangarooSpec, train
+    from specchat.models.heads.kangaroo import ETA, KangarooSpec, OutputRows, train
+
+    OutputRows(target)  # an output matrix gguf cannot dequantize is refused before any work
 
     threads, note = cap_threads(getattr(args, "threads", None) or env.config.n_threads)
     if note:

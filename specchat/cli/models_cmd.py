@@ -86,10 +86,10 @@ def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
     entry = model_from_ref(env.catalog, args.target)
     progress = TextProgress()
     path = env.resolver.ensure(entry, progress)
+    if args.kind == "kangaroo":  # its own reader checks the output matrix (faster than gguf's)
+        return heads_kangaroo.train_kangaroo(env, path, args)
     kind = output_type(path)
     output_rows(path, np.array([0]))  # a type gguf cannot dequantize is refused now, not later
-    if args.kind == "kangaroo":
-        return heads_kangaroo.train_kangaroo(env, path, args)
     sha = target_sha256(env.paths, path, progress)
     folder = target_dir(env.paths, sha)
     threads, _ = cap_threads(args.threads or env.config.n_threads)
