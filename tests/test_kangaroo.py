@@ -321,3 +321,36 @@ def test_the_output_rows_reader_matches_gguf(tiny_target: Path) -> None:
     t = next(x for x in reader.tensors if x.name == "output.weight")
     want = gguf.dequantize(t.data[ids], t.tensor_type).reshape(len(ids), -1)
     assert np.array_equal(OutputRows(tiny_target)(ids), want)
+
+
+def test_train_heads_kangaroo_then_ask_with_it(home: object, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The command end to end on a tiny 6-block target: a summary with held-out accuracy, then
+    ``ask --drafter kangaroo`` gives the plain greedy reply; another file is refused."""
+    from specchat.cli.main import main
+    from specchat.devtools.tiny_models import TinySpec, write_tiny_model
+
+    target = write_tiny_model(tmp_path / "deep.gguf", TinySpec(seed=1, n_layer=6,
+                                                                residual_scale=0.4), name="deep")
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. a robot paints in the rain, then it writes. " * 40,
+                    encoding="utf-8")
+    assert main(["models", "train-heads", str(target), "--kind", "kangaroo", "--text", str(text),
+                 "--minutes", "0.05", "--layers", "2", "--rank", "16", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the first 2 of 6 blocks + a rank-16 adapter" in out
+    assert "held-out top-1 agreement with the target" in out
+
+    def ask(*extra: str) -> str:
+        rc = main(["ask", "the cat sat", "--model", str(target), "--threads", "1",
+                   "--max-tokens", "24", "--temperature", "0", *extra])
+        got = capsys.readouterr()
+        assert rc == 0, got.err
+        return got.out
+
+    assert ask("--drafter", "kangaroo") == ask()
+    other = write_tiny_model(tmp_path / "other.gguf", TinySpec(seed=5, n_layer=6), name="o")
+    rc = main(["ask", "hi", "--model", str(other), "--drafter", "kangaroo", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err
+    assert "has no Kangaroo adapter yet: train one with `specchat models train-heads" in err
