@@ -291,3 +291,116 @@ def test_a_draft_step_after_plain_ones_does_not_count_its_catch_up_as_draft_cost
     for _ in range(3):
         p.observe(StepEvent(2, 2, 0.004, 0.011, "model", committed=3))  # drafting in a row
     assert p.costs.t_draft > t0
+
+
+def test_the_planner_keeps_its_forecast_for_the_reply() -> None:
+    p = planner(QWEN_CPU, 0.85, ngram_alpha=0.9)
+    plans = [p.next_plan(("model", "ngram")) for _ in range(3)]
+    table, o = p.costs.verify_table(), p.costs.overhead
+    assert all(pl.drafter == "ngram" for pl in plans)
+    g = plans[0].size
+    expected = sum(0.9 ** i for i in range(g + 1))  # 1 + Σ α^i at a flat α of 0.9
+    assert p.prediction.steps == 3 and p.prediction.unscored == 0
+    assert p.prediction.tokens == pytest.approx(3 * expected, rel=0.05)
+    assert p.prediction.seconds == pytest.approx(3 * (g * p.t_ngram + table[g] + o))
+    p.next_plan(())  # a plain step: one token in T(1) + o
+    assert p.prediction.steps == 4
+    p.begin("next turn")
+    assert p.prediction.steps == 0 and p.prediction.tok_s is None
+
+
+def test_warm_up_steps_are_not_forecasts() -> None:
+    p = Planner(CALM, AutoGammaSeed(), clock=lambda: 0.0)
+    p.begin("hello")
+    assert p.next_plan(("model",)).reason == "warm-up"
+    assert p.prediction.steps == 0 and p.prediction.unscored == 1
+
+
+def test_another_chain_drafter_is_timed_by_a_probe_then_judged_on_what_it_showed() -> None:
+    """A drafter the planner has no cost model for (the layer-skip self-draft): one probe
+    first, then its own α and cost per token decide, as for the draft model."""
+    p = planner(FLAT, 0.5)
+    first = p.next_plan(("layerskip",))
+    assert first.drafter == "layerskip" and first.reason == "probe"
+    # It drafts fast and well here: the planner keeps using it.
+    for _ in range(30):
+        plan = p.next_plan(("layerskip",))
+        if plan.drafter == "layerskip":
+            g = plan.size
+            p.observe(StepEvent(g, g, 0.001 * g, 0.0105, "layerskip", committed=g + 1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
+    assert p.others["layerskip"].model.alpha() > 0.8
+    assert p.others["layerskip"].t(0.01) == pytest.approx(0.001, rel=0.05)
+    plan = p.next_plan(("layerskip",))
+    assert plan.drafter == "layerskip" and plan.size >= 2 and plan.reason.startswith("layerskip")
+
+    # One that drafts slowly and badly on the steep CPU curve: plain after the probe.
+    q = planner(QWEN_CPU, 0.5)
+    assert q.next_plan(("layerskip",)).reason == "probe"
+    q.observe(StepEvent(2, 0, 0.060, 0.067, "layerskip", committed=1))
+    plans = [q.next_plan(("layerskip",)) for _ in range(3)]
+    assert all(pl.drafter == "none" for pl in plans)
+
+
+def test_a_probe_that_found_nothing_to_propose_is_not_repeated_at_once() -> None:
+    p = planner(QWEN_CPU, 0.5)
+    assert p.next_plan(("lookahead",)).reason == "probe"
+    p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))  # it had nothing to offer
+    assert p.next_plan(("lookahead",)).reason != "probe"
+
+
+def test_ngram_probes_keep_their_pace_when_they_miss() -> None:
+    """A copy reply's lookups must not be given up after an unlucky guess at a changed word:
+    an n-gram probe checks one nearly free token, so a miss does not stretch the wait."""
+    p = planner(QWEN_CPU, 0.5, ngram_alpha=0.05)
+    gaps, run = [], 0
+    for _ in range(400):
+        plan = p.next_plan(("ngram",))
+        run += 1
+        if plan.drafter == "ngram":
+            gaps.append(run)
+            run = 0
+            p.observe(StepEvent(1, 0, 0.0002, 0.055, "ngram", committed=1))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert len(gaps) > 5 and set(gaps[1:]) == {p.settings.probe_every}
+
+
+def test_a_long_prompt_the_draft_has_not_read_is_paid_for_before_drafting() -> None:
+    """After a long pasted document the draft model must first read it all: on a flat curve
+    with a good draft that still pays; on the CPU curve with a 0.85 draft it does not."""
+    flat = planner(FLAT, 0.8)
+    flat.draft_lag(2000)
+    assert flat.next_plan(("model",)).drafter == "model"
+    cpu = planner(CostCurve(0.010, QWEN_CPU.verify_s), 0.85)  # a cheap draft: drafting pays
+    assert cpu.next_plan(("model",)).drafter == "model"
+    cpu.begin("a long document")
+    cpu.draft_lag(2000)
+    plan = cpu.next_plan(("model",))
+    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read 1999 tokens"
+
+
+def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
+    p = Planner(CALM, AutoGammaSeed(), clock=lambda: 0.0)
+    p.begin("a long document")
+    p.draft_lag(1500)
+    assert p.next_plan(("model",)).drafter == "none"
+    assert p.next_plan(("model", "ngram")).reason == "warm-up"  # n-gram lookups can warm up
+
+
+def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = planner(QWEN_CPU, 0.5)
+    calls = []
+    real = p.candidates
+    monkeypatch.setattr(p, "candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plans = []
+    for _ in range(8):
+        plans.append(p.next_plan(("model",)))
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+    assert all(pl.drafter == "none" for pl in plans)
+    assert len({pl.reason for pl in plans}) == 1  # the held steps say why, as the scored one
+    assert len(calls) == 2  # scored at steps 1 and 5 (exploration would add one per scoring)
+    p.next_plan(("model", "ngram"))  # other drafters offered: scored at once
+    assert len(calls) == 3

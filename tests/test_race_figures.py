@@ -114,3 +114,16 @@ def test_greedy_divergence_at_a_near_tie_is_not_a_bug() -> None:
     assert far.is_bug and far.verdict().startswith("outputs differ at token 4 — a bug: ")
     unknown = replace(base, divergence=Divergence(4, " the", " word", 0.01, None))
     assert unknown.is_bug  # no measured bound: never excused
+
+
+def test_the_planner_line_sets_realised_against_the_planners_forecast() -> None:
+    base = fixed_result()
+    assert base.planner_text() == ""  # no planner chose the steps: nothing to judge
+    specs = tuple(replace(spec_timeline(step_s=s), predicted_tok_s=f)
+                  for s, f in ((0.15, 10.0), (0.15, 20.0), (0.6, 10.0)))
+    r = replace(base, spec_runs=specs)
+    ratios = sorted(t.decode_tok_s / f for t, f in zip(specs, (10.0, 20.0, 10.0), strict=True))
+    ratio, forecast = r.realised_vs_predicted or (0.0, 0.0)
+    assert ratio == pytest.approx(ratios[1]) and forecast in (10.0, 20.0)
+    assert any(line.startswith(f"planner: realised/predicted {ratio:.2f}")
+               for line in r.summary_lines())

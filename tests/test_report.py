@@ -119,7 +119,8 @@ def test_bench_report(tmp_path: Path) -> None:
     def rec(cat: str, mode: str, gamma: int | None, temp: float, secs: float) -> dict:
         return {"question_id": "1", "category": cat, "mode": mode, "gamma": gamma,
                 "temperature": temp, "generated_tokens": 40, "total_s": secs + 1,
-                "prompt_s": 1.0, "accepted": 30 if gamma else 0, "rejections": 5 if gamma else 0,
+                "prompt_s": 1.0, "ttft_s": 1.05, "decode_s": secs - 0.05,
+                "accepted": 30 if gamma else 0, "rejections": 5 if gamma else 0,
                 "target_forwards": 12, "steps": 10 if gamma else 0, "drafted": 40,
                 "draft_s": 0.1, "detail": SpecDetail().as_dict()}
 

@@ -208,18 +208,38 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
     assert md in capsys.readouterr().out
 
 
+def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tiny_draft: Path,
+                                                         home: AppPaths, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
+               "--max-tokens", "8", "--threads", "1", "--runs", "3", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert doc["config"]["runs"] == 3
+    assert len(doc["records"]) == 2 * 2  # one record (the median run) per prompt and mode
+    for r in doc["records"]:
+        lo, hi = r["tok_s_range"]
+        assert r["runs"] == 3 and lo <= r["decode_tps"] <= hi
+    assert "each figure the median of 3 interleaved runs" in (out / "results.md").read_text(
+        encoding="utf-8")
+    assert main(["bench", "--model", str(tiny_target), "--runs", "0"]) == 1  # said, no trace
+
+
 def test_summarize_weights_by_time_not_by_prompt() -> None:
     def rec(mode: str, gamma: int | None, gen: int, secs: float) -> dict:
         return {"question_id": "1", "category": "c", "mode": mode, "gamma": gamma,
                 "temperature": 0.0, "generated_tokens": gen, "total_s": secs + 1,
-                "prompt_s": 1.0, "accepted": 3, "rejections": 1, "target_forwards": gen // 2,
+                "prompt_s": 1.0, "ttft_s": 1.0, "decode_s": secs, "accepted": 3,
+                "rejections": 1, "target_forwards": gen // 2,
                 "steps": gen // 2 if gamma else 0, "drafted": 4, "draft_s": 0.1,
                 "detail": SpecDetail(position_drafted=(1, 1), position_accepted=(1, 0)).as_dict()}
     rows = summarize([rec("plain", None, 10, 1.0), rec("plain", None, 30, 1.0),
                       rec("draft", 2, 40, 1.0)])
     by = {(r["mode"], r["category"]): r for r in rows}
-    assert by[("plain", "all")]["tok_s"] == pytest.approx(20.0)  # 40 tokens / 2 s
-    assert by[("draft", "c")]["speedup"] == pytest.approx(2.0)
+    # after the first token of each reply: 38 tokens in 2 s; the draft's 39 in 1 s
+    assert by[("plain", "all")]["tok_s"] == pytest.approx(19.0)
+    assert by[("draft", "c")]["speedup"] == pytest.approx(39 / 19)
     assert by[("draft", "c")]["acceptance_by_position"] == [1.0, 0.0]
     assert by[("draft", "c")]["alpha"] == pytest.approx(0.75)
 

@@ -29,6 +29,7 @@ from specchat.engine.events import (
 from specchat.engine.gamma import FixedGamma, PolicyBase
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, flash_attention
 from specchat.engine.plain import PlainDecoder
+from specchat.engine.plan import Plan, chain
 from specchat.engine.sampling import SamplerSettings, distribution
 from specchat.engine.speculative import SpeculativeDecoder
 
@@ -428,3 +429,76 @@ def test_policy_can_stop_drafting_early_and_sees_every_step(
     if settings.greedy:
         plain, _ = run(PlainDecoder(ctx(target)), prompt_of(target), settings)
         assert token_ids(events) == token_ids(plain)
+
+
+class RecordsAvailable(PolicyBase):
+    """A planner-like policy: n-gram chains when offered, else the draft model; records what
+    the decoder offered each step."""
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[str, ...]] = []
+        self.seen: list[StepEvent] = []
+
+    def next_gamma(self) -> int:
+        return 3
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan:
+        self.offered.append(available)
+        return chain("ngram" if "ngram" in available else "model", 3)
+
+    def observe(self, step: StepEvent) -> None:
+        self.seen.append(step)
+
+
+def test_the_planner_is_offered_ngram_only_when_the_lookup_has_a_match(
+        target: LlamaModel, close_draft: LlamaModel) -> None:
+    policy = RecordsAvailable()
+    # A prompt that repeats itself, so some steps have a match and some do not.
+    prompt = prompt_of(target, "one two three one two three one two three four")
+    dec = SpeculativeDecoder(ctx(target), ctx(close_draft), policy, drafters=("ngram", "model"))
+    events, _ = run(dec, prompt, GREEDY.with_(max_tokens=40))
+    assert len(policy.offered) == len(policy.seen)
+    kinds = {("ngram" in a) for a in policy.offered}
+    assert kinds == {True, False}, "the fixture should give steps with and without a match"
+    for offered, step in zip(policy.offered, policy.seen, strict=True):
+        assert "model" in offered
+        # A step planned on n-gram always had something to propose: never an empty n-gram step.
+        if "ngram" in offered:
+            assert step.drafter == "ngram" and step.gamma > 0
+        else:
+            assert step.drafter == "model"
+    plain, _ = run(PlainDecoder(ctx(target)), prompt, GREEDY.with_(max_tokens=40))
+    assert token_ids(events) == token_ids(plain)
+
+
+def test_ngram_can_propose_follows_the_sequence() -> None:
+    d = NgramDrafter(n_min=2)
+    d.reset([1, 2, 3, 4])
+    assert not d.can_propose([1, 2, 3, 4])
+    assert d.can_propose([1, 2, 3, 4, 1, 2])  # (1, 2) was followed by 3
+    assert not d.can_propose([9, 9])  # a new sequence is indexed afresh
+
+
+class RecordsLag(PolicyBase):
+    def __init__(self) -> None:
+        self.lags: list[int] = []
+
+    def next_gamma(self) -> int:
+        return 2
+
+    def draft_lag(self, tokens: int) -> None:
+        self.lags.append(tokens)
+
+
+def test_the_policy_is_told_what_the_draft_has_not_read(target: LlamaModel,
+                                                       close_draft: LlamaModel) -> None:
+    policy = RecordsLag()
+    dec = SpeculativeDecoder(ctx(target), ctx(close_draft), policy)
+    prompt = prompt_of(target)
+    events, _ = run(dec, prompt, GREEDY.with_(max_tokens=12))
+    assert policy.lags == [len(prompt)]  # a fresh draft cache lacks the whole prompt
+    longer = [*prompt, *token_ids(events), *prompt_of(target, "and again")]
+    run(dec, longer, GREEDY.with_(max_tokens=4))
+    # The draft kept what it read of the first reply: it lacks only the new turn (and at most
+    # the reply's last tokens, which it never drafted after).
+    assert 0 < policy.lags[1] < len(longer) - len(prompt)

@@ -2,7 +2,8 @@
 
 Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
 ``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
-both KV caches are cleared before each run so no run profits from another's prompt. Each record
+both KV caches are cleared before each run so no run profits from another's prompt (a learning
+γ policy does keep what earlier runs taught it, saved per pair as between two `specchat ask`s). Each record
 is one run's ``GenerationStats`` plus what was run; a greedy speculative record also says
 whether its reply is identical to plain decoding's (or parted at a near-tie within this
 build's measured batch rounding, or a bug).
@@ -34,6 +35,7 @@ class BenchConfig:
     ngram: bool = False
     drafters: tuple[str, ...] | None = None  # --drafter (None: the draft model, or --ngram's)
     system: str | None = "You are a helpful assistant."
+    runs: int = 1  # timed rounds of every mode per prompt, interleaved; the median run is kept
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ def run_tokens(runtime: Runtime, mode: Mode, tokens: Sequence[int],
                settings: SamplerSettings) -> tuple[GenerationStats, list[int]]:
     runtime.clear_caches()
     done = run_to_end(_decoder(runtime, mode), tokens, settings)
+    if mode.gamma in ("plan", "auto"):
+        # Each run is a new controller, as each `specchat ask` is a new process; like those it
+        # starts from what the pair's controllers learnt before (saved per pair), this run's
+        # earlier prompts included — so only a first-ever prompt pays the warm-up.
+        runtime.save_controllers()
     return done.stats, done.tokens
 
 
@@ -125,6 +132,20 @@ class _Identity:
 AfterPrompt = Callable[[float, BenchPrompt, str], None]
 
 
+def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    """The run of median speed among a mode's rounds on one prompt, with the spread of all."""
+    ordered = sorted(runs, key=lambda r: r[0])
+    rec = dict(ordered[(len(ordered) - 1) // 2][1])
+    if len(ordered) > 1:
+        rec["runs"] = len(ordered)
+        rec["tok_s_range"] = [ordered[0][0], ordered[-1][0]]
+        verdicts = {r[1].get("identity") for r in ordered} - {None}
+        if len(verdicts) > 1:  # the worst verdict of any round stands
+            rec["identity"] = next((v for v in verdicts if not str(v).startswith("identical")),
+                                   rec.get("identity"))
+    return rec
+
+
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig,
               progress: Callable[[str], None] = lambda _m: None,
               after_prompt: AfterPrompt | None = None) -> list[dict[str, Any]]:
@@ -135,31 +156,36 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
     # Warm-up: page the weights in and let the CPU settle before anything is timed.
     run_once(runtime, ms[-1], rendered[0][1], SamplerSettings(temperature=0, max_tokens=16))
     records: list[dict[str, Any]] = []
-    total = len(cfg.temperatures) * len(prompts) * len(ms)
+    total = len(cfg.temperatures) * len(prompts) * len(ms) * max(1, cfg.runs)
     identity = _Identity(runtime, calibrated_rounding(runtime))
     for temp in cfg.temperatures:
         settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
         for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
             plain_ids: list[int] | None = None
-            for mode in ms:
-                stats, ids = run_tokens(runtime, mode, tokens, settings)
-                rec = {"question_id": prompt.question_id, "category": prompt.category,
-                       "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
-                       **stats.as_dict()}
-                same = ""
-                if settings.greedy and mode.gamma is None:
-                    plain_ids = ids
-                elif settings.greedy and plain_ids is not None:
-                    rec["identity"] = identity.verdict(tokens, plain_ids, ids)
-                    same = f" · {rec['identity']}"
-                records.append(rec)
-                gen_s = stats.total_s - stats.prompt_s
-                tps = stats.generated_tokens / gen_s if gen_s > 0 else 0.0
-                alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
-                    and stats.tau is not None else ""
-                progress(f"[{len(records)}/{total}] T={temp:g} {prompt.category} "
-                         f"#{prompt.question_id} {mode.label}: {stats.generated_tokens} tokens, "
-                         f"{tps:.1f} tok/s{alpha}{same}")
+            done: dict[int, list[tuple[float, dict[str, Any]]]] = {i: [] for i in range(len(ms))}
+            for round_ in range(max(1, cfg.runs)):
+                for i, mode in enumerate(ms):
+                    stats, ids = run_tokens(runtime, mode, tokens, settings)
+                    rec = {"question_id": prompt.question_id, "category": prompt.category,
+                           "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
+                           **stats.as_dict()}
+                    same = ""
+                    if settings.greedy and mode.gamma is None:
+                        plain_ids = ids
+                    elif settings.greedy and plain_ids is not None:
+                        rec["identity"] = identity.verdict(tokens, plain_ids, ids)
+                        same = f" · {rec['identity']}"
+                    tps = stats.decode_tps  # once the reply has started (as the report)
+                    done[i].append((tps, rec))
+                    alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
+                        and stats.tau is not None else ""
+                    n_done = len(records) + sum(len(v) for v in done.values())
+                    runs = f" (run {round_ + 1}/{cfg.runs})" if cfg.runs > 1 else ""
+                    progress(f"[{n_done}/{total}] T={temp:g} {prompt.category} "
+                             f"#{prompt.question_id} {mode.label}{runs}: "
+                             f"{stats.generated_tokens} tokens, {tps:.1f} tok/s{alpha}{same}")
+            for i in range(len(ms)):
+                records.append(_median_run(done[i]))
             if after_prompt is not None:
                 after_prompt(temp, prompt, text)
     return records

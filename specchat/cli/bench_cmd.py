@@ -66,6 +66,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--per-category", type=int, default=1, metavar="N",
                    help="prompts per category (default 1)")
     p.add_argument("--max-tokens", type=int, default=128, metavar="N")
+    p.add_argument("--runs", type=int, default=1, metavar="N",
+                   help="timed rounds of every mode on each prompt, interleaved; the median "
+                   "run is kept and the spread recorded (default 1; 3 on a busy machine)")
     p.add_argument("--gamma", type=_gammas, metavar="G[,G...]",
                    help="γ settings to run, e.g. 1,3,6,plan (plan: the planner, the default; "
                    "auto: the adaptive chain length; pair: the pair's γ). With plan and fixed "
@@ -90,8 +93,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     if bench_chained.wanted(args):
         out = args.out or Path("bench-results") / time.strftime("chained-%Y%m%d-%H%M%S")
         return bench_chained.run(env, args, out)
-    if args.per_category < 1 or args.max_tokens < 1:
-        raise SpecchatError("--per-category and --max-tokens must be ≥ 1")
+    if args.per_category < 1 or args.max_tokens < 1 or args.runs < 1:
+        raise SpecchatError("--per-category, --max-tokens and --runs must be ≥ 1")
     cats = tuple(c.strip() for c in args.categories.split(",")) if args.categories else ()
     prompts = load_prompts(args.prompts, cats, args.per_category)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
@@ -105,7 +108,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
                           max_tokens=args.max_tokens, seed=args.seed, ngram=args.ngram,
                           drafters=drafters,
-                          system=env.config.system_prompt or None)
+                          system=env.config.system_prompt or None, runs=args.runs)
         out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()
@@ -133,7 +136,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
                        "max_tokens": cfg.max_tokens, "seed": cfg.seed, "ngram": cfg.ngram,
                        "drafters": cfg.drafters,
                        "prompts": str(args.prompts or DEFAULT_PROMPTS),
-                       "per_category": args.per_category, "categories": cats},
+                       "per_category": args.per_category, "categories": cats,
+                       "runs": cfg.runs},
             "rows": rows, "llama_cpp": llama, "records": records,
             "cost_curve": None if curve is None else {"draft_s": curve.draft_s,
                                                       "verify_s": list(curve.verify_s)},
@@ -220,7 +224,9 @@ class LlamaReference:
 def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, Any] | None) -> str:
     head = (f"# specchat bench — {doc['pair']}\n\n{doc['threads']} threads, "
             f"{doc['config']['max_tokens']} tokens max, load average "
-            f"{doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}\n\n")
+            f"{doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}"
+            + (f"; each figure the median of {runs} interleaved runs" if (
+                runs := doc['config'].get('runs', 1)) > 1 else "") + "\n\n")
     parts = [head, markdown([r for r in rows if r["category"] == ALL], "All categories"),
              markdown([r for r in rows if r["category"] != ALL], "Per category")]
     if llama:

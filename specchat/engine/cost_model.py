@@ -74,6 +74,7 @@ class VerifyTable:
         self.weight = [0.0] * size
         self.shape: tuple[float, ...] | None = None
         self._est: tuple[float, ...] | None = None
+        self.version = 0  # bumped by every change (a cache of the estimates keys on it)
 
     def seed(self, curve: Sequence[float], weight: float = 1.0) -> None:
         """Start from a measured curve: its shape, and each point as ``weight`` observations."""
@@ -84,6 +85,7 @@ class VerifyTable:
             self.sum[n - 1] += weight * y
             self.weight[n - 1] += weight
         self._est = None
+        self.version += 1
 
     def add(self, n: int, seconds: float) -> None:
         """One step's measured verify time for a batch of ``n`` (decays every size's weight, so
@@ -99,6 +101,7 @@ class VerifyTable:
         self.sum[n - 1] += seconds
         self.weight[n - 1] += 1.0
         self._est = None
+        self.version += 1
 
     @property
     def observed(self) -> bool:
@@ -139,6 +142,7 @@ class VerifyTable:
             raise ValueError("verify table of another size")
         self.sum, self.weight = sums, weights
         shape = tuple(map(float, d.get("shape") or ()))
+        self.version += 1
         self.shape = shape if len(shape) == self.size and min(shape) > 0 else None
         self._est = None
 
@@ -160,6 +164,7 @@ class OnlineCostModel:
         self._over = [0.0, 0.0]  # Σw·seconds, Σw
         self._fit: tuple[float, float] | None = None
         self.table = VerifyTable(TABLE_SIZE, half_life)
+        self._vt: tuple[tuple[object, ...], tuple[float, ...]] | None = None
         self.skip_first = skip_first
         self._seen: set[int] = set()  # batch sizes (0: the draft) observed in this process
 
@@ -277,10 +282,16 @@ class OnlineCostModel:
         return a + b * n
 
     def verify_table(self) -> tuple[float, ...]:
-        """T_v(1..TABLE_SIZE) as the table estimates it now."""
+        """T_v(1..TABLE_SIZE) as the table estimates it now (the planner asks several times a
+        step: computed again only after a change)."""
         a, b = self.line()
+        key = (id(self.table), self.table.version, id(self.table.shape), a, b)
+        if self._vt is not None and self._vt[0] == key:
+            return self._vt[1]
         line = [a + b * n for n in range(1, TABLE_SIZE + 1)] if a + b > 0 else None
-        return self.table.estimates(line)
+        est = self.table.estimates(line)
+        self._vt = (key, est)
+        return est
 
     def step_cost(self, gamma: int) -> float:
         """Seconds of a step that drafts ``gamma`` tokens (0: a plain step)."""

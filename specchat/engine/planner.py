@@ -21,7 +21,9 @@ Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position 
 topic, with change detection and Thompson-sampling exploration — :mod:`specchat.engine.
 auto_gamma`, which this extends); lower ranks' P(rank k accepted | parent accepted) are counted
 from tree steps' ``accepted_ranks`` per depth, shrunk toward a geometric prior on what rank 1
-leaves. The n-gram drafter keeps its own acceptance estimates.
+leaves. The n-gram drafter keeps its own acceptance estimates, and so does every other chain
+drafter (the layer-skip self-draft, …): its α and its cost per drafted token are learnt from its
+own steps, starting from a cautious prior, after a first probe has timed it.
 
 ``next_plan(available)`` answers the decoder's question for the drafters usable this step;
 ``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
@@ -49,6 +51,10 @@ from specchat.engine.tree_dp import expected_tokens as tree_expected
 
 TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
+SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
+REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
+OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -73,6 +79,7 @@ class PlannerSettings:
     # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
     # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
     payback_tokens: int = 64
+    warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
     probe_budget: float = 0.05
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
@@ -120,6 +127,45 @@ class RankStats:
         self.offered, self.hits = off, hit
 
 
+class OtherDrafter:
+    """What the planner learns of a chain drafter it has no cost model for: its acceptance per
+    position and its seconds per drafted token (decayed sums, catch-up included: cautious)."""
+
+    def __init__(self, size: int, half_life: float) -> None:
+        self.model = AcceptanceModel(size, OTHER_PRIOR_ALPHA, prior_weight=6.0,
+                                     slow_half_life=half_life)
+        self.cost = [0.0, 0.0]  # decayed Σ seconds, Σ drafted tokens
+        self.lam = decay_for(half_life)
+        self.tried = 0  # steps planned on it (a step may find nothing to propose)
+
+    def t(self, t1: float) -> float:
+        s, n = self.cost
+        return s / n if n > 0 else OTHER_COST_PRIOR * t1
+
+    def observe(self, step: StepEvent) -> None:
+        self.cost = [self.lam * self.cost[0] + step.draft_s, self.lam * self.cost[1] + step.gamma]
+        self.model.observe(step_outcomes(step))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner expected of one reply's steps: Σ expected tokens over Σ predicted
+    seconds, on the estimates and costs it held when it chose each step."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+    unscored: int = 0  # steps of a drafter the planner does not score (not in the sums)
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 and self.steps else None
+
+    def add(self, tokens: float, seconds: float) -> Prediction:
+        return Prediction(self.tokens + tokens, self.seconds + seconds, self.steps + 1,
+                          self.unscored)
+
+
 @dataclass(frozen=True)
 class Candidate:
     plan: Plan
@@ -148,9 +194,12 @@ class Planner(AutoGamma):
                                      fast_half_life=settings.auto.fast_half_life)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
+        self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
+        # (plain steps left to take unscored, for these drafters, this topic): see next_plan
+        self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
-        self._probed = False  # the last speculative step was a probe
+        self._probed = ""  # the drafter of the last speculative step when it was a probe
         self._draft_behind = True  # the draft model has not drafted since the last commit
         self._behind = 0  # tokens committed since the draft model last drafted
         self._tree_key: tuple[tuple[int, ...], ...] | None = None
@@ -159,6 +208,7 @@ class Planner(AutoGamma):
         self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
+        self.prediction = Prediction()  # this reply's, against which its speed is judged
 
     # -------------------------------------------------------------------------- estimates
 
@@ -194,23 +244,39 @@ class Planner(AutoGamma):
         top = min(self.settings.gamma_max, TABLE_SIZE - 1)
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
-        for name, alph, per_token in (("model", alphas, t_d), ("ngram", ngram_alphas,
-                                                                 self.t_ngram)):
+        scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
+        for name in available:
+            if name not in SCORED:
+                other = self._other(name)
+                scored.append((name, other.model.position_alphas(), other.t(table[0])))
+        for name, alph, per_token in scored:
             if name not in available:
                 continue
-            best: Candidate | None = None
-            for g in range(1, top + 1):
-                cand = Candidate(chain(name, g), expected_tokens(alph, g),
-                                 g * per_token + table[g] + o)
-                if best is None or cand.rate > best.rate * 1.0001:
-                    best = cand
-            if best is not None:
-                out.append(best)
+            # Every chain length in one pass, E(γ) grown term by term (this runs each step:
+            # plans are built for the winner only).
+            best_g, best_e, best_s, best_rate = 0, 0.0, 0.0, -1.0
+            e, run = 1.0, 1.0
+            for g in range(1, min(top, len(alph)) + 1):
+                run *= alph[g - 1]
+                e += run
+                sec = g * per_token + table[g] + o
+                rate = e / sec if sec > 0 else 0.0
+                if rate > best_rate * 1.0001:
+                    best_g, best_e, best_s, best_rate = g, e, sec, rate
+            if best_g:
+                out.append(Candidate(chain(name, best_g), best_e, best_s))
         if "tree" in available:
             tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
                 out.append(tree)
         return base, out
+
+    def _other(self, name: str) -> OtherDrafter:
+        got = self.others.get(name)
+        if got is None:
+            got = self.others[name] = OtherDrafter(self.settings.gamma_max,
+                                                   self.settings.slow_half_life)
+        return got
 
     def _best_tree(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
                    chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
@@ -254,13 +320,24 @@ class Planner(AutoGamma):
         self._step_starts()
         s, ps = self.settings, self.plan_settings
         chains = [d for d in ("model", "ngram") if d in available]
-        if self._warmup_left and chains:
+        warm = chains
+        if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
+            # A warm-up step would first read the whole prompt into the draft: not for a
+            # guess (after a long document that costs more than the reply gains).
+            warm = chains[1:]
+        if self._warmup_left and warm:
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
-            return self._chosen(chain(chains[0], gamma, "warm-up"))
+            return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
+        unseen = [n for n in available if n not in SCORED and self._other(n).tried == 0]
+        if unseen:  # a drafter never timed here: one short chain measures its cost and α
+            self._plain_run = 0
+            self._other(unseen[0]).tried += 1
+            return self._chosen(chain(unseen[0], min(s.probe_gamma, s.gamma_max), "probe"),
+                                scored=False)
         if not self.seeded and self.costs.ratio is None:
             if sum(1 for w in self.costs.table.weight if w > 0) < 2:
                 # One batch size timed: the curve's slope is unknown, so a plain step (which
@@ -268,9 +345,16 @@ class Planner(AutoGamma):
                 # when it finds nothing and otherwise times a check of several tokens (without
                 # it, a reply whose warm-up lookups found nothing would never leave plain).
                 if "ngram" in available:
-                    return self._chosen(chain("ngram", 2, "timing a check"))
-                return self._chosen(plain("plain: timing a target step"))
+                    return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
+                return self._chosen(plain("plain: timing a target step"), scored=False)
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+        left, held, topic = self._hold
+        self._hold = (0, (), 0)
+        if left > 0 and held == available and topic == id(self.current) \
+                and self._plain_run + 1 < self._probe_wait:
+            self._hold = (left - 1, held, topic)
+            self._plain_run += 1
+            return self._chosen(plain(self.reason))
         model = self.current.model
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
@@ -308,32 +392,46 @@ class Planner(AutoGamma):
                 return self._chosen(plain(f"plain: the draft would first re-read "
                                           f"{self._behind} tokens"))
         if chosen.plan.drafter == "none":
-            if self._probed:  # the probe found nothing: wait longer before the next one
+            if self._probed and self._probed != "ngram":
+                # The probe found nothing: wait longer before the next one. Not for an n-gram
+                # probe: one token checked costs little, and a reply that copies its prompt
+                # must not lose its lookups to an unlucky first guess at a changed word.
                 self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
-                self._probed = False
+            self._probed = ""
             self._plain_run += 1
-            if self._plain_run < self._probe_wait or not chains:
+            if self._plain_run < self._probe_wait or not (
+                    chains or any(n not in SCORED for n in available)):
+                # Nothing pays: the next few plain steps keep this answer unscored (scoring
+                # costs a few ms of Python, a tenth of a small model's step).
+                self._hold = (REPLAN_EVERY - 1, available, id(self.current))
                 return self._chosen(plain(self._plain_reason(base, cands)))
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
             affordable = catch <= ps.probe_budget * self._behind * base.seconds
-            probe = "ngram" if "ngram" in chains else ("model" if affordable else "")
+            others = sorted((self._other(n).tried, n) for n in available if n not in SCORED)
+            probe = "ngram" if "ngram" in chains else ("model" if affordable else
+                                                       others[0][1] if others else "")
             self._plain_run = 0
             if not probe:
                 return self._chosen(plain(self._plain_reason(base, cands)))
-            self._probed = True
+            self._probed = probe
+            if probe in self.others:
+                self.others[probe].tried += 1
             return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
         self._plain_run = 0
-        self._probed = False
+        self._probed = ""
         self._probe_wait = s.probe_every
         plan = chosen.plan
+        if plan.drafter in self.others:
+            self.others[plan.drafter].tried += 1
         if plan.drafter == "tree":
             return self._chosen(Plan("tree", plan.parents,
                                      f"tree {plan.size} · depth {plan.depth}"))
-        reason = f"{'chain' if plan.drafter == 'model' else 'ngram'} {plan.size}"
+        reason = f"{'chain' if plan.drafter == 'model' else plan.drafter} {plan.size}"
         if plan.drafter == "model" and s.early_stop and self._confident():
-            # The confidence rule (keep_drafting) decides where the step stops.
-            return self._chosen(chain("model", s.gamma_max, reason))
+            # The confidence rule (keep_drafting) decides where the step stops; the
+            # prediction stays the planned chain's.
+            return self._chosen(chain("model", s.gamma_max, reason), predict=plan)
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
@@ -350,9 +448,38 @@ class Planner(AutoGamma):
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
         if plan.drafter == "tree":
             return tree_expected(self.rank_table(alphas), plan.parents)
+        if plan.drafter in self.others:
+            return expected_tokens(self.others[plan.drafter].model.position_alphas(), plan.size)
         return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
 
-    def _chosen(self, plan: Plan) -> Plan:
+    def predict(self, plan: Plan) -> tuple[float, float] | None:
+        """(expected tokens, seconds) of ``plan`` on the current estimates and costs, the draft
+        model's catch-up included; None for a drafter the planner does not score."""
+        c = self.costs
+        table = c.verify_table()
+        o = c.overhead
+        n = min(plan.size, len(table) - 1)
+        if plan.drafter == "none" or n == 0:
+            return 1.0, table[0] + o
+        alphas = self.current.model.position_alphas(self.current.model.alpha())
+        expected = self._expected(plan, alphas, self.ngram.position_alphas())
+        if plan.drafter == "ngram":
+            return expected, n * self.t_ngram + table[n] + o
+        catch = self.catch_up_cost(self._behind)
+        if plan.drafter == "model":
+            return expected, catch + n * c.t_draft + table[n] + o
+        if plan.drafter == "tree":
+            return expected, catch + tree_draft_cost(plan, c.t_draft, table) + table[n] + o
+        if plan.drafter in self.others and plan.is_chain:
+            return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
+        return None
+
+    def _chosen(self, plan: Plan, predict: Plan | None = None, scored: bool = True) -> Plan:
+        # Warm-up and timing steps run before the costs are known: not predictions.
+        got = self.predict(predict or plan) if scored else None
+        p = self.prediction
+        self.prediction = p.add(*got) if got is not None else Prediction(
+            p.tokens, p.seconds, p.steps, p.unscored + 1)
         self.last_plan = plan
         self.reason = plan.reason
         self.label = f"plan · {plan.reason}" if plan.reason else "plan"
@@ -393,6 +520,8 @@ class Planner(AutoGamma):
             self.ngram.observe(step_outcomes(step))
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
+        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none":
+            self._other(step.drafter).observe(step)
         self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
         self._behind = self._behind + step.committed if self._draft_behind else 0
         self._after_observe()
@@ -442,8 +571,15 @@ class Planner(AutoGamma):
 
     def begin(self, prompt_text: str) -> None:
         super().begin(prompt_text)
+        self.prediction = Prediction()
         self._draft_behind = True
-        self._behind = 0  # the decoder brings the draft up to the prompt before the first step
+        self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+
+    def draft_lag(self, tokens: int) -> None:
+        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
+        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
+        self._draft_behind = True
 
     def describe(self) -> str:
         return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"

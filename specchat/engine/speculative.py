@@ -34,6 +34,7 @@ from specchat.engine.drafters import (
     DraftRequest,
     Proposal,
     build,
+    can_propose,
     depths,
     fit_shape,
 )
@@ -180,6 +181,12 @@ class SpeculativeDecoder:
             self._settle(seq)
             return None
         self.policy.begin(self._new_prompt_text(seq))
+        lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
+        if lag is not None and self.draft is not None:
+            # What the draft model must read before it can draft (its cache is brought up
+            # only when a step first asks it): a planner weighs that against what drafting
+            # would gain — after a long pasted document it can outweigh the whole reply.
+            lag(len(seq) - self.draft.common_prefix(seq))
         self._set_alive(self.drafters, seq)
         return reused
 
@@ -208,7 +215,7 @@ class SpeculativeDecoder:
         next_plan: Callable[[tuple[str, ...]], Plan] | None = getattr(
             self.policy, "next_plan", None)
         if next_plan is not None:
-            plan = next_plan(tuple(d.name for d in self._alive))
+            plan = next_plan(tuple(d.name for d in self._alive if can_propose(d, seq)))
         else:
             plan = default.default_plan(self.policy.next_gamma())
         tgt = self.target

@@ -78,6 +78,22 @@ class RaceResult:
         return s / p if p > 0 and s > 0 else None
 
     @property
+    def realised_vs_predicted(self) -> tuple[float, float] | None:
+        """(median realised/predicted decode speed, the median forecast in tokens/s) over the
+        speculative runs a planner chose the steps of: how well it knew this machine."""
+        pairs = sorted((t.decode_tok_s / t.predicted_tok_s, t.predicted_tok_s)
+                       for t in self.runs[1] if t.predicted_tok_s and t.decode_tok_s > 0)
+        return pairs[(len(pairs) - 1) // 2] if pairs else None
+
+    def planner_text(self) -> str:
+        got = self.realised_vs_predicted
+        if got is None:
+            return ""
+        ratio, forecast = got
+        return (f"realised/predicted {ratio:.2f} (it forecast {forecast:.1f} tok/s from the "
+                "costs and acceptance it measured)")
+
+    @property
     def why(self) -> str:
         return explain(self.costs, self.device) if self.costs is not None else ""
 
@@ -143,6 +159,8 @@ class RaceResult:
 
     def summary_lines(self) -> list[str]:
         lines = [self.side_line(0), self.side_line(1), self.ratio_line()]
+        if self.planner_text():
+            lines.append(f"planner: {self.planner_text()}")
         if self.why:
             lines.append(f"why: {self.why}")
         if self.noise:

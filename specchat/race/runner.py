@@ -20,6 +20,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder
 from specchat.engine.gamma import GammaSetting
+from specchat.engine.planner import Prediction
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
@@ -94,7 +95,7 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
         if label == "plain":
             plains.append(timeline)
         elif label == "speculative":
-            specs.append(timeline)
+            specs.append(replace(timeline, predicted_tok_s=_predicted(decoder)))
     load = watch.done()
     runtime.clear_caches()
     calibration = _calibration(runtime)
@@ -108,6 +109,12 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
                              calibration.batch_rounding if calibration else None)
         result = replace(result, divergence=divergence)
     return result
+
+
+def _predicted(decoder: Decoder) -> float | None:
+    """The planner's forecast for the reply it just planned (None without a planner)."""
+    prediction = getattr(getattr(decoder, "policy", None), "prediction", None)
+    return prediction.tok_s if isinstance(prediction, Prediction) else None
 
 
 def _median(runs: list[RaceTimeline]) -> RaceTimeline:

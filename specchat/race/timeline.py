@@ -40,6 +40,9 @@ class RaceTimeline:
     label: str  # "plain" | "speculative"
     events: tuple[TimedEvent, ...]
     notices: tuple[str, ...] = field(default=())
+    # The planner's own forecast for this run (tokens/s from its costs and α), when a planner
+    # chose the steps: what its realised speed is judged against.
+    predicted_tok_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.events or not isinstance(self.events[-1].event, GenerationStats):

@@ -47,7 +47,8 @@ def write_bench_report(doc: dict[str, Any], rows: Sequence[dict[str, Any]],
     parts = [f"# specchat bench — {doc['pair']}",
              f"{doc['threads']} threads, at most {doc['config']['max_tokens']} tokens per reply, "
              f"load average {doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}. "
-             "tok/s counts generated tokens over the time after the prompt was processed; "
+             "tok/s counts the tokens after the first over the time they took (decoding once "
+             "the reply has started; the first token belongs to the time to first token); "
              "speedup is against plain decoding at the same temperature."]
     for temp in sorted({r["temperature"] for r in rows}):
         at = [r for r in rows if r["temperature"] == temp]

@@ -67,6 +67,7 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
             f"pass): {_f(result.tau)}",
             f"- **γ trace** (draft length × steps): {gamma_trace_text(result.gammas, 20)}",
             f"- **check:** {result.verdict()}",
+            *([f"- **planner:** {result.planner_text()}"] if result.planner_text() else []),
             *([f"- **why:** {result.why}"] if result.why else []),
             *([f"- **noise:** {result.noise}"] if result.noise else []),
         ]),

@@ -7,6 +7,11 @@ parent indices are a sub-tree of the plan's shape, with the distribution q each 
 from (a point mass for deterministic proposals). It is told what the target committed
 (``commit``), when a reply starts (``reset``) and ends or is cancelled (``settle``).
 
+A drafter that can tell cheaply that it has nothing to propose this step (the n-gram lookup
+without a match) may define ``can_propose(seq) -> bool``; :func:`can_propose` asks it, so the
+planner scores only the drafters that can draft now (an n-gram chain planned without a match
+is a plain step that kept the draft model from drafting).
+
 A drafter is one module in this package defining ``NAME`` and ``build(env) -> Drafter | None``
 (None: not usable with what is loaded, e.g. no draft model); :func:`build` finds them by name,
 so a new drafter is a new file. Modules whose name starts with ``_`` are helpers.
@@ -101,6 +106,12 @@ class Drafter(Protocol):
     def settle(self, seq: Sequence[int]) -> None:
         """The reply ended (or was cancelled): leave any cache holding a prefix of ``seq``."""
         ...
+
+
+def can_propose(drafter: Drafter, seq: Sequence[int]) -> bool:
+    """Whether ``drafter`` may propose something after ``seq`` (True unless it says not)."""
+    ask: Callable[[Sequence[int]], bool] | None = getattr(drafter, "can_propose", None)
+    return True if ask is None else bool(ask(seq))
 
 
 class ChainDefault:

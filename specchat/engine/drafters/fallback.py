@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from specchat.engine.drafters import ChainDefault, Drafter, DraftFailed, DraftRequest, Proposal
+from specchat.engine.drafters import (
+    ChainDefault,
+    Drafter,
+    DraftFailed,
+    DraftRequest,
+    Proposal,
+    can_propose,
+)
 from specchat.engine.model import DecodeCancelled
 from specchat.engine.plan import Plan
 from specchat.engine.verify import Verdict
@@ -41,6 +48,9 @@ class Fallback(ChainDefault):
             if got.tokens:
                 return got
         return Proposal(self.name)
+
+    def can_propose(self, seq: Sequence[int]) -> bool:
+        return any(can_propose(d, seq) for d in self.drafters)
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
         for d in self.drafters:  # each hears what was committed; the proposal names its owner

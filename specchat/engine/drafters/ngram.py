@@ -72,6 +72,12 @@ class NgramDrafter(ChainDefault):
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
         self.reset(seq)
 
+    def can_propose(self, seq: Sequence[int]) -> bool:
+        """A match for the sequence's tail (the index follows ``seq`` after each commit)."""
+        if len(seq) != len(self.tokens):
+            self.reset(seq)
+        return bool(self.lookup(1))
+
     def lookup(self, k: int) -> list[int]:
         """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before."""
         toks = self.tokens
