@@ -15,11 +15,14 @@ from pathlib import Path
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
 from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
+from specchat.engine.drafters.kangaroo import NAME as KANGAROO
+from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
 from specchat.engine.drafters.lookahead import LookaheadDrafter
 from specchat.engine.drafters.medusa import NAME as MEDUSA
 from specchat.engine.drafters.medusa import MedusaHeads
+from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
@@ -40,6 +43,7 @@ from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_file import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
+from specchat.models.mtp import detect, detect_path, no_heads
 from specchat.models.progress import Progress, ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
@@ -202,6 +206,10 @@ class Runtime:
         # The target's layer-skip draft (``specchat models self-draft``), loaded on first use.
         self.layerskip_path: Path | None = None
         self._layerskip: tuple[LlamaModel, LlamaContext] | None = None
+        # The target's Kangaroo adapter and shallow model (``models train-heads --kind
+        # kangaroo``): found when the drafter is first asked for, loaded on its first step.
+        self._kangaroo_found: tuple[KangarooAdapter, Path] | None = None
+        self._kangaroo: tuple[LlamaModel, LlamaContext] | None = None
         self._medusa: MedusaHeads | None = None  # the target's Medusa heads, once loaded
 
     @classmethod
@@ -230,7 +238,8 @@ class Runtime:
         opened: list[LlamaModel | LlamaContext] = []
         loading = LoadProgress(plan, report)
         try:
-            target = LlamaModel(target_path, plan.plans[0].model_settings, loading.model(0))
+            target = LlamaModel(target_path, _with_mtp(target_path, plan.plans[0].model_settings),
+                                loading.model(0))
             opened.append(target)
             target_ctx = LlamaContext(target, options.context)
             opened.append(target_ctx)
@@ -380,11 +389,18 @@ class Runtime:
         env = self._drafter_env()
         chosen: list[str | Drafter] = []
         for n in names:
+            if n == MTP:
+                why = mtp_problem(self.target)
+                if why is not None:
+                    raise SpecchatError(why)
+            if n == KANGAROO and KANGAROO not in env.shared:
+                self._find_kangaroo()
+                env = self._drafter_env()
             if n == LAYERSKIP and LAYERSKIP not in env.shared:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD, MEDUSA) else n)
+            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD, MEDUSA, KANGAROO) else n)
         lookahead = chosen[0] if names == (LOOKAHEAD,) else None
         if isinstance(lookahead, LookaheadDrafter) and _is_plan(gamma):
             # The planner does not score Lookahead: measure it against plain steps instead.
@@ -412,6 +428,11 @@ class Runtime:
             with contextlib.suppress(SpecchatError):  # no heads: the drafter is not usable
                 self._medusa_heads()
                 env.shared[MEDUSA] = self._medusa_heads
+        if self._kangaroo_found is None and self.paths is not None:
+            with contextlib.suppress(SpecchatError):  # decoder() says what is wrong, if asked
+                self._find_kangaroo(known_only=True)
+        if self._kangaroo_found is not None:
+            env.shared[KANGAROO] = self._load_kangaroo
         return env
 
     def _medusa_heads(self) -> MedusaHeads:
@@ -430,6 +451,37 @@ class Runtime:
                                     "(a few minutes)")
             self._medusa = load(file, sha, path)
         return self._medusa
+
+    def _find_kangaroo(self, known_only: bool = False) -> None:
+        """The target's trained adapter, or a clear error saying how to train one
+        (``known_only``: without hashing the target, see models.heads.kangaroo.known_adapter)."""
+        from specchat.models.heads.kangaroo import adapter_file, known_adapter, load
+        from specchat.models.heads.store import target_sha256
+
+        if self.paths is None:
+            raise SpecchatError("the kangaroo drafter needs specchat's data folder")
+        path = self.target.path
+        if known_only and known_adapter(self.paths, path) is None:
+            return
+        found = adapter_file(self.paths, target_sha256(self.paths, path))
+        if not found.exists():
+            raise SpecchatError(f"{path.name} has no Kangaroo adapter yet: train one with "
+                                f"`specchat models train-heads {path} --kind kangaroo`")
+        self._kangaroo_found = load(found, target_sha256(self.paths, path), path)
+
+    def _load_kangaroo(self) -> tuple[LlamaContext, KangarooAdapter]:
+        assert self._kangaroo_found is not None
+        adapter, shallow = self._kangaroo_found
+        if self._kangaroo is None:
+            t = self.target_ctx
+            model = LlamaModel(shallow, self.target.settings)
+            try:
+                ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
+            except BaseException:
+                model.close()
+                raise
+            self._kangaroo = (model, ctx)
+        return self._kangaroo[1], adapter
 
     def _load_layerskip(self) -> LlamaContext:
         if self._layerskip is None:
@@ -451,6 +503,8 @@ class Runtime:
             self.draft_ctx.clear()
         if self._layerskip is not None:
             self._layerskip[1].clear()
+        if self._kangaroo is not None:
+            self._kangaroo[1].clear()
 
     def close(self) -> None:
         self.save_controllers()
@@ -459,9 +513,28 @@ class Runtime:
             self._layerskip[1].close()
             self._layerskip[0].close()
             self._layerskip = None
+        if self._kangaroo is not None:
+            self._kangaroo[1].close()
+            self._kangaroo[0].close()
+            self._kangaroo = None
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
+
+
+def _with_mtp(path: Path, settings: ModelSettings) -> ModelSettings:
+    """Load a target's MTP layers when llama.cpp can run them (``--drafter mtp``): one block
+    more in memory, which the load's memory estimate does not count."""
+    heads = detect_path(path)
+    return replace(settings, load_mtp=True) if heads is not None and heads.runnable else settings
+
+
+def mtp_problem(target: LlamaModel) -> str | None:
+    """Why ``--drafter mtp`` cannot run on this target (None: it can), from its header."""
+    heads = detect(target.header)
+    if heads is None:
+        return no_heads(target.name)
+    return heads.why_not(target.name)
 
 
 def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:

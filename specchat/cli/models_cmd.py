@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from specchat.cli import pair_cmd
+from specchat.cli import heads_kangaroo, pair_cmd
 from specchat.cli.common import Env
 from specchat.errors import FetchError, SpecchatError
 from specchat.models.catalog import (
@@ -49,7 +49,9 @@ def add_parser(sub: Any) -> None:
                          "replies to them (generated once and cached) or --text FILE, then the "
                          "heads learn to predict its next tokens. Use them with --drafter medusa.")
     th.add_argument("target", metavar="TARGET")
-    th.add_argument("--kind", default="medusa", choices=HEAD_KINDS, help="which heads (medusa)")
+    th.add_argument("--kind", default="medusa", choices=HEAD_KINDS,
+                    help="medusa (heads on the last hidden state) or kangaroo (the first blocks "
+                    "+ an adapter); default medusa")
     th.add_argument("--minutes", type=float, default=3.0, help="training time budget (3)")
     th.add_argument("--heads", type=int, default=3, help="Medusa heads K: tokens drafted ahead (3)")
     th.add_argument("--prompts", type=int, default=48,
@@ -57,10 +59,11 @@ def add_parser(sub: Any) -> None:
     th.add_argument("--reply-tokens", type=int, default=128, help="tokens per reply (128)")
     th.add_argument("--text", type=Path, metavar="FILE", help="train on this text file instead")
     th.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: automatic)")
+    heads_kangaroo.add_arguments(th)
     th.set_defaults(func=cmd_train_heads)
 
 
-HEAD_KINDS = ("medusa",)
+HEAD_KINDS = ("medusa", "kangaroo")
 
 
 def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
@@ -83,6 +86,8 @@ def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
     entry = model_from_ref(env.catalog, args.target)
     progress = TextProgress()
     path = env.resolver.ensure(entry, progress)
+    if args.kind == "kangaroo":  # its own reader checks the output matrix (faster than gguf's)
+        return heads_kangaroo.train_kangaroo(env, path, args)
     kind = output_type(path)
     output_rows(path, np.array([0]))  # a type gguf cannot dequantize is refused now, not later
     sha = target_sha256(env.paths, path, progress)

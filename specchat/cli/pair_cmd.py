@@ -12,6 +12,7 @@ from specchat.config import cap_threads
 from specchat.errors import IncompatiblePairError, ModelFileError, SpecchatError
 from specchat.models.catalog import ModelEntry, PairEntry
 from specchat.models.compat import CompatReport, check_readable, facts_for_entry
+from specchat.models.mtp import detect as detect_mtp
 from specchat.models.progress import TextProgress
 from specchat.models.vocab_compat import Level
 from specchat.textsafe import safe_text
@@ -21,8 +22,9 @@ MARKS = {Level.OK: "✓", Level.WARN: "!", Level.BAD: "✗"}
 
 def add_parsers(msub: Any) -> None:
     c = msub.add_parser("check", help="can DRAFT draft for TARGET? (from the files' headers)")
-    c.add_argument("refs", nargs="+", metavar="PAIR | TARGET DRAFT",
-                   help="a pair id, or two models: catalog ids, .gguf paths or REPO:FILE")
+    c.add_argument("refs", nargs="+", metavar="PAIR | TARGET [DRAFT]",
+                   help="a pair id, or two models: catalog ids, .gguf paths or REPO:FILE; one "
+                   "model alone: what it can draft for itself with")
     c.set_defaults(func=cmd_check)
     cal = msub.add_parser("calibrate", help="measure a pair here: α, costs, best γ")
     cal.add_argument("refs", nargs="+", metavar="PAIR | TARGET DRAFT")
@@ -93,6 +95,8 @@ def print_report(r: CompatReport, out: TextIO) -> None:
         if f is not None:
             note = f"  ({f.source_note})" if f.source_note else ""
             lines.append(f"{role:7} {f.label}: {f.describe()}{note}")
+            if role == "target" and (heads := detect_mtp(f.header)) is not None:
+                lines.append(f"        {heads.line()}")
     lines.append(f"verdict: {r.headline}")
     lines += [f"  {MARKS[f.level]} {f.what}: {f.message}" for f in r.findings]
     if r.suggestions:
@@ -101,10 +105,25 @@ def print_report(r: CompatReport, out: TextIO) -> None:
 
 
 def cmd_check(env: Env, args: argparse.Namespace) -> int:
+    if len(args.refs) == 1 and args.refs[0] not in env.catalog.pairs:
+        return check_alone(env, entry_for(env, args.refs[0]), sys.stdout)
     target, draft, _ = _two(env, args.refs)
     r = compat_report(env, target, draft)
     print_report(r, sys.stdout)
     return 1 if r.verdict is Level.BAD else 0
+
+
+def check_alone(env: Env, target: ModelEntry, out: TextIO) -> int:
+    """One model, no draft: its facts and the drafts it needs no second model for."""
+    f = facts_for_entry(env.resolver, target)
+    note = f"  ({f.source_note})" if f.source_note else ""
+    lines = [f"target  {f.label}: {f.describe()}{note}"]
+    heads = detect_mtp(f.header)
+    if heads is not None:
+        lines.append(f"        {heads.line()}")
+    lines.append("to check a draft for it: specchat models check TARGET DRAFT")
+    out.write("".join(safe_text(line) + "\n" for line in lines))
+    return 0
 
 
 def _refuse_if_incompatible(r: CompatReport) -> None:

@@ -169,3 +169,94 @@ def write_tiny_model(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+MTP_ARCH = "glm4moe"  # the simplest architecture llama.cpp 0.3.36 runs MTP layers for
+
+
+def write_tiny_mtp_model(path: Path | str, spec: TinySpec = TinySpec(), *, n_nextn: int = 1,
+                         n_expert: int = 2, strip: bool = False, name: str = "tiny-mtp") -> Path:
+    """Write a tiny GLM-4.5-style (``glm4moe``) GGUF whose last ``n_nextn`` blocks are MTP
+    ("NextN") layers, stored as llama.cpp expects (see :mod:`specchat.models.mtp`).
+
+    The trunk is ``spec.n_layer`` dense blocks; an MTP block is a mixture-of-experts block (the
+    architecture requires it) plus its ``nextn.*`` tensors. ``strip=True`` keeps the metadata
+    key but leaves the MTP blocks out, as some conversions do.
+    """
+    path = Path(path)
+    tokens = vocabulary()
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(spec.seed)
+    e, f, hd = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
+    kv = hd * spec.n_head_kv
+    total = spec.n_layer + n_nextn
+
+    def mat(rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale / np.sqrt(cols)).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    t: dict[str, np.ndarray] = {"token_embd.weight": mat(n_vocab, e, np.sqrt(e)),
+                                "output_norm.weight": ones(e),
+                                "output.weight": mat(n_vocab, e, spec.logit_scale)}
+    t["output.weight"][: len(SPECIALS)] *= spec.special_scale
+    for i in range(total if not strip else spec.n_layer):
+        p = f"blk.{i}."
+        t |= {p + "attn_norm.weight": ones(e), p + "post_attention_norm.weight": ones(e),
+              p + "attn_q.weight": mat(e, e), p + "attn_k.weight": mat(kv, e),
+              p + "attn_v.weight": mat(kv, e), p + "attn_q.bias": np.zeros(e, np.float32),
+              p + "attn_k.bias": np.zeros(kv, np.float32),
+              p + "attn_v.bias": np.zeros(kv, np.float32),
+              p + "attn_output.weight": mat(e, e, spec.residual_scale)}
+        if i < spec.n_layer:
+            t |= {p + "ffn_gate.weight": mat(f, e), p + "ffn_up.weight": mat(f, e),
+                  p + "ffn_down.weight": mat(e, f, spec.residual_scale)}
+            continue
+        t |= {p + "ffn_gate_inp.weight": mat(n_expert, e),
+              p + "exp_probs_b.bias": np.zeros(n_expert, np.float32),
+              p + "ffn_gate_exps.weight": np.stack([mat(f, e) for _ in range(n_expert)]),
+              p + "ffn_up_exps.weight": np.stack([mat(f, e) for _ in range(n_expert)]),
+              p + "ffn_down_exps.weight": np.stack([mat(e, f) for _ in range(n_expert)]),
+              p + "ffn_gate_shexp.weight": mat(f, e), p + "ffn_up_shexp.weight": mat(f, e),
+              p + "ffn_down_shexp.weight": mat(e, f),
+              p + "nextn.eh_proj.weight": mat(e, 2 * e), p + "nextn.enorm.weight": ones(e),
+              p + "nextn.hnorm.weight": ones(e), p + "nextn.shared_head_norm.weight": ones(e)}
+    w = gguf.GGUFWriter(str(path), MTP_ARCH)
+    w.add_name(name)
+    w.add_context_length(spec.n_ctx_train)
+    w.add_embedding_length(e)
+    w.add_block_count(total)
+    w.add_feed_forward_length(f)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(hd // 2)
+    w.add_rope_freq_base(10000.0)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(1)
+    w.add_expert_shared_count(1)
+    w.add_leading_dense_block_count(spec.n_layer)
+    w.add_expert_feed_forward_length(f)
+    w.add_expert_weights_scale(1.0)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_uint32(f"{MTP_ARCH}.nextn_predict_layers", n_nextn)
+    w.add_file_type(0)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if x in SPECIALS else gguf.TokenType.NORMAL
+                       for x in tokens])
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)
+    for k, v in t.items():
+        w.add_tensor(k, v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

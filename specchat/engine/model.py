@@ -54,6 +54,9 @@ class ModelSettings:
     # With n_gpu_layers == -1: Runtime.open's memory check offloads only as many layers as fit.
     fit_layers: bool = True
     vocab_only: bool = False  # the tokenizer alone (no weights): for comparing vocabularies
+    # Also load the file's MTP (nextn) layers, which llama.cpp skips by default: the "mtp"
+    # drafter runs them (see engine.drafters.mtp).
+    load_mtp: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class LlamaModel:
             # Held in a local for the whole load: ctypes must not free it while C calls it.
             callback = llama_cpp.llama_progress_callback(on_progress)
             params.progress_callback = callback
+        params.load_mtp = settings.load_mtp
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
@@ -278,6 +282,12 @@ class LlamaContext:
         self._abort_cb = llama_cpp.ggml_abort_callback(
             lambda _data: (ctx := me()) is not None and ctx.cancel.is_set())
         self._abortable = False
+        # Told after each batch this context evaluates: (first position, its tokens), or
+        # (first position, None) for a token tree (the positions from there on are not a
+        # linear sequence). A drafter that reads the target's hidden states keeps up this way.
+        self.on_decode: Callable[[int, Sequence[int] | None], None] | None = None
+        # Called before the context is freed: what was built on it (an MTP context) goes first.
+        self.on_close: list[Callable[[], None]] = []
 
     @property
     def n_vocab(self) -> int:
@@ -310,6 +320,8 @@ class LlamaContext:
             self.batch.n_tokens = m
             self._run_batch(m, start + off)
             self.tokens.extend(chunk)
+            if self.on_decode is not None:
+                self.on_decode(start + off, chunk)
         if logits == "all" and n > self.n_batch:
             raise ValueError("logits for every row need the tokens to fit in one batch")
         if rows == 0:
@@ -397,6 +409,8 @@ class LlamaContext:
             self._run_batch(n + n_side, start)
         finally:
             self._linear_batch()
+        if self.on_decode is not None:
+            self.on_decode(start, None)
         ptr = llama_cpp.llama_get_logits(self.ptr)
         rows = np.ctypeslib.as_array(ptr, shape=(n + len(wanted), self.n_vocab))
         if side is not None and wanted:
@@ -474,6 +488,9 @@ class LlamaContext:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            for hook in self.on_close:
+                hook()
+            self.on_close.clear()
             llama_cpp.llama_batch_free(self.batch)
             llama_cpp.llama_free(self.ptr)
             self.ptr = None

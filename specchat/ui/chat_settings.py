@@ -28,6 +28,8 @@ DRAFTER_CHOICES = {
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
     "lookahead": "Lookahead decoding: the target guesses ahead itself (no draft model)",
     "medusa": "Medusa heads on the target's hidden state (models train-heads)",
+    "kangaroo": "the target's first blocks + a trained adapter (models train-heads --kind kangaroo)",
+    "mtp": "the target's own MTP heads, when the model ships them",
 }
 
 

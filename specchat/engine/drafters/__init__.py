@@ -168,9 +168,12 @@ def build(name: str, env: DrafterEnv) -> Drafter:
     mods = _modules()
     if name not in mods:
         raise SpecchatError(f"unknown drafter '{name}' (choose from {', '.join(sorted(mods))})")
-    drafter: Drafter | None = importlib.import_module(mods[name]).build(env)
+    mod = importlib.import_module(mods[name])
+    drafter: Drafter | None = mod.build(env)
     if drafter is None:
-        raise SpecchatError(f"the '{name}' drafter needs a draft model (--draft)")
+        why = getattr(mod, "why_not", None)  # a drafter that needs something else says what
+        raise SpecchatError(why(env) if callable(why)
+                            else f"the '{name}' drafter needs a draft model (--draft)")
     return drafter
 
 

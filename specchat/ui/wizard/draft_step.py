@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 from specchat.models.catalog import HfSource, PypiSource
 from specchat.models.compat import ModelFacts
 from specchat.models.hub import RepoListing
+from specchat.models.mtp import detect as detect_mtp
 from specchat.models.pairing import DraftCandidate, SelfDraftOption
 from specchat.models.progress import format_bytes
 from specchat.models.vocab_compat import Level
@@ -77,10 +78,13 @@ class DraftStep(Vertical):
     def populate(self, target: ModelFacts, candidates: list[DraftCandidate],
                  self_drafts: list[SelfDraftOption]) -> None:
         self.candidates, self.self_drafts, self.listing = candidates, self_drafts, None
+        heads = detect_mtp(target.header)
+        mtp = (f"The target {heads.line()}.\n", "green" if heads.runnable else "dim") \
+            if heads is not None else ("", "")  # said only when it has some
         self.query_one("#draft-title", Static).update(Text.assemble(
             ("Drafts for ", ""), (target.name, "bold"),
             (f"  ({target.architecture}, {target.n_vocab} tokens"
-             f"{'; ' + target.source_note if target.source_note else ''})\n", "dim"),
+             f"{'; ' + target.source_note if target.source_note else ''})\n", "dim"), mtp,
             "A draft must share the target's vocabulary and be much smaller. Compatible ones "
             "come first; the others say why not. Or type a Hub repo id or a .gguf path below."))
         self._render_list()
