@@ -166,9 +166,11 @@ def test_an_option_means_the_same_before_or_after_the_subcommand(
     before = build_parser().parse_args([*extra, *given, *command])
     after = build_parser().parse_args([*extra, *command, *given])
     assert vars(before) == vars(after)
-    dest = option.lstrip("-").replace("-", "_")
+    # --no-memory-check is the off side of --memory-check: its value is False, not None
+    dest = "memory_check" if option == "--no-memory-check" else option.lstrip("-").replace("-", "_")
     assert getattr(before, dest) == getattr(build_parser().parse_args([*extra, *given]), dest)
-    assert getattr(before, dest) not in (None, False)
+    assert getattr(before, dest) is not None
+    assert getattr(before, dest) is not False or option == "--no-memory-check"
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

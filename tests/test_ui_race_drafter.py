@@ -47,8 +47,10 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
         first = screen.result
 
         offered = await pick(pilot, screen, "ngram")
-        # every drafter that runs on a pair, as the settings name them; no layer-skip file
-        assert offered == ["settings", "planner", "model", "ngram,model", "tree", "ngram"]
+        # every drafter that runs on a pair, as the settings name them; no layer-skip file,
+        # no trained heads (Lookahead needs nothing)
+        assert offered == ["settings", "planner", "model", "ngram,model", "tree", "ngram",
+                           "lookahead"]
         await wait_for(pilot, lambda: screen.state == "done" and screen.result is not first,
                        timeout=60)
         result = screen.result

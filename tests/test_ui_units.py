@@ -259,7 +259,7 @@ def test_parse_settings_says_what_is_wrong() -> None:
                     ({"top_k": "1.5"}, "top-k: '1.5' is not a whole number"),
                     ({"top_p": "0"}, "top-p must be in"), ({"max_tokens": "0"}, "max tokens"),
                     ({"gamma": "99"}, "γ must be between 0 and 32"),
-                    ({"drafter": "medusa"}, "drafter: unknown drafter 'medusa'")):
+                    ({"drafter": "eagle"}, "drafter: unknown drafter 'eagle'")):
         with pytest.raises(ValueError, match=why):
             parse(**kw)
 
