@@ -41,7 +41,7 @@ built, so it is built on the first step that asks for it, never when the drafter
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp
@@ -49,9 +49,9 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftFailed, DraftRequest, Proposal
+from specchat.engine.drafters._pick import TokenPicker
 from specchat.engine.model import LlamaContext, LlamaModel, flash_attention
-from specchat.engine.sampling import Distribution, distribution, greedy_token
-from specchat.engine.verify import one_hot
+from specchat.engine.sampling import Distribution
 
 NAME = "mtp"
 
@@ -222,7 +222,7 @@ class MtpDrafter(ChainDefault):
         self.cap = capture_for(target)  # before the first prefill, so no state is missed
         self._ctx: MtpContext | None = None
         self._h: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)  # the last entry's
-        self._top_buf: npt.NDArray[np.float32] | None = None
+        self._picker = TokenPicker()
 
     @property
     def ctx(self) -> MtpContext:
@@ -281,15 +281,7 @@ class MtpDrafter(ChainDefault):
         eog = self.target.model.is_eog
         try:
             while True:
-                top: Callable[[], float]
-                if s.greedy:
-                    d = greedy_token(row)
-                    q = one_hot(d)
-                    top = self._softmax_top(row)
-                else:
-                    q = distribution(row, s)
-                    d = q.sample(req.rng)
-                    top = _const(float(q.probs[0]))
+                d, q, top = self._picker.pick(row, s, req.rng)
                 tokens.append(d)
                 qs.append(q)
                 if eog(d) or not req.keep_drafting(len(tokens), top) or len(tokens) >= gamma:
@@ -309,19 +301,7 @@ class MtpDrafter(ChainDefault):
                 keep += 1
             self._ctx.truncate(keep)
 
-    def _softmax_top(self, row: npt.NDArray[np.float32]) -> Callable[[], float]:
-        def top() -> float:
-            buf = self._top_buf
-            if buf is None or buf.shape != row.shape:
-                buf = self._top_buf = np.empty(row.shape, dtype=np.float32)
-            np.subtract(row, row.max(), out=buf)
-            np.exp(buf, out=buf)
-            return float(1.0 / buf.sum(dtype=np.float64))
-        return top
 
-
-def _const(x: float) -> Callable[[], float]:
-    return lambda: x
 
 
 def why_not(env: DrafterEnv) -> str:
