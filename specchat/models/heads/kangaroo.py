@@ -35,6 +35,7 @@ from specchat.engine.drafters.kangaroo import ETA, KangarooAdapter
 from specchat.engine.hidden_states import states_over
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.errors import Cancelled, SpecchatError
+from specchat.models.heads.adam import Adam
 from specchat.models.heads.data import DataSpec, collect, sequences
 from specchat.models.heads.store import (
     HeadsError,
@@ -146,23 +147,6 @@ def _step(h: npt.NDArray[np.float32], ad: Adapter, out: npt.NDArray[np.float32],
     return loss, [(du.T @ h).astype(F32), du.sum(axis=0).astype(F32), db.astype(F32)]
 
 
-class _Adam:
-    def __init__(self, params: list[npt.NDArray[np.float32]], lr: float) -> None:
-        self.m = [np.zeros_like(p) for p in params]
-        self.v = [np.zeros_like(p) for p in params]
-        self.lr, self.t = lr, 0
-
-    def step(self, params: list[npt.NDArray[np.float32]],
-             grads: list[npt.NDArray[np.float32]]) -> None:
-        self.t += 1
-        b1, b2, eps = 0.9, 0.999, 1e-8
-        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for p, g, m, v in zip(params, grads, self.m, self.v, strict=True):
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * g * g
-            p -= (self.lr * (m / c1) / (np.sqrt(v / c2) + eps)).astype(F32)
 
 
 def evaluate(ad: Adapter, shallow: npt.NDArray[np.floating], top_ids: npt.NDArray[np.int32],
@@ -210,7 +194,7 @@ def fit(shallow: npt.NDArray[np.floating], top_ids: npt.NDArray[np.int32],
     ad = Adapter((rng.standard_normal((spec.rank, d)) / np.sqrt(d)).astype(F32),
                  np.zeros(spec.rank, dtype=F32), np.zeros((d, spec.rank), dtype=F32))
     params = [ad.a, ad.bias, ad.b]
-    opt = _Adam(params, spec.lr)
+    opt = Adam([p.shape for p in params], spec.lr)
 
     def snapshot() -> Adapter:
         return Adapter(ad.a.copy(), ad.bias.copy(), ad.b.copy())

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from specchat.engine.blas import blas_threads
 from specchat.engine.drafters.medusa import MedusaHeads
 from specchat.errors import Cancelled, SpecchatError
+from specchat.models.heads.adam import Adam
 from specchat.models.heads.data import TrainingData
 from specchat.models.heads.store import (
     MEDUSA_FILE,
@@ -130,23 +131,6 @@ class _Labels:
         return cand, ys
 
 
-class _Adam:
-    def __init__(self, shapes: list[tuple[int, ...]], lr: float) -> None:
-        self.m = [np.zeros(s, dtype=F32) for s in shapes]
-        self.v = [np.zeros(s, dtype=F32) for s in shapes]
-        self.lr, self.t = lr, 0
-
-    def step(self, params: list[npt.NDArray[np.float32]],
-             grads: list[npt.NDArray[np.float32]]) -> None:
-        self.t += 1
-        b1, b2, eps = 0.9, 0.999, 1e-8
-        c1, c2 = 1 - b1 ** self.t, 1 - b2 ** self.t
-        for p, g, m, v in zip(params, grads, self.m, self.v, strict=True):
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * g * g
-            p -= (self.lr * (m / c1) / (np.sqrt(v / c2) + eps)).astype(F32)
 
 
 def _head_step(h: npt.NDArray[np.float32], a: npt.NDArray[np.float32],
@@ -228,7 +212,7 @@ def _train(data: TrainingData, output_rows: Callable[[npt.NDArray[np.int64]],
     rng = np.random.default_rng(spec.seed)
     a = np.zeros((k_heads, d, d), dtype=F32)
     b = np.zeros((k_heads, d), dtype=F32)
-    opt = _Adam([a.shape, b.shape], spec.lr)
+    opt = Adam([a.shape, b.shape], spec.lr)
 
     def snapshot() -> MedusaHeads:
         return MedusaHeads(a.copy(), b.copy(), vocab, out, sha256)
