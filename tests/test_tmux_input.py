@@ -8,14 +8,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmux_helpers import Tmux, tmux_session
 
 from specchat.store import ChatStore
 
@@ -24,36 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
 
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def __call__(self, *args: str) -> str:
-        r = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                           timeout=20, check=False)
-        return r.stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "t")
-
-    def wait_for(self, pattern: str, seconds: float) -> str:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if re.search(pattern, screen):
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{self.screen()}")
-
-
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
-    t = Tmux(f"specchat-test-{uuid.uuid4().hex[:8]}")
-    t("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "110", "-y", "32", "sleep 300")
-    try:
+    with tmux_session(110, 32) as t:
         yield t
-    finally:
-        t("kill-server")
 
 
 def input_box(screen: str) -> str:

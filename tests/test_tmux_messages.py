@@ -9,12 +9,11 @@ import os
 import shutil
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_tmux_hostile import Tmux
+from tmux_helpers import Tmux, tmux_session
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,13 +22,8 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
-    t = Tmux(f"specchat-msg-{uuid.uuid4().hex[:8]}")
-    t("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "120", "-y", "36", "sleep 300")
-    t("set", "-g", "set-clipboard", "on")
-    try:
+    with tmux_session(120, 36, ("set-clipboard", "on")) as t:
         yield t
-    finally:
-        t("kill-server")
 
 
 def wait_buffer(tmux: Tmux, seconds: float = 10) -> str:
