@@ -11,7 +11,8 @@ import pytest
 from race_helpers import fixed_result, plain_timeline, spec_timeline
 
 from specchat.engine.events import StepEvent
-from specchat.race.noise import LoadWatch, MachineLoad, Spread, cpu_times, noise_note
+from specchat.engine.machine_load import LoadWatch, MachineLoad, cpu_times
+from specchat.race.noise import Spread, noise_note
 from specchat.race.result import Divergence
 from specchat.race.why import Costs, alpha_needed, costs_from_race, explain, tokens_per_step
 
@@ -127,3 +128,27 @@ def test_the_planner_line_sets_realised_against_the_planners_forecast() -> None:
     assert ratio == pytest.approx(ratios[1]) and forecast in (10.0, 20.0)
     assert any(line.startswith(f"planner: realised/predicted {ratio:.2f}")
                for line in r.summary_lines())
+
+
+def test_a_busy_calibration_is_told_in_the_race_and_in_its_own_summary() -> None:
+    from specchat.models.calibration import CalibrationResult, format_result
+
+    busy = MachineLoad(cores=2, load_before=3.4, steal=0.0)
+    note = noise_note(None, [Spread.of([1.0, 1.01])], calibration=busy)
+    assert note is not None and "calibrated on a busy machine (load 3.4 on 2 cores" in note
+    quiet = MachineLoad(cores=2, load_before=0.2, steal=0.0)
+    assert noise_note(None, [Spread.of([1.0, 1.01])], calibration=quiet) is None
+
+    def record(**load: object) -> CalibrationResult:
+        return CalibrationResult(
+            target="t.gguf", draft="d.gguf", alpha=0.7, positions=64, per_prompt=(),
+            draft_s=0.02, verify_s=(0.04, 0.06), speedups=((1, 0.9),), gamma=0, speedup=0.9,
+            verdict="plain", **load)  # type: ignore[arg-type]
+
+    text = format_result(record(load=3.4, steal=0.0, cores=2))
+    assert "measured while the machine was busy (load 3.4 on 2 cores" in text
+    assert "busy" not in format_result(record(load=0.2, steal=0.0, cores=2))
+    old = record()  # a record from before loads were kept: nothing is claimed either way
+    assert old.machine_load is None and not old.busy
+    again = CalibrationResult.from_json(record(load=3.4, steal=0.01, cores=2).to_json())
+    assert again.busy and again.cores == 2

@@ -31,6 +31,7 @@ from specchat.engine.chat_template import Message
 from specchat.engine.cost_model import TABLE_SIZE
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.engine.drafters.ngram import NgramDrafter
+from specchat.engine.machine_load import LoadWatch, MachineLoad
 from specchat.engine.model import (
     ContextSettings,
     DecodeCancelled,
@@ -108,6 +109,20 @@ class CalibrationResult:
     # build (engine.batch_rounding); a greedy divergence at a closer tie is rounding, not a bug.
     # None in old records.
     batch_rounding: float | None = None
+    # What competed with the timing: the load average when it started, the share of CPU time
+    # stolen while it ran, and the cores (0 in old records: not known). Costs timed on a busy
+    # machine are too high, and the planner would trust them.
+    load: float | None = None
+    steal: float | None = None
+    cores: int = 0
+
+    @property
+    def machine_load(self) -> MachineLoad | None:
+        return MachineLoad(self.cores, self.load, self.steal) if self.cores else None
+
+    @property
+    def busy(self) -> bool:
+        return self.machine_load is not None and self.machine_load.busy
 
     @property
     def pays(self) -> bool:
@@ -148,6 +163,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
     t_ctx = LlamaContext(target, cs)
     d_ctx = LlamaContext(draft, cs)
     t_ctx.cancel = d_ctx.cancel = cancel
+    watch = LoadWatch()
     try:
         chat = ChatEngine(PlainDecoder(t_ctx))
         results: list[PromptResult] = []
@@ -180,6 +196,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         points = max(n_verify, min(options.cost_points, len(reply)))
         verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel)
         rounding = batch_rounding.measure(t_ctx, prompt, reply[:ROUNDING_TOKENS], cancel).gap
+        load = watch.done()
     except DecodeCancelled:
         report(Progress(task, failed=True))
         raise Cancelled("calibration cancelled") from None
@@ -209,7 +226,8 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         gamma=gamma, speedup=speedup, verdict=text,
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
         confidence=confidence_counts(tops, agreed), drafter=drafter, ngram_alpha=ng_alpha,
-        ngram_gamma=ng_gamma, ngram_speedup=ng_speedup, batch_rounding=rounding)
+        ngram_gamma=ng_gamma, ngram_speedup=ng_speedup, batch_rounding=rounding,
+        load=load.load_before, steal=load.steal, cores=load.cores)
 
 
 def recommend(model_speedup: float, ngram_speedup: float) -> str:
@@ -274,4 +292,14 @@ def format_result(r: CalibrationResult) -> str:
     what = {"none": "plain decoding", "ngram": f"the n-gram drafter (γ={r.ngram_gamma})"}.get(
         r.drafter, f"γ = {r.gamma}")
     lines.append(f"recommended: {what}: {r.verdict}")
+    if r.busy:
+        lines.append(busy_warning(r))
     return "\n".join(lines)
+
+
+def busy_warning(r: CalibrationResult) -> str:
+    """One line for a calibration timed on a busy machine (its costs are too high)."""
+    load = r.machine_load
+    what = load.describe() if load is not None else "busy"
+    return (f"measured while the machine was busy ({what}): its costs are likely too high, "
+            "and the planner starts from them; calibrate again when the machine is idle")

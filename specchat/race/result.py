@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from specchat.engine.batch_rounding import Parting, first_difference
 from specchat.engine.decoding import Decoder
 from specchat.engine.in_force import in_force
+from specchat.engine.machine_load import MachineLoad
 from specchat.engine.sampling import SamplerSettings
-from specchat.race.noise import MachineLoad, Spread, noise_note
+from specchat.race.noise import Spread, noise_note
 from specchat.race.timeline import RaceTimeline
 from specchat.race.why import Costs, explain
 
@@ -62,6 +63,8 @@ class RaceResult:
     # What the speculative side ran with (engine.in_force, read from its decoder).
     drafters: tuple[str, ...] = ()
     gamma_mode: str = ""
+    # The load while the pair's stored calibration was timed (None: none, or not recorded).
+    calibration_load: MachineLoad | None = None
 
     @property
     def greedy(self) -> bool:
@@ -111,7 +114,7 @@ class RaceResult:
     @property
     def noise(self) -> str | None:
         spreads = [self.spread(side, "tok_s") for side in (0, 1)]
-        return noise_note(self.load, spreads)
+        return noise_note(self.load, spreads, self.calibration_load)
 
     @property
     def alpha(self) -> float | None:

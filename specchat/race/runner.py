@@ -20,12 +20,12 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder
 from specchat.engine.gamma import GammaSetting
+from specchat.engine.machine_load import LoadWatch
 from specchat.engine.planner import Prediction
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
 from specchat.models.calibration_store import load_calibration
-from specchat.race.noise import LoadWatch
 from specchat.race.result import Divergence, RaceResult
 from specchat.race.timeline import RaceTimeline, record
 from specchat.race.why import Costs, costs_from_calibration, costs_from_race
@@ -102,7 +102,8 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
     shown_plain, shown_spec = _median(plains), _median(specs)
     result = RaceResult(setup.prompt, runtime.selection.label, setup.settings, shown_plain,
                         shown_spec, setup.category, tuple(plains), tuple(specs), load,
-                        costs=_costs(calibration, plains, specs), device=_device(runtime))
+                        costs=_costs(calibration, plains, specs), device=_device(runtime),
+                        calibration_load=calibration.machine_load if calibration else None)
     if result.greedy and not result.identical and result.difference is not None:
         progress("examining where the outputs part…")
         divergence = examine(runtime, tokens, shown_plain, shown_spec,

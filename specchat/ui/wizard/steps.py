@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Checkbox, DataTable, Input, Static
 
-from specchat.models.calibration import CalibrationResult
+from specchat.models.calibration import CalibrationResult, busy_warning
 from specchat.models.compat import CompatReport
 from specchat.models.vocab_compat import Level
 from specchat.ui.widgets.transfers import TransferList
@@ -147,7 +147,8 @@ class CalibrateStep(Vertical):
             ("α ", "bold"), f"{r.alpha:.2f} over {r.positions} tokens ({per})\n",
             ("costs ", "bold"), f"draft step {r.draft_s * 1000:.1f} ms = "
             f"{r.costs.draft_ratio:.0%} of a target step ({r.verify_s[0] * 1000:.1f} ms)\n",
-            ("recommended γ ", "bold"), f"{r.gamma}: ", (r.verdict, colour)))
+            ("recommended γ ", "bold"), f"{r.gamma}: ", (r.verdict, colour),
+            *((("\n" + busy_warning(r), "yellow"),) if r.busy else ())))
         table = self.query_one(DataTable)
         table.clear(columns=True)
         table.add_columns("γ", "verify γ+1 tokens", "predicted speed-up")
