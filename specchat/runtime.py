@@ -19,14 +19,12 @@ from specchat.engine.drafters.kangaroo import NAME as KANGAROO
 from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
 from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
-from specchat.engine.drafters.lookahead import LookaheadDrafter
 from specchat.engine.drafters.medusa import NAME as MEDUSA
-from specchat.engine.drafters.medusa import MedusaHeads
+from specchat.engine.drafters.medusa import OWN_NODES, MedusaHeads
 from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
 from specchat.engine.hardware import backend_label, gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.lookahead_plan import LookaheadGate
 from specchat.engine.memory_plan import (
     LoadPlan,
     LoadRequest,
@@ -48,9 +46,6 @@ from specchat.models.progress import Progress, ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
-
-# The Medusa tree's size when no γ is fixed (the planner does not score heads yet).
-MEDUSA_NODES = 6
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
@@ -401,18 +396,11 @@ class Runtime:
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
             chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD, MEDUSA, KANGAROO) else n)
-        lookahead = chosen[0] if names == (LOOKAHEAD,) else None
-        if isinstance(lookahead, LookaheadDrafter) and _is_plan(gamma):
-            # The planner does not score Lookahead: measure it against plain steps instead.
-            s = lookahead.settings
-            policy: GammaPolicy = LookaheadGate(lookahead.default_plan,
-                                                s.candidates * (s.ngram - 1))
-        else:
-            policy = self.policy(gamma, ngram="ngram" in names)
-        if set(names) == {MEDUSA} and isinstance(policy, (Planner, AutoGamma)):
-            # The planner scores chains and draft-model trees only: it would plan plain steps
-            # for heads it knows nothing of. A fixed Medusa tree instead.
-            policy = FixedGamma(MEDUSA_NODES, "medusa tree")
+        policy = self.policy(gamma, ngram="ngram" in names)
+        if set(names) == {MEDUSA} and isinstance(policy, AutoGamma) \
+                and not isinstance(policy, Planner):
+            # Auto-γ sizes chains only: the heads' own tree instead (the planner scores it).
+            policy = FixedGamma(OWN_NODES, "medusa tree")
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
@@ -546,18 +534,6 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
         return None
     st = resolver.state(entry)
     return st.path if st.present else None
-
-
-def _is_plan(gamma: GammaSetting | int | str | GammaPolicy | None) -> bool:
-    """Whether a γ argument of :meth:`Runtime.decoder` asks for the planner."""
-    if gamma is None:
-        return True
-    if not isinstance(gamma, (GammaSetting, int, str)):
-        return False
-    try:
-        return parse_gamma(gamma).kind == "plan"
-    except ValueError:
-        return False  # Runtime.policy says what is wrong with it
 
 
 def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool

@@ -24,11 +24,11 @@ from specchat.engine.drafters import DrafterEnv, build
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
 from specchat.engine.events import StepEvent
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.lookahead_plan import LookaheadGate
 from specchat.engine.lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import SideBranch
+from specchat.engine.planner import Planner
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import SpecchatError
@@ -252,24 +252,37 @@ def step(lookahead: bool, committed: int, seconds: float) -> StepEvent:
 
 
 @pytest.mark.parametrize(("la_rate", "want"), [(0.5, "plain"), (2.0, "lookahead")])
-def test_the_gate_runs_the_faster_arm_and_probes_the_other(la_rate: float, want: str) -> None:
+def test_the_planner_runs_lookahead_where_it_measured_faster_and_probes_it_otherwise(
+        la_rate: float, want: str) -> None:
+    from specchat.engine.auto_gamma import AutoGammaSeed
+    from specchat.engine.costs import CostCurve
+
     d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
-    gate = LookaheadGate(d.default_plan, 4)
+    # Calibrated costs: plain is 10 ms a token.
+    planner = Planner(seed=AutoGammaSeed(CostCurve(0.005, tuple(0.01 * n for n in range(1, 9))),
+                                         0.5))
+    planner.own_plans({"lookahead": d.own_plan})
     chosen: list[str] = []
-    for _ in range(200):
-        plan = gate.next_plan(("lookahead",))
+    for _ in range(300):
+        plan = planner.next_plan(("lookahead",))
         la = plan.drafter == "lookahead"
         chosen.append(plan.drafter)
         # plain: 1 token in 10 ms; lookahead: 2 tokens in 20 ms / la_rate
-        gate.observe(step(la, 2, 0.02 / la_rate) if la else step(False, 1, 0.01))
-    tail = chosen[20:]
+        planner.observe(step(la, 2, 0.02 / la_rate) if la else step(False, 1, 0.01))
+    tail = chosen[30:]
     share = tail.count("lookahead" if want == "lookahead" else "none") / len(tail)
     assert share > 0.9, share
-    assert share < 1.0  # the other arm is still probed now and then
-    assert gate.next_plan(()).drafter == "none"
+    if want == "plain":
+        assert share < 1.0  # Lookahead is still probed now and then
+        assert "measured" not in planner.reason
+    else:
+        assert "× plain" in planner.reason  # the step says how much faster it measured
+    assert planner.next_plan(()).drafter == "none"
+    tokens, seconds = planner.predict(d.own_plan()) or (0.0, 0.0)  # forecast from its steps
+    assert tokens == pytest.approx(2.0) and seconds > 0.02 / la_rate
 
 
-def test_the_runtime_gates_lookahead_under_the_planner(home: AppPaths, tiny_target: Path) -> None:
+def test_the_runtime_plans_lookahead_with_the_planner(home: AppPaths, tiny_target: Path) -> None:
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
     from specchat.runtime import Runtime, select
@@ -281,7 +294,7 @@ def test_the_runtime_gates_lookahead_under_the_planner(home: AppPaths, tiny_targ
     rt = Runtime.open(select(cat, model=str(tiny_target)), ModelResolver(cat, home))
     try:
         dec = runtime_decoder(rt, ChatSettings(drafter="lookahead"))  # the app's path
-        assert isinstance(dec, SpeculativeDecoder) and isinstance(dec.policy, LookaheadGate)
+        assert isinstance(dec, SpeculativeDecoder) and isinstance(dec.policy, Planner)
         fixed = rt.decoder(gamma=3, drafters=("lookahead",))
         assert isinstance(fixed, SpeculativeDecoder) and isinstance(fixed.policy, FixedGamma)
         prompt = prompt_of(rt.target_ctx.model)

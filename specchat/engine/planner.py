@@ -23,7 +23,9 @@ auto_gamma`, which this extends); lower ranks' P(rank k accepted | parent accept
 from tree steps' ``accepted_ranks`` per depth, shrunk toward a geometric prior on what rank 1
 leaves. The n-gram drafter keeps its own acceptance estimates, and so does every other chain
 drafter (the layer-skip self-draft, …): its α and its cost per drafted token are learnt from its
-own steps, starting from a cautious prior, after a first probe has timed it.
+own steps, starting from a cautious prior, after a first probe has timed it. A drafter that plans
+its own shape (Lookahead, Medusa: ``own_plan``) is scored on what its steps did — tokens per
+step over seconds per step — after a few measuring steps (:mod:`specchat.engine.planner_arms`).
 
 ``next_plan(available)`` answers the decoder's question for the drafters usable this step;
 ``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
@@ -33,7 +35,7 @@ own steps, starting from a cautious prior, after a first probe has timed it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specchat.engine.acceptance import AcceptanceModel, expected_tokens, step_outcomes
@@ -46,6 +48,7 @@ from specchat.engine.auto_gamma import (
 from specchat.engine.cost_model import TABLE_SIZE, decay_for
 from specchat.engine.events import StepEvent
 from specchat.engine.plan import Plan, chain, plain
+from specchat.engine.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.tree_dp import best_trees
 from specchat.engine.tree_dp import expected_tokens as tree_expected
 
@@ -53,8 +56,6 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
-OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
-OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -127,26 +128,6 @@ class RankStats:
         self.offered, self.hits = off, hit
 
 
-class OtherDrafter:
-    """What the planner learns of a chain drafter it has no cost model for: its acceptance per
-    position and its seconds per drafted token (decayed sums, catch-up included: cautious)."""
-
-    def __init__(self, size: int, half_life: float) -> None:
-        self.model = AcceptanceModel(size, OTHER_PRIOR_ALPHA, prior_weight=6.0,
-                                     slow_half_life=half_life)
-        self.cost = [0.0, 0.0]  # decayed Σ seconds, Σ drafted tokens
-        self.lam = decay_for(half_life)
-        self.tried = 0  # steps planned on it (a step may find nothing to propose)
-
-    def t(self, t1: float) -> float:
-        s, n = self.cost
-        return s / n if n > 0 else OTHER_COST_PRIOR * t1
-
-    def observe(self, step: StepEvent) -> None:
-        self.cost = [self.lam * self.cost[0] + step.draft_s, self.lam * self.cost[1] + step.gamma]
-        self.model.observe(step_outcomes(step))
-
-
 @dataclass(frozen=True)
 class Prediction:
     """What the planner expected of one reply's steps: Σ expected tokens over Σ predicted
@@ -195,6 +176,10 @@ class Planner(AutoGamma):
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
+        # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
+        # for its step, and what its steps did.
+        self._own: dict[str, Callable[[], Plan]] = {}
+        self.measured: dict[str, MeasuredDrafter] = {}
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
         self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
         self.last_plan: Plan = plain()
@@ -231,6 +216,18 @@ class Planner(AutoGamma):
             out.append(row)
         return out
 
+    def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
+        """Drafters that plan their own shape (``own_plan`` of :mod:`specchat.engine.drafters`):
+        the decoder registers them; the planner scores them on their measured rate."""
+        self._own = dict(plans)
+        self.measured = {n: self.measured.get(n) or MeasuredDrafter() for n in self._own}
+
+    def _own_plan(self, name: str, why: str = "") -> Plan:
+        plan = self._own[name]()
+        if plan.drafter == "none":
+            return plan
+        return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
+
     def candidates(self, available: Sequence[str], alphas: Sequence[float],
                    ngram_alphas: Sequence[float], reshape: bool = True
                    ) -> tuple[Candidate, list[Candidate]]:
@@ -246,7 +243,12 @@ class Planner(AutoGamma):
         out: list[Candidate] = []
         scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
         for name in available:
-            if name not in SCORED:
+            if name in self._own:
+                got = self.measured[name].per_step()
+                plan = self._own[name]() if got is not None else Plan("none")
+                if got is not None and plan.drafter != "none":
+                    out.append(Candidate(plan, got[0], got[1] + o))
+            elif name not in SCORED:
                 other = self._other(name)
                 scored.append((name, other.model.position_alphas(), other.t(table[0])))
         for name, alph, per_token in scored:
@@ -277,6 +279,9 @@ class Planner(AutoGamma):
             got = self.others[name] = OtherDrafter(self.settings.gamma_max,
                                                    self.settings.slow_half_life)
         return got
+
+    def _tried(self, name: str) -> int:
+        return self.measured[name].tried if name in self._own else self._other(name).tried
 
     def _best_tree(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
                    chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
@@ -332,7 +337,16 @@ class Planner(AutoGamma):
             return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
-        unseen = [n for n in available if n not in SCORED and self._other(n).tried == 0]
+        for n in available:
+            if n in self._own and self.measured[n].measuring:
+                # A drafter of its own shape: its first steps measure what it yields here.
+                own = self._own_plan(n, "measuring")
+                if own.drafter != "none":
+                    self._plain_run = 0
+                    self.measured[n].tried += 1
+                    return self._chosen(own, scored=False)
+        unseen = [n for n in available if n not in SCORED and n not in self._own
+                  and self._other(n).tried == 0]
         if unseen:  # a drafter never timed here: one short chain measures its cost and α
             self._plain_run = 0
             self._other(unseen[0]).tried += 1
@@ -408,13 +422,16 @@ class Planner(AutoGamma):
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
             affordable = catch <= ps.probe_budget * self._behind * base.seconds
-            others = sorted((self._other(n).tried, n) for n in available if n not in SCORED)
+            others = sorted((self._tried(n), n) for n in available if n not in SCORED)
             probe = "ngram" if "ngram" in chains else ("model" if affordable else
                                                        others[0][1] if others else "")
             self._plain_run = 0
             if not probe:
                 return self._chosen(plain(self._plain_reason(base, cands)))
             self._probed = probe
+            if probe in self._own:
+                self.measured[probe].tried += 1
+                return self._chosen(self._own_plan(probe, "probe"))
             if probe in self.others:
                 self.others[probe].tried += 1
             return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
@@ -424,6 +441,10 @@ class Planner(AutoGamma):
         plan = chosen.plan
         if plan.drafter in self.others:
             self.others[plan.drafter].tried += 1
+        if plan.drafter in self._own:
+            self.measured[plan.drafter].tried += 1
+            return self._chosen(Plan(plan.drafter, plan.parents,
+                                     f"{plan.reason} · {chosen.rate / base.rate:.2f}× plain"))
         if plan.drafter == "tree":
             return self._chosen(Plan("tree", plan.parents,
                                      f"tree {plan.size} · depth {plan.depth}"))
@@ -461,6 +482,9 @@ class Planner(AutoGamma):
         n = min(plan.size, len(table) - 1)
         if plan.drafter == "none" or n == 0:
             return 1.0, table[0] + o
+        if plan.drafter in self._own:
+            got = self.measured[plan.drafter].per_step()
+            return (got[0], got[1] + o) if got is not None else None
         alphas = self.current.model.position_alphas(self.current.model.alpha())
         expected = self._expected(plan, alphas, self.ngram.position_alphas())
         if plan.drafter == "ngram":
@@ -520,8 +544,13 @@ class Planner(AutoGamma):
             self.ngram.observe(step_outcomes(step))
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
-        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none":
+        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
+                and step.drafter not in self._own:
             self._other(step.drafter).observe(step)
+        if self.last_plan.drafter in self._own:
+            # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
+            # still paid for its window (its drafter then reads "none").
+            self.measured[self.last_plan.drafter].observe(step)
         self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
         self._behind = self._behind + step.committed if self._draft_behind else 0
         self._after_observe()

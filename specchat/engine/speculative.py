@@ -101,6 +101,10 @@ class SpeculativeDecoder:
         env = DrafterEnv(target, draft, stepwise_draft)
         self.drafters: list[Drafter] = [build(d, env) if isinstance(d, str) else d
                                         for d in drafters]
+        own: Callable[[dict[str, Callable[[], Plan]]], None] | None = getattr(
+            self.policy, "own_plans", None)
+        if own is not None:  # the planner scores self-planning drafters on what they do
+            own({d.name: d.own_plan for d in self.drafters if hasattr(d, "own_plan")})
         self.name = "speculative" if draft is not None else "ngram"
         self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
         self._default: Drafter | None = None

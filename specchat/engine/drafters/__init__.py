@@ -12,6 +12,11 @@ without a match) may define ``can_propose(seq) -> bool``; :func:`can_propose` as
 planner scores only the drafters that can draft now (an n-gram chain planned without a match
 is a plain step that kept the draft model from drafting).
 
+A drafter whose step has a shape of its own (Lookahead's window and candidate trie, Medusa's
+heads' tree) defines ``own_plan() -> Plan``: the planner runs that step and keeps it only while
+its measured rate beats plain's (:mod:`specchat.engine.planner_arms`); chain drafters are sized
+by the planner instead.
+
 A drafter is one module in this package defining ``NAME`` and ``build(env) -> Drafter | None``
 (None: not usable with what is loaded, e.g. no draft model); :func:`build` finds them by name,
 so a new drafter is a new file. Modules whose name starts with ``_`` are helpers.

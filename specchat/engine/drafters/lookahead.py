@@ -27,12 +27,11 @@ Sizes: W, N, G come from :class:`LookaheadSettings` (``env.shared["lookahead"]``
 defaults below). They are fixed, not planned per step: on 2 CPU cores every extra row costs
 (Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
 window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
-step is whether to run Lookahead at all: under γ ``plan`` the runtime's
-:class:`~specchat.engine.lookahead_plan.LookaheadGate` measures Lookahead steps against plain
-ones (the general planner does not score Lookahead). ``--gamma K`` runs it every step with at
-most K candidate tokens. A step whose batch would not fit the context, ``n_batch`` or the
-sequences shrinks the window (to none if need be); the candidates were already fitted by the
-decoder.
+step is whether to run Lookahead at all: under γ ``plan`` the planner runs ``own_plan()`` (every
+candidate at full depth) while its measured rate beats plain's (:mod:`specchat.engine.
+planner_arms`). ``--gamma K`` runs it every step with at most K candidate tokens. A step whose
+batch would not fit the context, ``n_batch`` or the sequences shrinks the window (to none if
+need be); the candidates were already fitted by the decoder.
 
 Combined with other drafters (``--drafter lookahead,ngram``) a step whose pool has no candidate
 is handed to the next drafter, so the window runs only on steps Lookahead proposes tokens.
@@ -116,6 +115,11 @@ class LookaheadDrafter(ChainDefault):
         if gamma <= 0 or (not parents and s.window == 0):
             return Plan("none")
         return Plan(self.name, tuple(parents), s.label)
+
+    def own_plan(self) -> Plan:
+        """The step the planner runs when it picks Lookahead: every candidate at full depth."""
+        s = self.settings
+        return self.default_plan(s.candidates * (s.ngram - 1))
 
     def reset(self, prompt: Sequence[int]) -> None:
         done = self._indexed

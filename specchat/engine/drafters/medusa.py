@@ -56,6 +56,9 @@ SHARED_KEY = "medusa"
 # P(a head's k-th best candidate is the target's token | its parent was): a prior for the
 # default shape (deeper heads are worse, which the per-depth decay below says).
 RANK_ACCEPT = (0.55, 0.15, 0.07, 0.04)
+# Nodes of the tree the planner runs when it picks the heads: small, since on a CPU each node
+# costs a target row; the planner keeps the heads only while their steps beat plain.
+OWN_NODES = 6
 
 
 def _silu(u: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -129,6 +132,10 @@ class MedusaDrafter:
             return Plan("none")
         shape = default_shape(gamma, self.heads.k)
         return Plan(self.name, shape, f"medusa tree {len(shape)} · depth {max(depths(shape))}")
+
+    def own_plan(self) -> Plan:
+        """The step the planner runs when it picks the heads: their best tree of OWN_NODES."""
+        return self.default_plan(OWN_NODES)
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._h, self._h_len = None, -1
