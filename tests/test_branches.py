@@ -100,10 +100,14 @@ def test_the_shown_branch_follows_the_active_alternative(tmp_path: Path) -> None
     r2 = store.add_message(chat, "assistant", "r2", parent_id=q)
     store.update_message(r1, "r1", active=False)
     assert [m.content for m in store.thread(chat)] == ["q", "r2"]
+    # The chat list counts the shown branch: r1 and what followed it are a flip away.
+    assert store.get_chat(chat).n_messages == 2
+    assert [c.n_messages for c in store.list_chats()] == [2]
     store.update_message(r2, "r2", active=False)  # none marked (a damaged row): the newest
     assert [m.content for m in store.thread(chat)] == ["q", "r2"]
     store.update_message(r1, "r1", active=True)
     assert [m.content for m in store.thread(chat)] == ["q", "r1", "after r1"]
+    assert store.get_chat(chat).n_messages == 3
     # Deleting relinks in the same transaction: the reply goes, what followed it stays.
     store.delete_messages(chat, [r1], relink=[(after, q, False), (r2, q, True)])
     assert [m.content for m in store.thread(chat)] == ["q", "r2"]

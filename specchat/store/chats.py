@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from specchat.errors import StoreError
 from specchat.store.schema import migrate
@@ -50,7 +51,7 @@ class ChatSummary:
     pair: str
     created: float
     updated: float
-    n_messages: int
+    n_messages: int  # on the shown branch (alternatives a flip away are not counted)
     preset: str | None = None  # the system-prompt preset chosen for this chat, by name
     system_prompt: str | None = None  # the chat's own system prompt (None: the app's)
 
@@ -70,16 +71,38 @@ class StoredMessage:
     active: bool = True  # the one shown among its alternatives (same parent)
 
 
-def thread(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+class _Linked(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def parent_id(self) -> int | None: ...
+    @property
+    def active(self) -> bool: ...
+
+
+M = TypeVar("M", bound=_Linked)
+
+
+@dataclass(frozen=True)
+class _Link:
+    id: int
+    seq: int
+    parent_id: int | None
+    active: bool
+
+
+def thread(messages: Sequence[M]) -> list[M]:
     """The shown branch of a chat's messages (in seq order): from the first message, each
     step takes the active child (the newest one if none is marked, as a damaged row may
     leave it). A message whose parent is gone counts as a first message."""
     ids = {m.id for m in messages}
-    children: dict[int | None, list[StoredMessage]] = {}
+    children: dict[int | None, list[M]] = {}
     for m in sorted(messages, key=lambda m: m.seq):
         parent = m.parent_id if m.parent_id in ids else None
         children.setdefault(parent, []).append(m)
-    out: list[StoredMessage] = []
+    out: list[M] = []
     parent_id: int | None = None
     seen: set[int] = set()
     while (kids := children.get(parent_id)):
@@ -265,16 +288,18 @@ class ChatStore:
             rows = c.execute(
                 "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
                 "FROM chats c ORDER BY c.updated DESC, c.id DESC").fetchall()
-        return [_summary(r) for r in rows]
+            shown = _shown_counts(c)
+        return [_summary(r, shown.get(r["id"])) for r in rows]
 
     def get_chat(self, chat_id: int) -> ChatSummary:
         with self._read("cannot open the chat") as c:
             row = c.execute(
                 "SELECT c.*, (SELECT count(*) FROM messages m WHERE m.chat_id = c.id) AS n "
                 "FROM chats c WHERE c.id = ?", (chat_id,)).fetchone()
+            shown = _shown_counts(c, chat_id)
         if row is None:
             raise StoreError(f"no chat with id {chat_id} (see `specchat chats`)", "missing")
-        return _summary(row)
+        return _summary(row, shown.get(chat_id))
 
     def rename_chat(self, chat_id: int, title: str) -> None:
         title = " ".join(title.split())
@@ -470,9 +495,23 @@ def _mend_index(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _summary(r: sqlite3.Row) -> ChatSummary:
+def _shown_counts(c: sqlite3.Connection, chat_id: int | None = None) -> dict[int, int]:
+    """Messages on each chat's shown branch (:func:`thread`), from the link columns alone;
+    empty at a schema older than branches (every message is then shown)."""
+    cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
+    if not {"parent_id", "active"} <= cols:
+        return {}
+    where, args = ("WHERE chat_id = ?", (chat_id,)) if chat_id is not None else ("", ())
+    links: dict[int, list[_Link]] = {}
+    for r in c.execute(f"SELECT id, chat_id, seq, parent_id, active FROM messages {where}", args):
+        links.setdefault(r[1], []).append(_Link(r[0], r[2], r[3], bool(r[4])))
+    return {chat: len(thread(ms)) for chat, ms in links.items()}
+
+
+def _summary(r: sqlite3.Row, shown: int | None = None) -> ChatSummary:
     keys = r.keys()  # a database opened read-only may be at an older schema
-    return ChatSummary(r["id"], r["title"], r["pair"], r["created"], r["updated"], r["n"],
+    n = r["n"] if shown is None else shown
+    return ChatSummary(r["id"], r["title"], r["pair"], r["created"], r["updated"], n,
                        r["preset"] if "preset" in keys else None,
                        r["system_prompt"] if "system_prompt" in keys else None)
 
