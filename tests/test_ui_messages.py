@@ -13,6 +13,7 @@ from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
 from specchat.session.clipboard import clipboard_text, code_blocks
+from specchat.session.live import live_from_record
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.dialogs import ConfirmDialog
@@ -62,11 +63,15 @@ async def test_regenerate_keeps_the_old_reply_to_flip_back_to(tmp_path: Path,
         assert isinstance(app.focused, ChatInput)
         (reply,) = chat.query(AssistantMessage)  # the old one is not drawn: an alternative
         assert "‹ 2/2 ›" in header(reply) and reply.turn is not first.turn
-        new = reply.turn.text
+        new, new_stats = reply.turn.text, reply.turn.stats
         await pilot.press("alt+left")
         await pilot.pause()
         (reply,) = chat.query(AssistantMessage)
         assert "‹ 1/2 ›" in header(reply) and reply.turn.text == old
+        # The stats bar follows the flip: the shown reply's figures, not the last one's.
+        assert reply.turn.stats is not None and new_stats is not None
+        assert chat.stats_bar.stats == live_from_record(reply.turn.stats)
+        assert chat.stats_bar.stats != live_from_record(new_stats)
         assert "‹ 1/2 ›" in app.export_screenshot().replace("&#160;", " ")
         await pilot.press("alt+right")
         await pilot.pause()

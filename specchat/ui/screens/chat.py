@@ -241,6 +241,8 @@ class ChatScreen(Screen[None]):
                 self.app.push_screen(ErrorDialog(v.title, v.text))
             elif isinstance(v, Redraw):
                 self.transcript.show_turns(self.conversation.turns)
+                if self.session.job is None:
+                    self._branch_stats()  # the shown branch changed: its figures, not the old
                 self.messages.shown()
             elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
@@ -416,7 +418,15 @@ class ChatScreen(Screen[None]):
         conversation = self.conversation
         self.transcript.show_turns(conversation.turns)
         self.query_one("#topbar", Static).update(self._topbar())
-        records = conversation.assistant_stats()
+        self._branch_stats()
+        self.refresh_chat_list()
+        self.messages.clear()
+        self.query_one(ChatInput).focus()
+
+    def _branch_stats(self) -> None:
+        """The stats bar for the shown branch: its replies' sparklines, its last reply's
+        figures."""
+        records = self.conversation.assistant_stats()
         bar = self.stats_bar
         bar.reset()
         gens = [r.generation for r in records]
@@ -424,9 +434,6 @@ class ChatScreen(Screen[None]):
                         [g.decode_tps for g in gens if g.decode_tps])
         if records:
             bar.show(live_from_record(records[-1]), busy=False, record=False)
-        self.refresh_chat_list()
-        self.messages.clear()
-        self.query_one(ChatInput).focus()
 
     def action_toggle_view(self) -> None:
         self.view = "tokens" if self.view == "markdown" else "markdown"
