@@ -165,9 +165,11 @@ def test_the_drafter_greedy_equals_plain_and_sampling_runs(deep: Path, tmp_path:
     s = SamplerSettings(temperature=0, max_tokens=60)
     plain = run_to_end(PlainDecoder(tc), prompt, s, threading.Event()).tokens
     drafter = LayerSkipDrafter(tc, lambda: LlamaContext(cm, CS))
+    assert drafter.lag(prompt) == len(prompt)  # nothing read yet: its first step reads it all
     dec = SpeculativeDecoder(tc, None, FixedGamma(3), [drafter])
     spec = run_to_end(dec, prompt, s, threading.Event())
     assert spec.tokens == plain
+    assert drafter.lag(prompt + spec.tokens) <= 3  # it kept up (the last steps' own tokens aside)
     assert sum(st.accepted for st in spec.steps) > 0
     sampled = run_to_end(dec, prompt, s.with_(temperature=0.9, seed=3), threading.Event())
     assert sampled.tokens

@@ -343,6 +343,19 @@ def test_another_chain_drafter_is_timed_by_a_probe_then_judged_on_what_it_showed
     assert all(pl.drafter == "none" for pl in plans)
 
 
+def test_a_drafter_that_would_first_read_a_long_prompt_is_not_probed() -> None:
+    """A layer-skip cut reads a prompt nearly as slowly as the target: after a long document
+    its probe would cost more than a short reply gains."""
+    p = planner(FLAT, 0.5)
+    p.begin("a long document")
+    p.drafter_lags({"layerskip": 1500})
+    plans = [p.next_plan(("layerskip",)) for _ in range(40)]
+    assert all(pl.drafter == "none" for pl in plans)
+    p.begin("a short question")  # the next reply: its cache is close enough
+    p.drafter_lags({"layerskip": 40})
+    assert p.next_plan(("layerskip",)).reason == "probe"
+
+
 def test_a_probe_that_found_nothing_to_propose_is_not_repeated_at_once() -> None:
     p = planner(QWEN_CPU, 0.5)
     assert p.next_plan(("lookahead",)).reason == "probe"

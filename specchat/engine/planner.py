@@ -180,6 +180,7 @@ class Planner(AutoGamma):
         # for its step, and what its steps did.
         self._own: dict[str, Callable[[], Plan]] = {}
         self.measured: dict[str, MeasuredDrafter] = {}
+        self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
         self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
         self.last_plan: Plan = plain()
@@ -250,6 +251,8 @@ class Planner(AutoGamma):
                     out.append(Candidate(plan, got[0], got[1] + o))
             elif name not in SCORED:
                 other = self._other(name)
+                if other.tried == 0 and self._lags.get(name, 0) > self.plan_settings.warmup_max_lag:
+                    continue  # never timed, and it would first read a long prompt
                 scored.append((name, other.model.position_alphas(), other.t(table[0])))
         for name, alph, per_token in scored:
             if name not in available:
@@ -346,7 +349,7 @@ class Planner(AutoGamma):
                     self.measured[n].tried += 1
                     return self._chosen(own, scored=False)
         unseen = [n for n in available if n not in SCORED and n not in self._own
-                  and self._other(n).tried == 0]
+                  and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
         if unseen:  # a drafter never timed here: one short chain measures its cost and α
             self._plain_run = 0
             self._other(unseen[0]).tried += 1
@@ -422,9 +425,10 @@ class Planner(AutoGamma):
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
             affordable = catch <= ps.probe_budget * self._behind * base.seconds
-            others = sorted((self._tried(n), n) for n in available if n not in SCORED)
-            probe = "ngram" if "ngram" in chains else ("model" if affordable else
-                                                       others[0][1] if others else "")
+            others = sorted((self._tried(n), n) for n in available if n not in SCORED
+                            and self._lags.get(n, 0) <= ps.warmup_max_lag)
+            probe = "ngram" if "ngram" in chains else (
+                "model" if "model" in chains and affordable else others[0][1] if others else "")
             self._plain_run = 0
             if not probe:
                 return self._chosen(plain(self._plain_reason(base, cands)))
@@ -603,12 +607,20 @@ class Planner(AutoGamma):
         self.prediction = Prediction()
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+        self._lags = {}
 
     def draft_lag(self, tokens: int) -> None:
         """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
         ``begin``): a first draft step pays for reading them, as after plain steps."""
         self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
         self._draft_behind = True
+
+    def drafter_lags(self, lags: dict[str, int]) -> None:
+        """What each drafter with a cache of its own lacks of the prompt (the decoder says so
+        after ``begin``): one that would first read more than ``warmup_max_lag`` tokens is not
+        probed this reply — on a CPU that read costs more than a short reply gains (a layer-skip
+        cut reads a prompt nearly as slowly as the target)."""
+        self._lags = dict(lags)
 
     def describe(self) -> str:
         return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"

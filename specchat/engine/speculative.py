@@ -192,6 +192,9 @@ class SpeculativeDecoder:
             # would gain — after a long pasted document it can outweigh the whole reply.
             lag(len(seq) - self.draft.common_prefix(seq))
         self._set_alive(self.drafters, seq)
+        lags: Callable[[dict[str, int]], None] | None = getattr(self.policy, "drafter_lags", None)
+        if lags is not None:  # drafters with a cache of their own (layer-skip, Kangaroo)
+            lags({d.name: d.lag(seq) for d in self._alive if hasattr(d, "lag")})
         return reused
 
     def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,

@@ -17,6 +17,10 @@ heads' tree) defines ``own_plan() -> Plan``: the planner runs that step and keep
 its measured rate beats plain's (:mod:`specchat.engine.planner_arms`); chain drafters are sized
 by the planner instead.
 
+A drafter with a KV cache of its own (the layer-skip cut, Kangaroo's shallow model) defines
+``lag(seq) -> int``, the tokens its cache lacks: the planner does not probe it when its first
+step would read a long prompt first.
+
 A drafter is one module in this package defining ``NAME`` and ``build(env) -> Drafter | None``
 (None: not usable with what is loaded, e.g. no draft model); :func:`build` finds them by name,
 so a new drafter is a new file. Modules whose name starts with ``_`` are helpers.

@@ -98,6 +98,11 @@ class KangarooDrafter(ChainDefault):
             self._loaded = self._load()
         return self._loaded
 
+    def lag(self, seq: Sequence[int]) -> int:
+        """Tokens of ``seq`` the shallow model's cache lacks: what its first step reads first."""
+        ctx = self._loaded[0] if self._loaded is not None else None
+        return len(seq) - (ctx.common_prefix(seq) if ctx is not None else 0)
+
     def _first(self, ctx: LlamaContext, seq: Sequence[int]
                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """The shallow cache brought to ``seq`` (common prefix kept); the logits and hidden

@@ -44,6 +44,11 @@ class LayerSkipDrafter(ChainDefault):
         """The cut model's context once loaded (None before its first step)."""
         return self._dm.ctx if self._dm is not None else None
 
+    def lag(self, seq: Sequence[int]) -> int:
+        """Tokens of ``seq`` the cut model's cache lacks: what its first step reads first."""
+        ctx = self.ctx
+        return len(seq) - (ctx.common_prefix(seq) if ctx is not None else 0)
+
     def reset(self, prompt: Sequence[int]) -> None:
         if self._dm is not None:
             self._dm.reset(prompt)
