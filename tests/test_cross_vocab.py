@@ -264,3 +264,34 @@ def test_real_sampled_continuations_are_distributed_as_plain(tiny_target: Path,
     spec = SpeculativeDecoder(tc, dc, FixedGamma(3), ["model"])
     b = sample(spec, prompt, lambda x: s.with_(seed=x), range(3000, 6000), cancel)
     assert homogeneity(a, b).p_value >= 1e-6
+
+
+def test_a_pair_of_two_vocabularies_calibrates_through_the_shared_tokens(
+        tiny_target: Path, cross_draft: Path) -> None:
+    """Calibration (and bench's cost curve) time and teacher-force the draft on its own tokens
+    of the text: fed the target's ids it would fail inside llama.cpp."""
+    from specchat.engine.agreement import agreement_trace, cross_agreement_trace
+    from specchat.engine.drafters._cross_vocab import in_draft_vocab
+    from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
+
+    tc, dc = contexts(tiny_target, cross_draft)
+    prompt = tc.model.tokenize("<|im_start|>user\nthe cat sat on the mat<|im_end|>\n")
+    assert in_draft_vocab(tc.model, dc.model, prompt) != prompt  # other ids, the same text
+    assert dc.model.detokenize(in_draft_vocab(tc.model, dc.model, prompt)) == \
+        tc.model.detokenize(prompt)
+    assert in_draft_vocab(tc.model, tc.model, prompt) == prompt
+    reply = run_to_end(PlainDecoder(tc), prompt, SamplerSettings(temperature=0, max_tokens=24),
+                       threading.Event()).tokens
+    cross = cross_agreement_trace(tc, dc, prompt, reply)
+    # The same network behind both vocabularies: greedy choices agree where a token is shared.
+    assert cross.positions == len(reply) and 0.5 < cross.alpha <= 1.0
+    assert cross.draft_top is not None and len(cross.draft_top) == len(reply)
+    same = agreement_trace(tc, LlamaContext(LlamaModel(tiny_target), ContextSettings(n_ctx=512)),
+                           prompt, reply)
+    assert same.alpha == 1.0  # the control: the target against itself agrees everywhere
+    opts = CalibrationOptions(max_tokens=16, gamma_max=3, n_ctx=512, repeats=1, n_threads=1,
+                              prompts=(CalibrationPrompt("a", "hello there"),
+                                       CalibrationPrompt("b", "the cat sat on the mat")))
+    r = calibrate(tiny_target, cross_draft, opts)
+    assert 0 < r.alpha <= 1 and r.positions > 0 and r.draft_s > 0
+    assert len(r.confidence) > 0

@@ -21,6 +21,7 @@ from typing import Any
 from specchat.engine.acceptance import expected_tokens
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.engine.decoding import run_to_end
+from specchat.engine.drafters._cross_vocab import in_draft_vocab
 from specchat.engine.sampling import SamplerSettings
 from specchat.runtime import Runtime
 
@@ -37,8 +38,12 @@ def measure_curve(runtime: Runtime, prompt: Sequence[int], points: int = 32) -> 
     if len(tokens) < points:
         tokens += tokens[: points - len(tokens)] * (points // max(len(tokens), 1) + 1)
     verify = verify_costs(runtime.target_ctx, list(prompt), tokens, points, repeats=5)
-    draft = draft_step_cost(runtime.draft_ctx, list(prompt), tokens[:8]) \
-        if runtime.draft_ctx is not None else 0.0
+    draft = 0.0
+    if runtime.draft_ctx is not None and runtime.draft is not None:
+        # A draft of another vocabulary (TLI) is timed on its own tokens of the same text.
+        d_prompt, d_tokens = (in_draft_vocab(runtime.target, runtime.draft, t)
+                              for t in (prompt, tokens[:8]))
+        draft = draft_step_cost(runtime.draft_ctx, d_prompt, d_tokens or d_prompt[-1:])
     runtime.clear_caches()
     return CostCurve(draft, verify)
 

@@ -33,6 +33,7 @@ from specchat.bench.replay_eval import evaluate, measure_costs
 from specchat.cli.common import Env
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.engine.costs import CostCurve
+from specchat.engine.drafters._cross_vocab import cross_map
 from specchat.engine.planner import Planner
 from specchat.engine.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
@@ -91,8 +92,12 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     try:
-        if runtime.draft_ctx is None:
+        if runtime.draft_ctx is None or runtime.draft is None:
             raise SpecchatError("--chained needs a pair: --pair NAME, or --model with --draft")
+        if cross_map(runtime.target, runtime.draft) is not None:
+            raise SpecchatError("--chained replays the draft on the target's own tokens: it "
+                                "needs a draft with the same vocabulary (this pair drafts "
+                                "through their shared tokens; use the plain bench for it)")
         seed = runtime.auto_seed()
         auto: PolicyFactory = lambda clock: AutoGamma(seed=seed, clock=clock)  # noqa: E731
         policies = _policies(args, auto)

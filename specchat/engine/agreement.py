@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decoding import prefill
+from specchat.engine.drafters._cross_vocab import CrossVocabDraft
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.sampling import SamplerSettings, distribution
 
@@ -120,6 +121,27 @@ def agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[
         _compare(t_rows, d_rows, n_shared, settings if sampled else None, t_out, d_out, probs)
         _tops(d_rows[:, :n_shared], tops)
     return AgreementTrace(t_out, d_out, probs if sampled else None, tops)
+
+
+def cross_agreement_trace(target: LlamaContext, draft: LlamaContext, prompt: Sequence[int],
+                          continuation: Sequence[int],
+                          cancel: threading.Event | None = None) -> AgreementTrace:
+    """:func:`agreement_trace` (greedy, with the draft's top-1 probability) for a draft whose
+    vocabulary differs: at each position the draft reads its own tokenisation of the text so
+    far (prefix reused) and proposes among the shared tokens, as the TLI drafter does. The
+    target's choices are the continuation's own tokens (its greedy reply)."""
+    cv = CrossVocabDraft(target, draft)
+    d_out: list[int] = []
+    tops: list[float] = []
+    seq = list(prompt)
+    for t in continuation:
+        if cancel is not None and cancel.is_set():
+            raise DecodeCancelled("cancelled")
+        d, top = cv.greedy_next(seq)
+        d_out.append(d)
+        tops.append(top)
+        seq.append(int(t))
+    return AgreementTrace(list(continuation), d_out, None, tops)
 
 
 def _tops(rows: npt.NDArray[np.float32], out: list[float] | None) -> None:

@@ -25,11 +25,16 @@ from typing import Any
 
 from specchat.engine import batch_rounding
 from specchat.engine.acceptance import CONF_EDGES, confidence_counts
-from specchat.engine.agreement import agreement_trace, greedy_continuation
+from specchat.engine.agreement import (
+    agreement_trace,
+    cross_agreement_trace,
+    greedy_continuation,
+)
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.cost_model import TABLE_SIZE
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.drafters._cross_vocab import cross_map, in_draft_vocab
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.machine_load import LoadWatch, MachineLoad
 from specchat.engine.model import (
@@ -164,6 +169,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
     d_ctx = LlamaContext(draft, cs)
     t_ctx.cancel = d_ctx.cancel = cancel
     watch = LoadWatch()
+    cross = cross_map(target, draft) is not None  # TLI: the draft reads its own tokens
     try:
         chat = ChatEngine(PlainDecoder(t_ctx))
         results: list[PromptResult] = []
@@ -178,7 +184,8 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
             prompt = chat.tokenize_chat([Message("user", p.prompt)])
             reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
             replies.append((prompt, reply))
-            trace = agreement_trace(t_ctx, d_ctx, prompt, reply, draft_top=True)
+            trace = (cross_agreement_trace(t_ctx, d_ctx, prompt, reply, cancel) if cross
+                     else agreement_trace(t_ctx, d_ctx, prompt, reply, draft_top=True))
             results.append(PromptResult(p.category, trace.positions, trace.alpha))
             tops += trace.draft_top or []
             agreed += trace.agree
@@ -192,7 +199,9 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
             raise SpecchatError(f"the target's replies were too short to time ({len(reply)} "
                                 f"tokens; {n_verify} needed): is it a chat model?")
         report(Progress(task, total - 1, total, unit="steps"))
-        draft_s = draft_step_cost(d_ctx, prompt, reply[:16], cancel)
+        # A draft of another vocabulary is timed on its own tokens of the same text.
+        d_prompt, d_reply = (in_draft_vocab(target, draft, t) for t in (prompt, reply[:16]))
+        draft_s = draft_step_cost(d_ctx, d_prompt, d_reply or d_prompt[-1:], cancel)
         points = max(n_verify, min(options.cost_points, len(reply)))
         verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel)
         rounding = batch_rounding.measure(t_ctx, prompt, reply[:ROUNDING_TOKENS], cancel).gap

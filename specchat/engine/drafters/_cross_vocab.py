@@ -208,6 +208,14 @@ class CrossVocabDraft(DraftModel):
         dft.truncate(i)
         return dft.decode(dseq[i:], logits="last")[0]
 
+    def greedy_next(self, seq: Sequence[int]) -> tuple[int, float]:
+        """The draft's greedy next token after the committed ``seq`` (a target id, among the
+        shared tokens) and its top-1 probability there: what a greedy γ = 1 step proposes."""
+        vm = self.vmap
+        row = self._row(seq)
+        d = int(vm.shared_draft[greedy_token(row[vm.shared_draft])])  # checks NaN
+        return int(vm.d2t[d]), _softmax_top(row, vm.shared_draft)()
+
     # ------------------------------------------------------------------------ drafting
 
     def chain(self, req: DraftRequest, gamma: int, name: str) -> Proposal:
@@ -251,6 +259,15 @@ class CrossVocabDraft(DraftModel):
 
     def commit(self, proposal: Proposal, verdict: Verdict) -> None:
         return None  # the next step re-syncs the cache to the committed text
+
+
+def in_draft_vocab(target: LlamaModel, draft: LlamaModel, tokens: Sequence[int]) -> list[int]:
+    """``tokens`` of the target as the draft reads them: the same ids when the vocabularies
+    agree, else the draft's own tokenisation of their text (for timing the draft on the same
+    text; a drafting step re-syncs through :class:`CrossVocabDraft`)."""
+    if cross_map(target, draft) is None:
+        return list(tokens)
+    return _tokenize_bytes(draft, b"".join(target.piece(int(t)) for t in tokens))
 
 
 def _tokenize_bytes(model: LlamaModel, data: bytes) -> list[int]:
