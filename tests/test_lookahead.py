@@ -258,9 +258,9 @@ def test_the_planner_runs_lookahead_where_it_measured_faster_and_probes_it_other
     from specchat.engine.costs import CostCurve
 
     d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
-    # Calibrated costs: plain is 10 ms a token.
-    planner = Planner(seed=AutoGammaSeed(CostCurve(0.005, tuple(0.01 * n for n in range(1, 9))),
-                                         0.5))
+    # Calibrated costs, a flat curve (a GPU's): plain is 10 ms a token.
+    planner = Planner(seed=AutoGammaSeed(
+        CostCurve(0.005, tuple(0.0095 + 0.0005 * n for n in range(1, 17))), 0.5))
     planner.own_plans({"lookahead": d.own_plan})
     chosen: list[str] = []
     for _ in range(300):
@@ -280,6 +280,23 @@ def test_the_planner_runs_lookahead_where_it_measured_faster_and_probes_it_other
     assert planner.next_plan(()).drafter == "none"
     tokens, seconds = planner.predict(d.own_plan()) or (0.0, 0.0)  # forecast from its steps
     assert tokens == pytest.approx(2.0) and seconds > 0.02 / la_rate
+
+
+def test_on_a_steep_curve_lookahead_is_not_even_measured() -> None:
+    """3 tokens at best (2 candidates deep and the target's own) for a pass over 9 rows that
+    costs 9× one token: it cannot pay, whatever its pool would find."""
+    from specchat.engine.auto_gamma import AutoGammaSeed
+    from specchat.engine.costs import CostCurve
+
+    d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
+    planner = Planner(seed=AutoGammaSeed(CostCurve(0.005, tuple(0.01 * n for n in range(1, 17))),
+                                         0.5))
+    planner.own_plans({"lookahead": d.own_plan})
+    plans = []
+    for _ in range(200):
+        plans.append(planner.next_plan(("lookahead",)))
+        planner.observe(step(False, 1, 0.01))
+    assert all(p.drafter == "none" for p in plans)
 
 
 def test_the_runtime_plans_lookahead_with_the_planner(home: AppPaths, tiny_target: Path) -> None:

@@ -283,6 +283,20 @@ class Planner(AutoGamma):
                                                    self.settings.slow_half_life)
         return got
 
+    def _own_can_pay(self, name: str) -> bool:
+        """Whether a self-planning drafter's step could beat plain at all: every node of its
+        deepest path accepted (1 + depth tokens) for a pass over its nodes, on the verify
+        table. On a steep CPU curve Lookahead's and Medusa's batches cannot, so they are not
+        even measured; with the costs unknown yet, they are."""
+        if not self.seeded and self.costs.ratio is None:
+            return True
+        plan = self._own[name]()
+        if plan.drafter == "none":
+            return False
+        table, o = self.costs.verify_table(), self.costs.overhead
+        n = min(plan.size, len(table) - 1)
+        return (1 + plan.depth) / (table[n] + o) >= self.plan_settings.margin / (table[0] + o)
+
     def _tried(self, name: str) -> int:
         return self.measured[name].tried if name in self._own else self._other(name).tried
 
@@ -341,7 +355,7 @@ class Planner(AutoGamma):
         if not available:
             return self._chosen(plain("plain: no drafter can propose here"))
         for n in available:
-            if n in self._own and self.measured[n].measuring:
+            if n in self._own and self.measured[n].measuring and self._own_can_pay(n):
                 # A drafter of its own shape: its first steps measure what it yields here.
                 own = self._own_plan(n, "measuring")
                 if own.drafter != "none":
@@ -426,7 +440,8 @@ class Planner(AutoGamma):
             # draft model only if re-reading what it missed is cheap here.)
             affordable = catch <= ps.probe_budget * self._behind * base.seconds
             others = sorted((self._tried(n), n) for n in available if n not in SCORED
-                            and self._lags.get(n, 0) <= ps.warmup_max_lag)
+                            and self._lags.get(n, 0) <= ps.warmup_max_lag
+                            and (n not in self._own or self._own_can_pay(n)))
             probe = "ngram" if "ngram" in chains else (
                 "model" if "model" in chains and affordable else others[0][1] if others else "")
             self._plain_run = 0
