@@ -128,3 +128,43 @@ def test_greedy_medusa_equals_plain_on_the_demo_target(demo_files: tuple[object,
                                          [MedusaDrafter(ctx, lambda: heads)]), prompt, s)
     assert spec.tokens == plain.tokens
     assert any(st.drafter == "medusa" and st.kind == "tree" for st in spec.steps)
+
+
+class _Alternate(FixedGamma):
+    """A Medusa tree every other step, plain steps between (as the planner does when it probes)."""
+
+    def __init__(self) -> None:
+        super().__init__(6)
+        self.n = 0
+
+    def next_gamma(self) -> int:
+        self.n += 1
+        return 6 if self.n % 2 else 0
+
+
+def test_plain_steps_keep_hidden_states_off_and_stay_exact() -> None:
+    """Hidden states cost every pass they are on: only the heads' own steps read them (after a
+    plain step the drafter re-reads one token for its state), and greedy output is unchanged."""
+    t, _ = tables(SEED)
+    tc = ScriptedContext(t)
+    policy = _Alternate()
+    on: list[int] = []  # the step (its γ) of every pass with hidden states on
+    for name in ("decode_with_hidden", "decode_tree_with_hidden"):
+        own = getattr(tc, name)
+
+        def counted(*args, _own=own):  # type: ignore[no-untyped-def]
+            on.append(6 if policy.n % 2 else 0)
+            return _own(*args)
+
+        setattr(tc, name, counted)
+    ctx = cast(LlamaContext, tc)
+    heads = scripted_heads()
+    s = SamplerSettings(temperature=0, max_tokens=60)
+    run = run_to_end(SpeculativeDecoder(ctx, None, policy, [MedusaDrafter(ctx, lambda: heads)]),
+                     [0], s)
+    planned = sum(1 for st in run.steps if st.plan_size > 0)  # the heads' steps
+    assert planned > 5 and len(run.steps) - planned > 5
+    assert on and all(g == 6 for g in on)  # never during a plain step
+    assert len(on) >= 2 * planned - 1  # per heads' step: a re-read and its own pass
+    seq = [0, *run.tokens]
+    assert all(b == int(np.argmax(t[(a + j) % V])) for j, (a, b) in enumerate(pairwise(seq)))

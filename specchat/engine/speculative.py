@@ -266,8 +266,12 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         if proposal.side is not None:
             rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
-        elif any(getattr(d, "reads_hidden", False) for d in self._alive):
-            # A drafter that drafts from the target's hidden states (medusa) reads this pass's.
+        elif any(getattr(d, "reads_hidden", False) for d in self._alive
+                 if d.name == proposal.drafter):
+            # A drafter that drafts from the target's hidden states (medusa) reads this pass's
+            # when it drafted this step (it is likely to draft the next). Not on other steps:
+            # hidden states cost every pass they are on, and a plain step must be plain; the
+            # drafter re-reads one token when it drafts after one.
             rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
                        else decode_with_hidden(tgt, tokens))
         else:
