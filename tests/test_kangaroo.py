@@ -358,3 +358,12 @@ def test_train_heads_kangaroo_then_ask_with_it(home: object, tmp_path: Path,
     err = capsys.readouterr().err
     assert rc != 0 and "Traceback" not in err
     assert "has no Kangaroo adapter yet: train one with `specchat models train-heads" in err
+
+
+def test_heads_train_on_prompts_the_bench_does_not_measure() -> None:
+    from specchat.bench.prompts import load_prompts
+    from specchat.models.heads.data import spec_bench_prompts
+
+    trained = {qid for qid, _ in spec_bench_prompts(48)}
+    measured = {p.question_id for p in load_prompts(None, (), per_category=5)}
+    assert len(trained) == 48 and not trained & measured

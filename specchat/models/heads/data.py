@@ -80,7 +80,9 @@ class TrainingData:
 
 
 def spec_bench_prompts(n: int, path: Path = SPEC_BENCH) -> list[tuple[str, str]]:
-    """``n`` (question id, text) pairs, taken round-robin over the categories."""
+    """``n`` (question id, text) pairs, taken round-robin over the categories from the *end*
+    of each: ``specchat bench`` and the race measure a category's first prompts, so heads
+    trained here are judged on prompts they never saw."""
     by_cat: dict[str, list[tuple[str, str]]] = {}
     with path.open(encoding="utf-8") as fh:
         for line in fh:
@@ -89,7 +91,7 @@ def spec_bench_prompts(n: int, path: Path = SPEC_BENCH) -> list[tuple[str, str]]
                 by_cat.setdefault(str(obj["category"]), []).append(
                     (str(obj["question_id"]), str(obj["turns"][0])))
     out: list[tuple[str, str]] = []
-    lists = list(by_cat.values())
+    lists = [v[::-1] for v in by_cat.values()]
     i = 0
     while len(out) < n and any(i < len(v) for v in lists):
         out.extend(v[i] for v in lists if i < len(v))
