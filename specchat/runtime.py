@@ -276,10 +276,16 @@ class Runtime:
         """What the pair's stored calibration tells a controller (its costs, its α, its α per
         kind of prompt as topic priors, the n-gram drafter's α); None when the pair was never
         calibrated here."""
-        from specchat.models.calibration_store import load_calibration
+        from specchat.models.calibration_store import load_calibration, load_target_curve
 
-        if self.paths is None or self.draft is None:
+        if self.paths is None:
             return None
+        if self.draft is None:
+            # No pair, but the target's verify curve from any pair's calibration on this
+            # machine: the planner then knows what a wide check costs (Lookahead's, Medusa's)
+            # before paying for one.
+            curve = load_target_curve(self.paths, self.target.path)
+            return AutoGammaSeed(curve) if curve is not None else None
         cal = load_calibration(self.paths, self.target.path, self.draft.path)
         if cal is None:
             return None

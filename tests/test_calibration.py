@@ -32,7 +32,11 @@ from specchat.models.calibration import (
     ngram_replay,
     recommend,
 )
-from specchat.models.calibration_store import load_calibration, save_calibration
+from specchat.models.calibration_store import (
+    load_calibration,
+    load_target_curve,
+    save_calibration,
+)
 from specchat.paths import AppPaths
 
 PROMPT = [1, 20, 7, 14, 14, 17, 2, 1]  # any tokens will do for teacher forcing
@@ -133,6 +137,9 @@ def test_calibration_on_tiny_models_and_its_record(tiny_target: Path, tiny_draft
     again = load_calibration(home, tiny_target, tiny_draft)
     assert again == r
     assert load_calibration(home, tiny_draft, tiny_target) is None
+    # The target's own curve serves it alone (no pair): any pair's record with this target.
+    assert load_target_curve(home, tiny_target) == r.costs
+    assert load_target_curve(home, tiny_draft) is None
     assert "recommended: " in format_result(r)
     assert CalibrationResult.from_json(r.to_json()) == r
     # how the draft's confidence predicts acceptance, for auto-γ; records without it still load

@@ -11,6 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from specchat.engine.costs import CostCurve
 from specchat.formats.gguf_file import split_parts
 from specchat.models.calibration import CalibrationResult
 from specchat.paths import AppPaths
@@ -55,3 +56,21 @@ def load_calibration(paths: AppPaths, target: Path, draft: Path) -> CalibrationR
         return CalibrationResult.from_json(f.read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError, KeyError):
         return None
+
+
+def load_target_curve(paths: AppPaths, target: Path) -> CostCurve | None:
+    """The target's costs from the newest calibration of any pair with this exact target file
+    on this machine (its verify curve is the target's own; the draft's cost comes along but
+    belongs to that pair's draft). None when there is none, or it does not read."""
+    folder = paths.data_dir / "calibration"
+    try:
+        found = sorted(folder.glob(f"{file_identity(target)}-*.json"),
+                       key=lambda f: f.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for f in found:
+        try:
+            return CalibrationResult.from_json(f.read_text(encoding="utf-8")).costs
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return None
