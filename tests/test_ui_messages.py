@@ -90,7 +90,9 @@ async def test_regenerate_keeps_the_old_reply_to_flip_back_to(tmp_path: Path,
         chat = await ready(pilot)
         chat.query_one(ChatList).focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: bool(list(chat.query(AssistantMessage))))
+        # Opening it loads the chat and draws it: slow on a loaded machine (once over 20 s
+        # in a full run), never wrong.
+        await wait_for(pilot, lambda: bool(list(chat.query(AssistantMessage))), timeout=60.0)
         (reply,) = chat.query(AssistantMessage)
         assert reply.turn.text == old and "‹ 1/2 ›" in header(reply)
         await pilot.click(reply, offset=(header(reply).index("›") + 2, 0))  # the › arrow

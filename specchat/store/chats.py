@@ -498,13 +498,19 @@ def _mend_index(conn: sqlite3.Connection) -> None:
 def _shown_counts(c: sqlite3.Connection, chat_id: int | None = None) -> dict[int, int]:
     """Messages on each chat's shown branch (:func:`thread`), from the link columns alone;
     empty at a schema older than branches (every message is then shown)."""
-    cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
-    if not {"parent_id", "active"} <= cols:
-        return {}
-    where, args = ("WHERE chat_id = ?", (chat_id,)) if chat_id is not None else ("", ())
     links: dict[int, list[_Link]] = {}
-    for r in c.execute(f"SELECT id, chat_id, seq, parent_id, active FROM messages {where}", args):
-        links.setdefault(r[1], []).append(_Link(r[0], r[2], r[3], bool(r[4])))
+    try:
+        cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
+        if not {"parent_id", "active"} <= cols:
+            return {}
+        where, args = ("WHERE chat_id = ?", (chat_id,)) if chat_id is not None else ("", ())
+        for r in c.execute(f"SELECT id, chat_id, seq, parent_id, active FROM messages {where}",
+                           args):
+            links.setdefault(r[1], []).append(_Link(r[0], r[2], r[3], bool(r[4])))
+    except sqlite3.DatabaseError:
+        # Damaged message pages: the list still reads (its counts come from an index), so
+        # the user can open what is left and repair; the plain counts stand.
+        return {}
     return {chat: len(thread(ms)) for chat, ms in links.items()}
 
 
