@@ -467,28 +467,25 @@ class Runtime:
         assert self._kangaroo_found is not None
         adapter, shallow = self._kangaroo_found
         if self._kangaroo is None:
-            t = self.target_ctx
-            model = LlamaModel(shallow, self.target.settings)
-            try:
-                ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
-            except BaseException:
-                model.close()
-                raise
-            self._kangaroo = (model, ctx)
+            self._kangaroo = self._cut_context(shallow)
         return self._kangaroo[1], adapter
 
     def _load_layerskip(self) -> LlamaContext:
         if self._layerskip is None:
             assert self.layerskip_path is not None
-            t = self.target_ctx
-            model = LlamaModel(self.layerskip_path, self.target.settings)
-            try:
-                ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
-            except BaseException:
-                model.close()
-                raise
-            self._layerskip = (model, ctx)
+            self._layerskip = self._cut_context(self.layerskip_path)
         return self._layerskip[1]
+
+    def _cut_context(self, path: Path) -> tuple[LlamaModel, LlamaContext]:
+        """A cut of the target (layer-skip, Kangaroo's shallow model) loaded like the target,
+        with a context of the target's size."""
+        t = self.target_ctx
+        model = LlamaModel(path, self.target.settings)
+        try:
+            return model, LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
+        except BaseException:
+            model.close()
+            raise
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
