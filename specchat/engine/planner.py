@@ -47,6 +47,7 @@ from specchat.engine.auto_gamma import (
 )
 from specchat.engine.cost_model import TABLE_SIZE, decay_for
 from specchat.engine.events import StepEvent
+from specchat.engine.guesses import GuessBook
 from specchat.engine.plan import Plan, chain, plain
 from specchat.engine.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.tree_dp import best_trees
@@ -174,6 +175,7 @@ class Planner(AutoGamma):
                                      slow_half_life=settings.auto.slow_half_life,
                                      fast_half_life=settings.auto.fast_half_life)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
+        self.guesses = GuessBook()  # the n-gram lookup's guesses, scored on every step
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
@@ -574,6 +576,21 @@ class Planner(AutoGamma):
         self._behind = self._behind + step.committed if self._draft_behind else 0
         self._after_observe()
 
+    def score_guesses(self, committed: Sequence[int], ran: str,
+                      guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
+        """The decoder, after each step: ``committed`` are the tokens it added, ``ran`` the
+        drafter that proposed them ("none": a plain step), ``guessers`` what the drafters whose
+        proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
+        acceptance is learnt from its guesses on every step this way, not only from its own
+        steps and probes (:mod:`specchat.engine.guesses`)."""
+        for name, outcomes in self.guesses.resolve(committed, ran).items():
+            if name == "ngram":
+                for outcome in outcomes:
+                    self.ngram.observe(outcome)
+        guess = guessers.get("ngram")
+        if guess is not None:
+            self.guesses.offer("ngram", guess(self.settings.gamma_max))
+
     def _learn_tree(self, step: StepEvent) -> None:
         """Walk the accepted path of the plan the step ran: per depth, what was offered and
         which rank (if any) the target took; rank 1's outcomes also feed the depth α."""
@@ -620,6 +637,7 @@ class Planner(AutoGamma):
     def begin(self, prompt_text: str) -> None:
         super().begin(prompt_text)
         self.prediction = Prediction()
+        self.guesses.clear()  # a new prompt: an open guess was for the last reply's next token
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -136,7 +137,7 @@ class SpeculativeDecoder:
             if cancel.is_set() or len(seq) > tgt.n_ctx:
                 reason = "cancelled" if cancel.is_set() else "context"
                 break
-            t0, llama0 = time.perf_counter(), self._llama_s()
+            t0, llama0, n0 = time.perf_counter(), self._llama_s(), len(seq)
             try:  # propose → verify
                 plan = self._plan(seq, settings, reply.n_generated)
                 proposal, notices = self._propose(seq, plan, settings, rng)
@@ -153,6 +154,7 @@ class SpeculativeDecoder:
             tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
+            self._score_guesses(seq, n0, step.drafter)
             self.policy.observe(step)
             t_first, t_last = (now if position == 0 else t_first), now
             yield from out  # emit
@@ -354,6 +356,17 @@ class SpeculativeDecoder:
         self.target.drop_tree()
         self.target.truncate(min(len(self.target.tokens), len(seq) - 1))
         self._last_seq = seq
+
+    def _score_guesses(self, seq: Sequence[int], start: int, ran: str) -> None:
+        """Let a planner score the guesses of drafters whose proposals cost nothing (the
+        n-gram lookup) against what this step committed, and take their next ones: it learns
+        their acceptance on steps that did not run them (:mod:`specchat.engine.guesses`)."""
+        score: Callable[..., None] | None = getattr(self.policy, "score_guesses", None)
+        if score is None:
+            return
+        guessers = {d.name: d for d in self._alive if hasattr(d, "guess")}
+        if guessers:
+            score(seq[start:], ran, {n: partial(d.guess, seq) for n, d in guessers.items()})
 
     def _llama_s(self) -> float:
         return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)

@@ -63,9 +63,7 @@ class NgramDrafter(ChainDefault):
             toks.append(int(t))
 
     def propose(self, req: DraftRequest) -> Proposal:
-        drafts = self.lookup(req.plan.depth)
-        cut = next((i + 1 for i, t in enumerate(drafts) if self.is_eog(t)), len(drafts))
-        drafts = drafts[:cut]
+        drafts = self._chain(req.plan.depth)
         return Proposal(self.name, tuple(drafts), tuple(range(-1, len(drafts) - 1)),
                         tuple(one_hot(t) for t in drafts))
 
@@ -77,6 +75,19 @@ class NgramDrafter(ChainDefault):
         if len(seq) != len(self.tokens):
             self.reset(seq)
         return bool(self.lookup(1))
+
+    def guess(self, seq: Sequence[int], k: int) -> list[int]:
+        """The chain of up to ``k`` tokens a step would propose now: it costs a look-up, so the
+        planner scores it on steps that did not run this drafter (:mod:`specchat.engine.
+        guesses`)."""
+        if len(seq) != len(self.tokens):
+            self.reset(seq)
+        return self._chain(k)
+
+    def _chain(self, k: int) -> list[int]:
+        drafts = self.lookup(k)
+        cut = next((i + 1 for i, t in enumerate(drafts) if self.is_eog(t)), len(drafts))
+        return drafts[:cut]
 
     def lookup(self, k: int) -> list[int]:
         """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before."""

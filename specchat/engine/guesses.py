@@ -1,0 +1,71 @@
+"""Scoring a free drafter's guesses on steps that did not run it.
+
+A drafter whose proposal costs nothing to make (the n-gram lookup: a few dictionary reads)
+defines ``guess(seq, k)``: the chain it would propose now. The planner asks for one after a
+step and scores it against the tokens the following steps commit, whoever drafted them — so
+it learns that drafter's acceptance on every step, plain ones included, instead of only on its
+occasional probes (on a copy, prompt lookup was right nearly every time while the planner, from
+a probe every few dozen steps, still rated it below what pays).
+
+The scores have the distribution of the drafter's own steps. A guess's tokens are point
+masses, so the modified rejection rule keeps guessed token d with probability p(d); a committed
+token is a sample of p (exactness is what speculation guarantees), equal to d with that same
+probability. Greedy: both are "d is the argmax". Depth i is scored only when the committed
+tokens matched the guess up to it, as a real step reaches depth i only when it kept the
+tokens before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class GuessBook:
+    """Each drafter's open guesses (one offered after every step), each resolved by the tokens
+    committed after it. A guess is offered at every step rather than one at a time: a guess of
+    k tokens that comes true takes k plain steps to resolve, and the planner should not wait
+    that long for each piece of evidence (on a copy, prompt lookup pays from the first lines)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, list[tuple[tuple[int, ...], int]]] = {}  # (guess, tokens matched)
+
+    def open(self, name: str) -> int:
+        """How many of ``name``'s guesses are still open."""
+        return len(self._open.get(name, ()))
+
+    def offer(self, name: str, guess: Sequence[int]) -> None:
+        """``name``'s guess for the tokens after the sequence as it stands ([] adds a mark
+        that holds this position, so that a step of ``name`` drops the right one)."""
+        self._open.setdefault(name, []).append((tuple(int(t) for t in guess), 0))
+
+    def clear(self) -> None:
+        self._open.clear()
+
+    def resolve(self, committed: Sequence[int], ran: str) -> dict[str, list[list[float]]]:
+        """Score open guesses against ``committed``; the outcomes of those now decided (1 per
+        guessed token kept, then 0 at the first miss, as a step of that drafter reports
+        them). A step run by the guessing drafter drops the guess offered just before it: it
+        proposed the same tokens, and its own outcome is counted already."""
+        mine = self._open.get(ran)
+        if mine:
+            mine.pop()
+        done: dict[str, list[list[float]]] = {}
+        for name, guesses in self._open.items():
+            still: list[tuple[tuple[int, ...], int]] = []
+            for guess, matched in guesses:
+                outcome: list[float] | None = [] if not guess else None
+                for t in committed:
+                    if outcome is not None:
+                        break
+                    if guess[matched] != t:
+                        outcome = [1.0] * matched + [0.0]
+                        break
+                    matched += 1
+                    if matched == len(guess):
+                        outcome = [1.0] * matched
+                if outcome is None:
+                    still.append((guess, matched))
+                elif outcome:
+                    done.setdefault(name, []).append(outcome)
+            guesses[:] = still
+        return done

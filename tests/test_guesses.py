@@ -1,0 +1,229 @@
+"""A free drafter's guesses, scored on steps that did not run it (engine.guesses).
+
+- The book: a guess is resolved over as many steps as its tokens take, and a step of the
+  guessing drafter itself drops it.
+- The claim the planner relies on: at T > 0 the scores of a guess against plainly sampled
+  tokens have the distribution of that drafter's own steps under the verification rule. χ²
+  with an exact quantile at 10⁵ draws per side, against the exact probabilities; controls that
+  score against the target's argmax, or one token early, fail the same test.
+- The decoder and the planner: on plain steps the n-gram model learns from guesses alone, high
+  where the target repeats the prompt and low where it does not; and a planner that sees its
+  lookups come true turns to n-gram chains within a few steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import cast
+
+import numpy as np
+import pytest
+
+from specchat.bench.chi2 import chi_square, critical_value
+from specchat.devtools.scripted import ScriptedContext
+from specchat.engine.auto_gamma import AutoGammaSeed, AutoGammaSettings
+from specchat.engine.costs import CostCurve
+from specchat.engine.decoding import run_to_end
+from specchat.engine.events import StepEvent
+from specchat.engine.guesses import GuessBook
+from specchat.engine.model import LlamaContext
+from specchat.engine.plan import Plan, plain
+from specchat.engine.planner import Planner, PlannerSettings
+from specchat.engine.sampling import SamplerSettings, distribution
+from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.verify import one_hot, verify_tree
+
+N = 100_000
+V = 5
+T1 = SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+QWEN_CPU = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 150, 188)))
+CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
+
+
+def test_a_guess_is_scored_over_the_steps_that_commit_its_tokens() -> None:
+    book = GuessBook()
+    book.offer("ngram", [4, 5, 6])
+    assert book.resolve([4], "none") == {}  # one plain step: one token matched, still open
+    assert book.open("ngram") == 1
+    book.offer("ngram", [5, 7])  # the next step's guess, open alongside
+    assert book.resolve([5], "none") == {}
+    assert book.open("ngram") == 2
+    assert book.resolve([6, 9], "model") == {"ngram": [[1.0, 1.0, 1.0], [1.0, 0.0]]}
+    assert book.open("ngram") == 0
+    book.offer("ngram", [4])
+    assert book.resolve([3], "none") == {"ngram": [[0.0]]}
+    book.offer("ngram", [])  # no match: nothing to score
+    assert book.resolve([3], "none") == {}
+    assert book.open("ngram") == 0
+
+
+def test_the_guessing_drafters_own_step_drops_the_guess_it_made() -> None:
+    book = GuessBook()
+    book.offer("ngram", [4, 5, 6])
+    book.resolve([4], "none")
+    book.offer("ngram", [5, 6])  # made where the n-gram step below starts: the same proposal
+    # The step's own outcome is counted already; the older guess is still scored.
+    assert book.resolve([5, 6, 1], "ngram") == {"ngram": [[1.0, 1.0, 1.0]]}
+    assert book.open("ngram") == 0
+    book.offer("ngram", [])  # a lookup without a match still holds its place
+    book.offer("ngram", [4, 5])
+    book.clear()
+    assert book.open("ngram") == 0
+
+
+# ------------------------------------------------------------------ the scores' distribution
+
+def markov(seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    table = (rng.normal(size=(V, V)) * 1.2).astype(np.float32)
+    return [distribution(table[i], T1) for i in range(V)]
+
+
+def exact(p: list, last: int, guess: Sequence[int]) -> dict[int, float]:
+    """P(the first miss is at depth k) for k = 0..len(guess)−1, and P(all kept) at len(guess)."""
+    out, reach, prev = {}, 1.0, last
+    for k, d in enumerate(guess):
+        keep = p[prev].prob(d)
+        out[k] = reach * (1 - keep)
+        reach *= keep
+        prev = d
+    out[len(guess)] = reach
+    return out
+
+
+def plain_samples(p: list, last: int, n: int, depth: int, rng: np.random.Generator
+                  ) -> np.ndarray:
+    """``n`` plain continuations of ``depth`` tokens after ``last``, sampled from p."""
+    out = np.empty((n, depth), dtype=np.int64)
+    prev = np.full(n, last)
+    for j in range(depth):
+        u = rng.random(n)
+        cum = np.stack([np.cumsum(p[a].probs) for a in range(V)])
+        ids = np.stack([p[a].ids for a in range(V)])
+        k = (u[:, None] > cum[prev]).sum(axis=1)
+        out[:, j] = ids[prev, np.minimum(k, V - 1)]
+        prev = out[:, j]
+    return out
+
+
+def scored(samples: np.ndarray, guess: Sequence[int]) -> Counter[int]:
+    """Where each sample's score of ``guess`` stopped (a step per token, as plain steps go)."""
+    counts: Counter[int] = Counter()
+    book = GuessBook()
+    for row in samples.tolist():
+        book.offer("ngram", guess)
+        got: dict[str, list[float]] = {}
+        for t in row:
+            got = book.resolve([t], "none")
+            if got:
+                break
+        (outcome,) = got["ngram"]
+        counts[int(sum(outcome))] += 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_guess_scores_and_the_rule_give_the_same_outcomes_at_t1(seed: int) -> None:
+    p = markov(seed)
+    last = 0
+    # A guess of three tokens, each likely but not certain under the target.
+    guess, prev = [], last
+    for _ in range(3):
+        d = int(p[prev].ids[np.argsort(p[prev].probs)[-2]])  # the second most likely token
+        guess.append(d)
+        prev = d
+    probs = exact(p, last, guess)
+    rng = np.random.default_rng(seed)
+    shadow = scored(plain_samples(p, last, N, len(guess), rng), guess)
+    rows = [p[last], *(p[d] for d in guess)]
+    q = [one_hot(d) for d in guess]
+    rule = Counter(verify_tree(rows, guess, (-1, 0, 1), q, rng).accepted for _ in range(N))
+    crit = critical_value(len(probs) - 1)
+    assert chi_square(shadow, probs).statistic <= crit
+    assert chi_square(rule, probs).statistic <= crit
+
+
+def test_scoring_against_the_argmax_or_a_token_early_fails() -> None:
+    p = markov(3)
+    last = 0
+    guess = [int(p[last].ids[np.argsort(p[last].probs)[-2]])]
+    guess.append(int(p[guess[0]].ids[np.argsort(p[guess[0]].probs)[-1]]))
+    probs = exact(p, last, guess)
+    rng = np.random.default_rng(5)
+    samples = plain_samples(p, last, N, len(guess), rng)
+    crit = critical_value(len(probs) - 1)
+    # Wrong 1: "kept" means the target's most likely token (greedy thinking at T > 0).
+    top = np.array([p[a].top for a in range(V)])
+    argmax_rows = np.stack([np.full(N, top[last]), top[samples[:, 0]]], axis=1)
+    assert chi_square(scored(argmax_rows, guess), probs).statistic > crit
+    # Wrong 2: resolved against the step's input token and onward (one token early).
+    early = np.concatenate([np.full((N, 1), last), samples[:, :1]], axis=1)
+    assert chi_square(scored(early, guess), probs).statistic > crit
+
+
+# ---------------------------------------------------------------- the decoder and the planner
+
+class PlainPlanner(Planner):
+    """A planner whose every step is plain: whatever it learns of the n-gram lookup comes
+    from the lookup's guesses."""
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan:
+        return self._chosen(plain("plain: test"), scored=False)
+
+
+def cycle_target(shift: int = 1) -> LlamaContext:
+    """Greedy: after token t comes (t + shift) mod V, whatever the position."""
+    table = np.zeros((V, V), dtype=np.float32)
+    for t in range(V):
+        table[t, (t + shift) % V] = 5.0
+    return cast(LlamaContext, ScriptedContext(table, stride=0))
+
+
+def planner(cls: type[Planner] = Planner) -> Planner:
+    return cls(CALM, AutoGammaSeed(QWEN_CPU, 0.85), clock=lambda: 0.0)
+
+
+GREEDY = SamplerSettings(temperature=0, max_tokens=60)
+
+
+def test_plain_steps_teach_the_ngram_model_through_its_guesses() -> None:
+    prompt = [0, 1, 2, 3, 4, 0, 1]  # the target continues the cycle: the lookups come true
+    p = planner(PlainPlanner)
+    run = run_to_end(SpeculativeDecoder(cycle_target(), policy=p, drafters=["ngram"]), prompt,
+                     GREEDY, threading.Event())
+    assert all(s.gamma == 0 for s in run.steps)
+    assert p.ngram.steps >= 5
+    assert p.ngram.alpha() > 0.9
+    # A target that samples uniformly: a guessed token is kept one time in V.
+    p = planner(PlainPlanner)
+    uniform = cast(LlamaContext, ScriptedContext(np.zeros((V, V), dtype=np.float32)))
+    run_to_end(SpeculativeDecoder(uniform, policy=p, drafters=["ngram"]), prompt,
+               T1.with_(max_tokens=300, seed=1), threading.Event())
+    assert p.ngram.steps >= 200
+    assert 0.1 < p.ngram.alpha() < 0.3
+
+
+def test_a_planner_whose_lookups_come_true_turns_to_ngram_chains() -> None:
+    # Qwen 1.5B's verify curve with logits on every row, measured on 2 CPU cores: a chain of
+    # n-gram tokens pays only when nearly all of them are kept (α ≳ 0.9 at γ 3).
+    steep = CostCurve(0.025, tuple(x / 1000 for x in (37, 72, 92, 109, 138, 162, 200, 259)))
+    p = Planner(CALM, AutoGammaSeed(steep, 0.85), clock=lambda: 0.0)
+    p.begin("hello")
+    seq = [0, 1, 2, 3, 4] * 4
+    chosen = None
+    for i in range(40):
+        plan = p.next_plan(("model", "ngram"))
+        if plan.reason == f"ngram {plan.size}":  # chosen on its score, not a probe
+            chosen = i
+            break
+        n = plan.size if plan.drafter == "ngram" else 0  # a probe: its drafts come true
+        p.observe(StepEvent(n, n, 0.0001 * n, 0.043 if n == 0 else 0.072, plan.drafter
+                            if n else "none", committed=n + 1))
+        new = [(seq[-1] + 1 + j) % V for j in range(n + 1)]
+        seq.extend(new)
+        p.score_guesses(new, plan.drafter if n else "none",
+                        {"ngram": lambda k: [(seq[-1] + 1 + j) % V for j in range(k)]})
+    assert chosen is not None and chosen <= 16, chosen
+    assert plan.size >= 2
