@@ -48,6 +48,9 @@ from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
+# What drafts when nothing says (see drafter_names): the draft model, and prompt lookup beside it.
+DEFAULT_PAIR_DRAFTERS = ("model", "ngram")
+
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}
 
@@ -373,16 +376,16 @@ class Runtime:
 
     def decoder(self, plain: bool = False,
                 gamma: GammaSetting | int | str | GammaPolicy | None = None,
-                ngram: bool = False, drafters: Sequence[str] | None = None) -> Decoder:
+                ngram: bool | None = None, drafters: Sequence[str] | None = None) -> Decoder:
         """Speculative when a draft is loaded or a drafter that needs none is asked for, else
         plain.
 
         ``gamma``: a :class:`GammaSetting` (or its text or number: "plan", "auto", "pair", N),
         a policy, or None for the default (the planner); see :meth:`policy`. ``drafters``:
-        names, tried in turn (see :func:`drafter_names`); ``ngram`` is the old spelling of
-        ``ngram,model``.
+        names, tried in turn (see :func:`drafter_names`); ``ngram`` True is the old spelling of
+        ``ngram,model``, False takes prompt lookup out of the default.
         """
-        names = drafter_names(drafters, ngram, self.draft_ctx is not None)
+        names = drafter_names(drafters, ngram, self.draft_ctx is not None, plans(gamma))
         if plain or not names:
             return PlainDecoder(self.target_ctx)
         if MEDUSA in names:
@@ -539,12 +542,32 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
     return st.path if st.present else None
 
 
-def drafter_names(drafters: Sequence[str] | None, ngram: bool, has_draft: bool
-                  ) -> tuple[str, ...]:
+def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool,
+                  planned: bool = True) -> tuple[str, ...]:
     """The drafters to use: those named, else ``ngram,model`` (``ngram`` alone without a draft
-    model) when ``ngram`` is set, else the draft model when one is loaded, else none."""
+    model) when ``ngram`` is set, else — the default — the draft model, with prompt lookup
+    beside it when the planner chooses per step (``planned``; ``ngram`` False: the draft model
+    alone), else none.
+
+    The planner scores the lookup's guesses on every step, so the lookup runs only where it
+    pays (a reply that quotes or edits the conversation). Other γ modes have no such choice:
+    they get the draft model alone."""
     if drafters:
         return tuple(drafters)
     if ngram:
         return ("ngram", "model") if has_draft else ("ngram",)
-    return ("model",) if has_draft else ()
+    if not has_draft:
+        return ()
+    return DEFAULT_PAIR_DRAFTERS if planned and ngram is None else ("model",)
+
+
+def plans(gamma: GammaSetting | int | str | GammaPolicy | None) -> bool:
+    """Whether ``gamma`` (as :meth:`Runtime.decoder` takes it) is the planner (the default)."""
+    if gamma is None:
+        return True
+    if isinstance(gamma, (GammaSetting, int, str)):
+        try:
+            return parse_gamma(gamma).kind == "plan"
+        except ValueError:
+            return False  # Runtime.policy says what is wrong with it
+    return isinstance(gamma, Planner)

@@ -227,3 +227,20 @@ def test_a_planner_whose_lookups_come_true_turns_to_ngram_chains() -> None:
                         {"ngram": lambda k: [(seq[-1] + 1 + j) % V for j in range(k)]})
     assert chosen is not None and chosen <= 16, chosen
     assert plan.size >= 2
+
+
+@pytest.mark.parametrize("detect", [True, False])
+def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) -> None:
+    settings = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False,
+                                                 warmup=(1, 1), detect_changes=detect))
+    p = Planner(settings, AutoGammaSeed(QWEN_CPU, 0.85), clock=lambda: 0.0)
+    p.begin("repeat this passage")
+    for _ in range(60):  # a copy: every lookup right
+        p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
+    assert p.ngram.alpha() > 0.9
+    for _ in range(6):  # prose now: every lookup wrong at once
+        p.observe(StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
+    if detect:
+        assert p.ngram.alpha() < 0.8
+    else:  # the control: the slow estimate alone still believes in the copy
+        assert p.ngram.alpha() > 0.93

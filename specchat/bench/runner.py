@@ -87,7 +87,8 @@ def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
         return runtime.decoder(plain=True)
     if mode.name not in ("draft", "draft+ngram", "ngram"):  # --drafter names
         return runtime.decoder(gamma=mode.gamma, drafters=tuple(mode.name.split(",")))
-    return runtime.decoder(gamma=mode.gamma, ngram=mode.name.endswith("ngram"))
+    # "draft": what runs by default (the draft model, prompt lookup beside it).
+    return runtime.decoder(gamma=mode.gamma, ngram=True if mode.name.endswith("ngram") else None)
 
 
 def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],

@@ -73,14 +73,15 @@ class Env:
         g = getattr(args, "gamma", None)
         return g if isinstance(g, GammaSetting) else self.config.gamma
 
-    def ngram(self, args: argparse.Namespace, config: UserConfig | None = None) -> bool:
-        """--ngram / --no-ngram, else (unless --drafter says what drafts) the config's."""
+    def ngram(self, args: argparse.Namespace, config: UserConfig | None = None) -> bool | None:
+        """--ngram / --no-ngram, else (unless --drafter says what drafts) the config's ``ngram:
+        true``; None when nothing says (the default: see ``runtime.drafter_names``)."""
         flag = getattr(args, "ngram", None)
         if flag is not None:
             return bool(flag)
         if getattr(args, "drafter", None):
-            return False
-        return (config or self.config).ngram
+            return None
+        return True if (config or self.config).ngram else None
 
     def drafters(self, args: argparse.Namespace,
                  config: UserConfig | None = None) -> tuple[str, ...] | None:

@@ -45,6 +45,7 @@ from specchat.engine.auto_gamma import (
     AutoGammaSeed,
     AutoGammaSettings,
 )
+from specchat.engine.change_detect import PageHinkley
 from specchat.engine.cost_model import TABLE_SIZE, decay_for
 from specchat.engine.events import StepEvent
 from specchat.engine.guesses import GuessBook
@@ -176,6 +177,9 @@ class Planner(AutoGamma):
                                      fast_half_life=settings.auto.fast_half_life)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.guesses = GuessBook()  # the n-gram lookup's guesses, scored on every step
+        # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
+        # than the draft model's detector catches the change within a few steps.
+        self.ngram_detector = PageHinkley(threshold=4.0)
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
@@ -562,7 +566,7 @@ class Planner(AutoGamma):
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
-            self.ngram.observe(step_outcomes(step))
+            self._learn_ngram(step_outcomes(step))
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
         elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
@@ -586,10 +590,23 @@ class Planner(AutoGamma):
         for name, outcomes in self.guesses.resolve(committed, ran).items():
             if name == "ngram":
                 for outcome in outcomes:
-                    self.ngram.observe(outcome)
+                    self._learn_ngram(outcome)
         guess = guessers.get("ngram")
         if guess is not None:
             self.guesses.offer("ngram", guess(self.settings.gamma_max))
+
+    def _learn_ngram(self, outcomes: Sequence[float]) -> None:
+        """One n-gram step's (or guess's) outcomes. A change in how often the lookup is right
+        (a copy task ends, prose begins) is detected as for the draft model, and the estimate
+        then restarts from its recent outcomes: a stale high α would plan long checks that
+        fail, each costing several plain steps on a steep curve."""
+        expected = self.ngram.position_alphas()[0]
+        self.ngram.observe(outcomes)
+        # The detector reads each step's (or guess's) first token only: the guesses open at a
+        # changed word all miss there, at their several depths — one event, not several.
+        if self.settings.detect_changes and outcomes \
+                and self.ngram_detector.update(outcomes[0], expected):
+            self.ngram.adopt_fast()
 
     def _learn_tree(self, step: StepEvent) -> None:
         """Walk the accepted path of the plan the step ran: per depth, what was offered and

@@ -45,11 +45,12 @@ class RaceSetup:
 
 
 def race_decoder(runtime: Runtime, gamma: GammaSetting | int | str | None = None,
-                 ngram: bool = False, drafters: Sequence[str] | None = None) -> Decoder:
+                 ngram: bool | None = None, drafters: Sequence[str] | None = None) -> Decoder:
     """The one place where the race (CLI) picks its speculative side's γ mode and drafter.
 
-    ``gamma``/``ngram``/``drafters`` are what the user set; None/False leave it to the default:
-    the planner (a controller of the race's own) over the default drafters.
+    ``gamma``/``ngram``/``drafters`` are what the user set; None leaves it to the default: the
+    planner (a controller of the race's own) over the default drafters (``ngram`` False: the
+    draft model alone).
     """
     return runtime.decoder(gamma=gamma, ngram=ngram, drafters=drafters)
 

@@ -17,10 +17,12 @@ from specchat.engine.drafters import parse_names
 from specchat.engine.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
+from specchat.runtime import DEFAULT_PAIR_DRAFTERS
 
 GammaMode = GammaKind
 # What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.
 DRAFTER_CHOICES = {
+    "model,ngram": "the draft model or n-gram lookup, whichever pays here (the planner)",
     "model": "the draft model",
     "ngram,model": "n-gram lookup, then the draft model",
     "tree": "a token tree from the draft model",
@@ -39,14 +41,15 @@ class ChatSettings:
     sampling: SamplerSettings = field(default_factory=SamplerSettings)
     gamma_mode: GammaMode = "plan"
     gamma: int = GAMMA_DEFAULT  # the fixed value (also shown for the other modes)
-    drafter: str = "model"  # one of DRAFTER_CHOICES (or any drafter names, comma-separated)
+    # One of DRAFTER_CHOICES (or any drafter names, comma-separated).
+    drafter: str = ",".join(DEFAULT_PAIR_DRAFTERS)
 
     @classmethod
     def from_config(cls, cfg: UserConfig, pair_gamma: int | None = None) -> ChatSettings:
         g = cfg.gamma
         shown = g.n if g.kind == "fixed" else (pair_gamma if pair_gamma is not None
                                                else GAMMA_DEFAULT)
-        drafter = cfg.drafter or ("ngram,model" if cfg.ngram else "model")  # the old key too
+        drafter = cfg.drafter or ("ngram,model" if cfg.ngram else ChatSettings.drafter)  # old key
         return cls(cfg.system_prompt, cfg.sampling, g.kind, shown, drafter)
 
     @property
