@@ -244,3 +244,17 @@ def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) ->
         assert p.ngram.alpha() < 0.8
     else:  # the control: the slow estimate alone still believes in the copy
         assert p.ngram.alpha() > 0.93
+
+
+def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
+    p = planner()
+    p.begin("repeat this passage")
+    for _ in range(60):  # a copy: every lookup right
+        p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
+    high = p.ngram.alpha()
+    p.begin("write a poem")  # the next reply
+    assert 0.85 < p.ngram.alpha() <= high  # still a good guess at first
+    assert p.ngram.slow.reached[0] <= 8.0 + 1e-9
+    for _ in range(4):  # its own lookups miss
+        p.observe(StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
+    assert p.ngram.position_alphas()[0] < 0.75

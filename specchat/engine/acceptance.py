@@ -111,6 +111,15 @@ class AcceptanceModel:
         return [min((k + m * base) / (r + m), 0.999) for k, r in
                 zip(st.kept, st.reached, strict=True)]
 
+    def keep_at_most(self, weight: float) -> None:
+        """Scale what was observed down to at most ``weight`` observations at the first
+        position (the other positions in proportion): earlier evidence kept as a prior that
+        new observations soon outweigh."""
+        for st in (self.slow, self.fast):
+            first = st.reached[0] if st.reached else 0.0
+            if first > weight > 0:
+                st.decay(weight / first)
+
     def reset_to(self, other: AcceptanceModel) -> None:
         self.slow.copy_from(other.slow)
         self.fast.copy_from(other.fast)

@@ -58,6 +58,7 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+NGRAM_CARRY = 8.0  # observations of the n-gram lookup a reply inherits from earlier ones, at most
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -655,6 +656,10 @@ class Planner(AutoGamma):
         super().begin(prompt_text)
         self.prediction = Prediction()
         self.guesses.clear()  # a new prompt: an open guess was for the last reply's next token
+        # How often the lookup is right depends on the reply (a copy or not): what earlier
+        # replies saw counts for a few observations, so this one's guesses soon decide.
+        self.ngram.keep_at_most(NGRAM_CARRY)
+        self.ngram_detector.reset()
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
