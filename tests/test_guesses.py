@@ -39,6 +39,9 @@ N = 100_000
 V = 5
 T1 = SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 QWEN_CPU = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 150, 188)))
+# Qwen 1.5B's verify curve with logits on every row, measured on 2 CPU cores: a chain of
+# n-gram tokens pays only when nearly all of them are kept (α ≳ 0.9 at γ 3).
+STEEP = CostCurve(0.025, tuple(x / 1000 for x in (37, 72, 92, 109, 138, 162, 200, 259)))
 CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
 
 
@@ -50,10 +53,12 @@ def test_a_guess_is_scored_over_the_steps_that_commit_its_tokens() -> None:
     book.offer("ngram", [5, 7])  # the next step's guess, open alongside
     assert book.resolve([5], "none") == {}
     assert book.open("ngram") == 2
-    assert book.resolve([6, 9], "model") == {"ngram": [[1.0, 1.0, 1.0], [1.0, 0.0]]}
+    assert book.resolve([6, 9], "model") == {"ngram": [(False, [1.0, 1.0, 1.0]),
+                                                        (False, [1.0, 0.0])]}
     assert book.open("ngram") == 0
-    book.offer("ngram", [4])
-    assert book.resolve([3], "none") == {"ngram": [[0.0]]}
+    book.offer("ngram", [4], tag=True)  # made after a right guess: its outcome says so
+    assert book.resolve([3], "none") == {"ngram": [(True, [0.0])]}
+    assert book.last_hit["ngram"] is False
     book.offer("ngram", [])  # no match: nothing to score
     assert book.resolve([3], "none") == {}
     assert book.open("ngram") == 0
@@ -65,7 +70,7 @@ def test_the_guessing_drafters_own_step_drops_the_guess_it_made() -> None:
     book.resolve([4], "none")
     book.offer("ngram", [5, 6])  # made where the n-gram step below starts: the same proposal
     # The step's own outcome is counted already; the older guess is still scored.
-    assert book.resolve([5, 6, 1], "ngram") == {"ngram": [[1.0, 1.0, 1.0]]}
+    assert book.resolve([5, 6, 1], "ngram") == {"ngram": [(False, [1.0, 1.0, 1.0])]}
     assert book.open("ngram") == 0
     book.offer("ngram", [])  # a lookup without a match still holds its place
     book.offer("ngram", [4, 5])
@@ -119,7 +124,7 @@ def scored(samples: np.ndarray, guess: Sequence[int]) -> Counter[int]:
             got = book.resolve([t], "none")
             if got:
                 break
-        (outcome,) = got["ngram"]
+        ((_, outcome),) = got["ngram"]
         counts[int(sum(outcome))] += 1
     return counts
 
@@ -206,10 +211,7 @@ def test_plain_steps_teach_the_ngram_model_through_its_guesses() -> None:
 
 
 def test_a_planner_whose_lookups_come_true_turns_to_ngram_chains() -> None:
-    # Qwen 1.5B's verify curve with logits on every row, measured on 2 CPU cores: a chain of
-    # n-gram tokens pays only when nearly all of them are kept (α ≳ 0.9 at γ 3).
-    steep = CostCurve(0.025, tuple(x / 1000 for x in (37, 72, 92, 109, 138, 162, 200, 259)))
-    p = Planner(CALM, AutoGammaSeed(steep, 0.85), clock=lambda: 0.0)
+    p = Planner(CALM, AutoGammaSeed(STEEP, 0.85), clock=lambda: 0.0)
     p.begin("hello")
     seq = [0, 1, 2, 3, 4] * 4
     chosen = None
@@ -235,26 +237,54 @@ def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) ->
                                                  warmup=(1, 1), detect_changes=detect))
     p = Planner(settings, AutoGammaSeed(QWEN_CPU, 0.85), clock=lambda: 0.0)
     p.begin("repeat this passage")
+    hit, miss = (StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7),
+                 StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
     for _ in range(60):  # a copy: every lookup right
-        p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
-    assert p.ngram.alpha() > 0.9
-    for _ in range(6):  # prose now: every lookup wrong at once
-        p.observe(StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
+        p.observe(hit)
+    hot = p.ngram_model(True)
+    assert p.lookup_hot and hot.alpha() > 0.9
+    for _ in range(6):  # prose now: a lucky lookup, then the next one after it wrong
+        p.observe(miss)
+        p.observe(hit)
     if detect:
-        assert p.ngram.alpha() < 0.8
+        assert hot.alpha() < 0.8
     else:  # the control: the slow estimate alone still believes in the copy
-        assert p.ngram.alpha() > 0.93
+        assert hot.alpha() > 0.93
 
 
 def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
-    p = planner()
+    p = Planner(CALM, AutoGammaSeed(STEEP, 0.85), clock=lambda: 0.0)
     p.begin("repeat this passage")
     for _ in range(60):  # a copy: every lookup right
         p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
-    high = p.ngram.alpha()
+    hot = p.ngram_model(True)
+    high = hot.alpha()
     p.begin("write a poem")  # the next reply
-    assert 0.85 < p.ngram.alpha() <= high  # still a good guess at first
-    assert p.ngram.slow.reached[0] <= 8.0 + 1e-9
-    for _ in range(4):  # its own lookups miss
-        p.observe(StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
-    assert p.ngram.position_alphas()[0] < 0.75
+    assert not p.lookup_hot
+    assert hot.slow.reached[0] <= 4.0 + 1e-9 and 0.5 < hot.alpha() < high
+    assert p.next_plan(("model", "ngram")).drafter == "none"  # not on the old estimate alone
+
+
+def test_the_lookup_is_judged_apart_after_a_right_and_after_a_wrong_guess() -> None:
+    """Guesses right in runs (a summary quoting phrases between words of its own): after a
+    right guess the next is likely right, after a wrong one likely wrong. One estimate over all
+    positions (≈ 0.5 here) would be wrong in both states."""
+    p = planner()
+    p.begin("summarize this")
+    seq = [0, 1, 2, 3, 4] * 4
+    for i in range(96):
+        quoting = (i // 12) % 2 == 0
+        new = [(seq[-1] + 1) % V]
+        seq.extend(new)
+        nxt = (seq[-1] + 1) % V
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+        # The lookup's guess: the true continuation while quoting, else a wrong token.
+        first = nxt if quoting else (nxt + 2) % V
+        p.score_guesses(new, "none", {"ngram": lambda k, f=first: [f, *(
+            (f + 1 + j) % V for j in range(k - 1))]})
+    hot, cold = p.ngram_model(True).position_alphas()[0], p.ngram_model(False).position_alphas()[0]
+    assert hot > 0.8 and cold < 0.3, (hot, cold)
+    p.lookup_hot = True
+    assert p.next_plan(("model", "ngram")).drafter == "ngram"
+    p.lookup_hot = False
+    assert p.next_plan(("model", "ngram")).drafter == "none"

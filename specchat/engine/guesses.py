@@ -24,35 +24,46 @@ class GuessBook:
     """Each drafter's open guesses (one offered after every step), each resolved by the tokens
     committed after it. A guess is offered at every step rather than one at a time: a guess of
     k tokens that comes true takes k plain steps to resolve, and the planner should not wait
-    that long for each piece of evidence (on a copy, prompt lookup pays from the first lines)."""
+    that long for each piece of evidence (on a copy, prompt lookup pays from the first lines).
+
+    A guess carries a tag, the state it was made in (the planner's: whether the lookup's last
+    guess was right), and its outcome is returned with it; ``last_hit`` says whether the guess
+    made just before the latest step got that step's first token right."""
 
     def __init__(self) -> None:
-        self._open: dict[str, list[tuple[tuple[int, ...], int]]] = {}  # (guess, tokens matched)
+        # name → [(guess, tokens matched so far, tag)]
+        self._open: dict[str, list[tuple[tuple[int, ...], int, bool]]] = {}
+        self.last_hit: dict[str, bool] = {}
 
     def open(self, name: str) -> int:
         """How many of ``name``'s guesses are still open."""
         return len(self._open.get(name, ()))
 
-    def offer(self, name: str, guess: Sequence[int]) -> None:
+    def offer(self, name: str, guess: Sequence[int], tag: bool = False) -> None:
         """``name``'s guess for the tokens after the sequence as it stands ([] adds a mark
         that holds this position, so that a step of ``name`` drops the right one)."""
-        self._open.setdefault(name, []).append((tuple(int(t) for t in guess), 0))
+        self._open.setdefault(name, []).append((tuple(int(t) for t in guess), 0, tag))
 
     def clear(self) -> None:
         self._open.clear()
+        self.last_hit.clear()
 
-    def resolve(self, committed: Sequence[int], ran: str) -> dict[str, list[list[float]]]:
-        """Score open guesses against ``committed``; the outcomes of those now decided (1 per
-        guessed token kept, then 0 at the first miss, as a step of that drafter reports
-        them). A step run by the guessing drafter drops the guess offered just before it: it
-        proposed the same tokens, and its own outcome is counted already."""
+    def resolve(self, committed: Sequence[int], ran: str
+                ) -> dict[str, list[tuple[bool, list[float]]]]:
+        """Score open guesses against ``committed``; (tag, outcome) of those now decided — the
+        outcome 1 per guessed token kept, then 0 at the first miss, as a step of that drafter
+        reports them. A step run by the guessing drafter drops the guess offered just before
+        it: it proposed the same tokens, and its own outcome is counted already."""
         mine = self._open.get(ran)
         if mine:
             mine.pop()
-        done: dict[str, list[list[float]]] = {}
+        done: dict[str, list[tuple[bool, list[float]]]] = {}
         for name, guesses in self._open.items():
-            still: list[tuple[tuple[int, ...], int]] = []
-            for guess, matched in guesses:
+            if guesses and committed and name != ran:
+                newest = guesses[-1][0]
+                self.last_hit[name] = bool(newest) and newest[0] == committed[0]
+            still: list[tuple[tuple[int, ...], int, bool]] = []
+            for guess, matched, tag in guesses:
                 outcome: list[float] | None = [] if not guess else None
                 for t in committed:
                     if outcome is not None:
@@ -64,8 +75,8 @@ class GuessBook:
                     if matched == len(guess):
                         outcome = [1.0] * matched
                 if outcome is None:
-                    still.append((guess, matched))
+                    still.append((guess, matched, tag))
                 elif outcome:
-                    done.setdefault(name, []).append(outcome)
+                    done.setdefault(name, []).append((tag, outcome))
             guesses[:] = still
         return done

@@ -58,7 +58,7 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
-NGRAM_CARRY = 8.0  # observations of the n-gram lookup a reply inherits from earlier ones, at most
+NGRAM_CARRY = 4.0  # observations of the n-gram lookup a reply inherits from earlier ones, at most
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -173,14 +173,20 @@ class Planner(AutoGamma):
         self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
         ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
             else ps.ngram_prior_alpha
-        self.ngram = AcceptanceModel(settings.auto.gamma_max, ng_alpha, prior_weight=6.0,
-                                     slow_half_life=settings.auto.slow_half_life,
-                                     fast_half_life=settings.auto.fast_half_life)
+        # The lookup's acceptance in two states: after its last guess was right (inside a
+        # passage the reply repeats) and after it was wrong. Right guesses come in runs, so one
+        # estimate over all positions is too high where a step starts after a miss (a summary
+        # quotes phrases between words of its own: 0.84× plain with one estimate).
+        self._ngram = {hot: AcceptanceModel(settings.auto.gamma_max, ng_alpha, prior_weight=6.0,
+                                            slow_half_life=settings.auto.slow_half_life,
+                                            fast_half_life=settings.auto.fast_half_life)
+                       for hot in (True, False)}
+        self.lookup_hot = False  # the lookup's last guess (or step's first token) was right
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.guesses = GuessBook()  # the n-gram lookup's guesses, scored on every step
         # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
         # than the draft model's detector catches the change within a few steps.
-        self.ngram_detector = PageHinkley(threshold=4.0)
+        self._ngram_detectors = {hot: PageHinkley(threshold=4.0) for hot in (True, False)}
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
@@ -204,6 +210,14 @@ class Planner(AutoGamma):
         self.prediction = Prediction()  # this reply's, against which its speed is judged
 
     # -------------------------------------------------------------------------- estimates
+
+    @property
+    def ngram(self) -> AcceptanceModel:
+        """The lookup's acceptance estimates in the state the next step starts in."""
+        return self._ngram[self.lookup_hot]
+
+    def ngram_model(self, hot: bool) -> AcceptanceModel:
+        return self._ngram[hot]
 
     @property
     def t_ngram(self) -> float:
@@ -567,7 +581,9 @@ class Planner(AutoGamma):
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
-            self._learn_ngram(step_outcomes(step))
+            outcomes = step_outcomes(step)
+            self._learn_ngram(outcomes, self.lookup_hot)
+            self.lookup_hot = bool(outcomes) and outcomes[0] >= 0.5
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
         elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
@@ -588,26 +604,29 @@ class Planner(AutoGamma):
         proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.guesses`)."""
-        for name, outcomes in self.guesses.resolve(committed, ran).items():
+        for name, scored in self.guesses.resolve(committed, ran).items():
             if name == "ngram":
-                for outcome in outcomes:
-                    self._learn_ngram(outcome)
+                for hot, outcome in scored:
+                    self._learn_ngram(outcome, hot)
+        if ran != "ngram" and "ngram" in self.guesses.last_hit:
+            self.lookup_hot = self.guesses.last_hit["ngram"]  # (an n-gram step: see observe)
         guess = guessers.get("ngram")
         if guess is not None:
-            self.guesses.offer("ngram", guess(self.settings.gamma_max))
+            self.guesses.offer("ngram", guess(self.settings.gamma_max), self.lookup_hot)
 
-    def _learn_ngram(self, outcomes: Sequence[float]) -> None:
-        """One n-gram step's (or guess's) outcomes. A change in how often the lookup is right
-        (a copy task ends, prose begins) is detected as for the draft model, and the estimate
-        then restarts from its recent outcomes: a stale high α would plan long checks that
-        fail, each costing several plain steps on a steep curve."""
-        expected = self.ngram.position_alphas()[0]
-        self.ngram.observe(outcomes)
+    def _learn_ngram(self, outcomes: Sequence[float], hot: bool) -> None:
+        """One n-gram step's (or guess's) outcomes, made in state ``hot``. A change in how
+        often the lookup is right (a copy task ends, prose begins) is detected as for the draft
+        model, and the estimate then restarts from its recent outcomes: a stale high α would
+        plan long checks that fail, each costing several plain steps on a steep curve."""
+        model = self._ngram[hot]
+        expected = model.position_alphas()[0]
+        model.observe(outcomes)
         # The detector reads each step's (or guess's) first token only: the guesses open at a
         # changed word all miss there, at their several depths — one event, not several.
         if self.settings.detect_changes and outcomes \
-                and self.ngram_detector.update(outcomes[0], expected):
-            self.ngram.adopt_fast()
+                and self._ngram_detectors[hot].update(outcomes[0], expected):
+            model.adopt_fast()
 
     def _learn_tree(self, step: StepEvent) -> None:
         """Walk the accepted path of the plan the step ran: per depth, what was offered and
@@ -633,22 +652,27 @@ class Planner(AutoGamma):
 
     def state(self) -> dict[str, object]:
         d = super().state()
-        d.update(ngram=self.ngram.state(), ngram_cost=list(self._ngram_cost),
-                 ranks=self.ranks.state())
+        d.update(ngram=self._ngram[True].state(), ngram_cold=self._ngram[False].state(),
+                 ngram_cost=list(self._ngram_cost), ranks=self.ranks.state())
         return d
 
     def load_state(self, d: dict[str, object]) -> None:
         ps = self.plan_settings
-        ngram = AcceptanceModel(self.settings.gamma_max, self.ngram.prior_alpha)
-        ngram.load_state(d["ngram"])  # type: ignore[arg-type]
+        models = {}
+        for hot, key in ((True, "ngram"), (False, "ngram_cold")):
+            m = models[hot] = AcceptanceModel(self.settings.gamma_max,
+                                              self._ngram[hot].prior_alpha)
+            # A state saved before the two were kept apart: the one estimate for both.
+            m.load_state(d.get(key, d["ngram"]))  # type: ignore[arg-type]
         cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
         if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
             raise ValueError("n-gram cost of another shape")
         ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         ranks.load_state(d["ranks"])  # type: ignore[arg-type]
         super().load_state(d)
-        self.ngram.reset_to(ngram)
-        self.ngram.prior_alpha, self.ngram.steps = ngram.prior_alpha, ngram.steps
+        for hot, m in models.items():
+            self._ngram[hot].reset_to(m)
+            self._ngram[hot].prior_alpha, self._ngram[hot].steps = m.prior_alpha, m.steps
         self._ngram_cost, self.ranks = cost, ranks
         self.label = "plan"
 
@@ -658,8 +682,10 @@ class Planner(AutoGamma):
         self.guesses.clear()  # a new prompt: an open guess was for the last reply's next token
         # How often the lookup is right depends on the reply (a copy or not): what earlier
         # replies saw counts for a few observations, so this one's guesses soon decide.
-        self.ngram.keep_at_most(NGRAM_CARRY)
-        self.ngram_detector.reset()
+        for hot in (True, False):
+            self._ngram[hot].keep_at_most(NGRAM_CARRY)
+            self._ngram_detectors[hot].reset()
+        self.lookup_hot = False  # nothing guessed in this reply yet
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}

@@ -154,8 +154,8 @@ class SpeculativeDecoder:
             tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
-            self._score_guesses(seq, n0, step.drafter)
             self.policy.observe(step)
+            self._score_guesses(seq, n0, step.drafter)
             t_first, t_last = (now if position == 0 else t_first), now
             yield from out  # emit
             yield step
