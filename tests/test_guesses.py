@@ -243,7 +243,7 @@ def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) ->
         p.observe(hit)
     hot = p.ngram_model(True)
     assert p.lookup_hot and hot.alpha() > 0.9
-    for _ in range(6):  # prose now: a lucky lookup, then the next one after it wrong
+    for _ in range(6):  # prose now: a lucky 6-token lookup, then the next one after it wrong
         p.observe(miss)
         p.observe(hit)
     if detect:
@@ -288,3 +288,21 @@ def test_the_lookup_is_judged_apart_after_a_right_and_after_a_wrong_guess() -> N
     assert p.next_plan(("model", "ngram")).drafter == "ngram"
     p.lookup_hot = False
     assert p.next_plan(("model", "ngram")).drafter == "none"
+
+
+def test_one_right_guess_is_not_yet_a_repeated_passage() -> None:
+    p = planner()
+    p.begin("summarize this")
+    seq = [0, 1, 2]
+
+    def step() -> None:  # a plain step, then the lookup's guess: right about the next token
+        new = [(seq[-1] + 1) % V]
+        seq.extend(new)
+        p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
+        p.score_guesses(new, "none", {"ngram": lambda k: [(seq[-1] + 1) % V] * k})
+
+    step()  # offers the first guess
+    step()  # that guess came true: one right
+    assert not p.lookup_hot
+    step()  # two in a row
+    assert p.lookup_hot

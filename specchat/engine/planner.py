@@ -58,6 +58,7 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+HOT_STREAK = 2  # right lookups in a row that mark a repeated passage
 NGRAM_CARRY = 4.0  # observations of the n-gram lookup a reply inherits from earlier ones, at most
 
 
@@ -181,7 +182,7 @@ class Planner(AutoGamma):
                                             slow_half_life=settings.auto.slow_half_life,
                                             fast_half_life=settings.auto.fast_half_life)
                        for hot in (True, False)}
-        self.lookup_hot = False  # the lookup's last guess (or step's first token) was right
+        self._streak = 0  # the lookup's last guesses (or its steps' tokens) right in a row
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
         self.guesses = GuessBook()  # the n-gram lookup's guesses, scored on every step
         # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
@@ -210,6 +211,16 @@ class Planner(AutoGamma):
         self.prediction = Prediction()  # this reply's, against which its speed is judged
 
     # -------------------------------------------------------------------------- estimates
+
+    @property
+    def lookup_hot(self) -> bool:
+        """Inside a passage the reply repeats: the lookup's last two guesses were right (one
+        alone is often a common word pair, in a summary as in prose)."""
+        return self._streak >= HOT_STREAK
+
+    @lookup_hot.setter
+    def lookup_hot(self, hot: bool) -> None:
+        self._streak = HOT_STREAK if hot else 0
 
     @property
     def ngram(self) -> AcceptanceModel:
@@ -583,7 +594,8 @@ class Planner(AutoGamma):
                                 lam * self._ngram_cost[1] + step.gamma]
             outcomes = step_outcomes(step)
             self._learn_ngram(outcomes, self.lookup_hot)
-            self.lookup_hot = bool(outcomes) and outcomes[0] >= 0.5
+            kept = next((i for i, x in enumerate(outcomes) if x < 0.5), len(outcomes))
+            self._streak = self._streak + kept if kept else 0
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
         elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
@@ -609,7 +621,8 @@ class Planner(AutoGamma):
                 for hot, outcome in scored:
                     self._learn_ngram(outcome, hot)
         if ran != "ngram" and "ngram" in self.guesses.last_hit:
-            self.lookup_hot = self.guesses.last_hit["ngram"]  # (an n-gram step: see observe)
+            # (after an n-gram step: see observe)
+            self._streak = self._streak + 1 if self.guesses.last_hit["ngram"] else 0
         guess = guessers.get("ngram")
         if guess is not None:
             self.guesses.offer("ngram", guess(self.settings.gamma_max), self.lookup_hot)
@@ -685,7 +698,7 @@ class Planner(AutoGamma):
         for hot in (True, False):
             self._ngram[hot].keep_at_most(NGRAM_CARRY)
             self._ngram_detectors[hot].reset()
-        self.lookup_hot = False  # nothing guessed in this reply yet
+        self._streak = 0  # nothing guessed in this reply yet
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
