@@ -48,8 +48,11 @@ from specchat.models.vocab_compat import Finding, Level
 from specchat.paths import AppPaths
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
-# What drafts when nothing says (see drafter_names): the draft model, and prompt lookup beside it.
-DEFAULT_PAIR_DRAFTERS = ("model", "ngram")
+# What drafts when nothing says (see drafter_names). Prompt lookup beside the draft model, the
+# planner choosing per step, gains on replies that repeat the conversation (a copy: 1.2–1.3× on
+# the Qwen pair) but measured 0.84–0.95× on Spec-Bench's summaries here, where it guesses well
+# only in short runs: it is a choice (`model,ngram`), not the default.
+DEFAULT_PAIR_DRAFTERS = ("model",)
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}
@@ -545,13 +548,9 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
 def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool,
                   planned: bool = True) -> tuple[str, ...]:
     """The drafters to use: those named, else ``ngram,model`` (``ngram`` alone without a draft
-    model) when ``ngram`` is set, else — the default — the draft model, with prompt lookup
-    beside it when the planner chooses per step (``planned``; ``ngram`` False: the draft model
-    alone), else none.
-
-    The planner scores the lookup's guesses on every step, so the lookup runs only where it
-    pays (a reply that quotes or edits the conversation). Other γ modes have no such choice:
-    they get the draft model alone."""
+    model) when ``ngram`` is set, else ``DEFAULT_PAIR_DRAFTERS`` when a draft model is loaded
+    and the planner chooses per step (``planned``; ``ngram`` False, or another γ mode: the draft
+    model alone), else none."""
     if drafters:
         return tuple(drafters)
     if ngram:

@@ -79,15 +79,14 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(rt.decoder(plain=True), PlainDecoder)
         spec = rt.decoder()
         assert isinstance(spec, SpeculativeDecoder) and isinstance(spec.policy, Planner)
-        # The default: the planner, over the draft model and prompt lookup beside it.
-        assert spec.policy.drafters == ("model", "ngram")
-        assert [d.name for d in spec.drafters] == ["model", "ngram"]
+        assert spec.policy.drafters == ("model",)  # the default: the planner, on the draft
+        assert [d.name for d in spec.drafters] == ["model"]
+        beside = rt.decoder(drafters=("model", "ngram"))  # the lookup beside, the planner's pick
+        assert isinstance(beside, SpeculativeDecoder)
+        assert [d.name for d in beside.drafters] == ["model", "ngram"]
         alone = rt.decoder(ngram=False)  # --no-ngram
         assert isinstance(alone, SpeculativeDecoder)
         assert [d.name for d in alone.drafters] == ["model"]
-        fixed = rt.decoder(gamma=3)  # a fixed γ has no per-step choice: the draft model alone
-        assert isinstance(fixed, SpeculativeDecoder)
-        assert [d.name for d in fixed.drafters] == ["model"]
         assert rt.decoder(gamma=2).policy.next_gamma() == 2  # type: ignore[attr-defined]
         pair = rt.decoder(gamma="pair").policy  # type: ignore[attr-defined]
         assert (pair.next_gamma(), pair.label) == (GAMMA_DEFAULT, "default")  # no pair entry

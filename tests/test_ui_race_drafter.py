@@ -49,7 +49,7 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
         offered = await pick(pilot, screen, "ngram")
         # every drafter that runs on a pair, as the settings name them; no layer-skip file,
         # no trained heads (Lookahead needs nothing)
-        assert offered == ["settings", "planner", "model,ngram", "model", "ngram,model", "tree",
+        assert offered == ["settings", "planner", "model", "model,ngram", "ngram,model", "tree",
                            "ngram", "lookahead"]
         await wait_for(pilot, lambda: screen.state == "done" and screen.result is not first,
                        timeout=60)
@@ -67,5 +67,5 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
                        timeout=60)
         assert screen.result is not None
         assert (screen.result.drafters, screen.result.gamma_mode) == (("ngram", "model"), "plan")
-        assert services.settings().drafter == "model,ngram"  # the chat's settings: unchanged
+        assert services.settings().drafter == "model"  # the chat's settings did not change
         assert services.settings().gamma_mode == "fixed"

@@ -87,7 +87,7 @@ def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
         return runtime.decoder(plain=True)
     if mode.name not in ("draft", "draft+ngram", "ngram"):  # --drafter names
         return runtime.decoder(gamma=mode.gamma, drafters=tuple(mode.name.split(",")))
-    # "draft": what runs by default (the draft model, prompt lookup beside it).
+    # "draft": what runs by default (DEFAULT_PAIR_DRAFTERS).
     return runtime.decoder(gamma=mode.gamma, ngram=True if mode.name.endswith("ngram") else None)
 
 

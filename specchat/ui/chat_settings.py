@@ -22,8 +22,8 @@ from specchat.runtime import DEFAULT_PAIR_DRAFTERS
 GammaMode = GammaKind
 # What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.
 DRAFTER_CHOICES = {
-    "model,ngram": "the draft model or n-gram lookup, whichever pays here (the planner)",
     "model": "the draft model",
+    "model,ngram": "the draft model or n-gram lookup, whichever pays here (the planner)",
     "ngram,model": "n-gram lookup, then the draft model",
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",

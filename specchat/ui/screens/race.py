@@ -27,7 +27,7 @@ from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule
 from specchat.race.result import RaceResult, gamma_trace_text, recorded_with
 from specchat.race.runner import RaceCancelled, RaceSetup, run_race
 from specchat.report.race_report import write_race_report
-from specchat.runtime import DEFAULT_PAIR_DRAFTERS, Runtime
+from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
 from specchat.ui.keys import RACE_KEYS, bindings
@@ -140,7 +140,7 @@ class RaceScreen(Screen[None]):
         settings = self.services.settings()
         value = settings.drafter if self.drafter == SETTINGS_CHOICE else self.drafter
         draft = self.runtime.selection.draft
-        if value == ",".join(DEFAULT_PAIR_DRAFTERS):  # the lookup runs beside under the planner
+        if value == "model,ngram":  # the lookup runs beside the draft only under the planner
             value = "model,ngram" if settings.gamma_mode == "plan" else "model"
             if value == "model,ngram" and draft:
                 return f"drafts by {draft.id} or n-gram lookup"
