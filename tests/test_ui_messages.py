@@ -88,10 +88,13 @@ async def test_regenerate_keeps_the_old_reply_to_flip_back_to(tmp_path: Path,
     app = SpecchatApp(services2)
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
-        chat.query_one(ChatList).focus()
+        listing = chat.query_one(ChatList)
+        # The list fills from the store in a worker: Enter on it before then opens nothing
+        # (what timed out here in full runs, where the worker starts later).
+        await wait_for(pilot, lambda: listing.highlighted_child is not None, timeout=60.0)
+        listing.focus()
         await pilot.press("enter")
-        # Opening it loads the chat and draws it: slow on a loaded machine (once over 20 s
-        # in a full run), never wrong.
+        # Opening it loads the chat and draws it: slow on a loaded machine, never wrong.
         await wait_for(pilot, lambda: bool(list(chat.query(AssistantMessage))), timeout=60.0)
         (reply,) = chat.query(AssistantMessage)
         assert reply.turn.text == old and "‹ 1/2 ›" in header(reply)
