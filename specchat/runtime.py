@@ -388,7 +388,7 @@ class Runtime:
         names, tried in turn (see :func:`drafter_names`); ``ngram`` True is the old spelling of
         ``ngram,model``, False takes prompt lookup out of the default.
         """
-        names = drafter_names(drafters, ngram, self.draft_ctx is not None, plans(gamma))
+        names = drafter_names(drafters, ngram, self.draft_ctx is not None)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
         if MEDUSA in names:
@@ -545,28 +545,13 @@ def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
     return st.path if st.present else None
 
 
-def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool,
-                  planned: bool = True) -> tuple[str, ...]:
+def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool
+                  ) -> tuple[str, ...]:
     """The drafters to use: those named, else ``ngram,model`` (``ngram`` alone without a draft
-    model) when ``ngram`` is set, else ``DEFAULT_PAIR_DRAFTERS`` when a draft model is loaded
-    and the planner chooses per step (``planned``; ``ngram`` False, or another γ mode: the draft
-    model alone), else none."""
+    model) when ``ngram`` is set, else ``DEFAULT_PAIR_DRAFTERS`` when a draft model is loaded,
+    else none."""
     if drafters:
         return tuple(drafters)
     if ngram:
         return ("ngram", "model") if has_draft else ("ngram",)
-    if not has_draft:
-        return ()
-    return DEFAULT_PAIR_DRAFTERS if planned and ngram is None else ("model",)
-
-
-def plans(gamma: GammaSetting | int | str | GammaPolicy | None) -> bool:
-    """Whether ``gamma`` (as :meth:`Runtime.decoder` takes it) is the planner (the default)."""
-    if gamma is None:
-        return True
-    if isinstance(gamma, (GammaSetting, int, str)):
-        try:
-            return parse_gamma(gamma).kind == "plan"
-        except ValueError:
-            return False  # Runtime.policy says what is wrong with it
-    return isinstance(gamma, Planner)
+    return DEFAULT_PAIR_DRAFTERS if has_draft else ()

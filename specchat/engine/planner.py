@@ -45,10 +45,9 @@ from specchat.engine.auto_gamma import (
     AutoGammaSeed,
     AutoGammaSettings,
 )
-from specchat.engine.change_detect import PageHinkley
 from specchat.engine.cost_model import TABLE_SIZE, decay_for
 from specchat.engine.events import StepEvent
-from specchat.engine.guesses import GuessBook
+from specchat.engine.lookup_estimate import HOT_STREAK, LookupEstimate
 from specchat.engine.plan import Plan, chain, plain
 from specchat.engine.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.tree_dp import best_trees
@@ -58,8 +57,6 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
-HOT_STREAK = 2  # right lookups in a row that mark a repeated passage
-NGRAM_CARRY = 4.0  # observations of the n-gram lookup a reply inherits from earlier ones, at most
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -174,20 +171,10 @@ class Planner(AutoGamma):
         self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
         ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
             else ps.ngram_prior_alpha
-        # The lookup's acceptance in two states: after its last guess was right (inside a
-        # passage the reply repeats) and after it was wrong. Right guesses come in runs, so one
-        # estimate over all positions is too high where a step starts after a miss (a summary
-        # quotes phrases between words of its own: 0.84× plain with one estimate).
-        self._ngram = {hot: AcceptanceModel(settings.auto.gamma_max, ng_alpha, prior_weight=6.0,
-                                            slow_half_life=settings.auto.slow_half_life,
-                                            fast_half_life=settings.auto.fast_half_life)
-                       for hot in (True, False)}
-        self._streak = 0  # the lookup's last guesses (or its steps' tokens) right in a row
+        self.lookup = LookupEstimate(settings.auto.gamma_max, ng_alpha,
+                                     settings.auto.slow_half_life, settings.auto.fast_half_life,
+                                     settings.auto.detect_changes)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
-        self.guesses = GuessBook()  # the n-gram lookup's guesses, scored on every step
-        # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
-        # than the draft model's detector catches the change within a few steps.
-        self._ngram_detectors = {hot: PageHinkley(threshold=4.0) for hot in (True, False)}
         self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
@@ -214,21 +201,19 @@ class Planner(AutoGamma):
 
     @property
     def lookup_hot(self) -> bool:
-        """Inside a passage the reply repeats: the lookup's last two guesses were right (one
-        alone is often a common word pair, in a summary as in prose)."""
-        return self._streak >= HOT_STREAK
+        return self.lookup.hot
 
     @lookup_hot.setter
     def lookup_hot(self, hot: bool) -> None:
-        self._streak = HOT_STREAK if hot else 0
+        self.lookup.streak = HOT_STREAK if hot else 0
 
     @property
     def ngram(self) -> AcceptanceModel:
         """The lookup's acceptance estimates in the state the next step starts in."""
-        return self._ngram[self.lookup_hot]
+        return self.lookup.current
 
     def ngram_model(self, hot: bool) -> AcceptanceModel:
-        return self._ngram[hot]
+        return self.lookup.models[hot]
 
     @property
     def t_ngram(self) -> float:
@@ -592,10 +577,7 @@ class Planner(AutoGamma):
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
-            outcomes = step_outcomes(step)
-            self._learn_ngram(outcomes, self.lookup_hot)
-            kept = next((i for i, x in enumerate(outcomes) if x < 0.5), len(outcomes))
-            self._streak = self._streak + kept if kept else 0
+            self.lookup.step(step_outcomes(step))
         elif step.gamma > 0 and step.drafter == "tree":
             self._learn_tree(step)
         elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
@@ -616,30 +598,8 @@ class Planner(AutoGamma):
         proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.guesses`)."""
-        for name, scored in self.guesses.resolve(committed, ran).items():
-            if name == "ngram":
-                for hot, outcome in scored:
-                    self._learn_ngram(outcome, hot)
-        if ran != "ngram" and "ngram" in self.guesses.last_hit:
-            # (after an n-gram step: see observe)
-            self._streak = self._streak + 1 if self.guesses.last_hit["ngram"] else 0
         guess = guessers.get("ngram")
-        if guess is not None:
-            self.guesses.offer("ngram", guess(self.settings.gamma_max), self.lookup_hot)
-
-    def _learn_ngram(self, outcomes: Sequence[float], hot: bool) -> None:
-        """One n-gram step's (or guess's) outcomes, made in state ``hot``. A change in how
-        often the lookup is right (a copy task ends, prose begins) is detected as for the draft
-        model, and the estimate then restarts from its recent outcomes: a stale high α would
-        plan long checks that fail, each costing several plain steps on a steep curve."""
-        model = self._ngram[hot]
-        expected = model.position_alphas()[0]
-        model.observe(outcomes)
-        # The detector reads each step's (or guess's) first token only: the guesses open at a
-        # changed word all miss there, at their several depths — one event, not several.
-        if self.settings.detect_changes and outcomes \
-                and self._ngram_detectors[hot].update(outcomes[0], expected):
-            model.adopt_fast()
+        self.lookup.score(committed, ran, guess(self.settings.gamma_max) if guess else None)
 
     def _learn_tree(self, step: StepEvent) -> None:
         """Walk the accepted path of the plan the step ran: per depth, what was offered and
@@ -665,40 +625,29 @@ class Planner(AutoGamma):
 
     def state(self) -> dict[str, object]:
         d = super().state()
-        d.update(ngram=self._ngram[True].state(), ngram_cold=self._ngram[False].state(),
-                 ngram_cost=list(self._ngram_cost), ranks=self.ranks.state())
+        d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
+                 ranks=self.ranks.state())
         return d
 
     def load_state(self, d: dict[str, object]) -> None:
         ps = self.plan_settings
-        models = {}
-        for hot, key in ((True, "ngram"), (False, "ngram_cold")):
-            m = models[hot] = AcceptanceModel(self.settings.gamma_max,
-                                              self._ngram[hot].prior_alpha)
-            # A state saved before the two were kept apart: the one estimate for both.
-            m.load_state(d.get(key, d["ngram"]))  # type: ignore[arg-type]
+        lookup = LookupEstimate(self.settings.gamma_max, self.lookup.models[True].prior_alpha,
+                                self.settings.slow_half_life, self.settings.fast_half_life)
+        lookup.load_state(d)
         cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
         if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
             raise ValueError("n-gram cost of another shape")
         ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
         ranks.load_state(d["ranks"])  # type: ignore[arg-type]
         super().load_state(d)
-        for hot, m in models.items():
-            self._ngram[hot].reset_to(m)
-            self._ngram[hot].prior_alpha, self._ngram[hot].steps = m.prior_alpha, m.steps
+        self.lookup.load_state(d)  # (checked above, before anything changed)
         self._ngram_cost, self.ranks = cost, ranks
         self.label = "plan"
 
     def begin(self, prompt_text: str) -> None:
         super().begin(prompt_text)
         self.prediction = Prediction()
-        self.guesses.clear()  # a new prompt: an open guess was for the last reply's next token
-        # How often the lookup is right depends on the reply (a copy or not): what earlier
-        # replies saw counts for a few observations, so this one's guesses soon decide.
-        for hot in (True, False):
-            self._ngram[hot].keep_at_most(NGRAM_CARRY)
-            self._ngram_detectors[hot].reset()
-        self._streak = 0  # nothing guessed in this reply yet
+        self.lookup.begin()
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}

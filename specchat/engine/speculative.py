@@ -108,6 +108,7 @@ class SpeculativeDecoder:
             own({d.name: d.own_plan for d in self.drafters if hasattr(d, "own_plan")})
         self.name = "speculative" if draft is not None else "ngram"
         self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
+        self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
         self._default: Drafter | None = None
         self._last_seq: list[int] = []  # the previous reply's committed sequence
 
@@ -214,6 +215,7 @@ class SpeculativeDecoder:
         if seq is not None:
             for d in self._alive:
                 d.reset(seq)
+        self._guessers = [d for d in self._alive if hasattr(d, "guess")]  # free proposals
         n = len(self._alive)
         self._default = None if n == 0 else self._alive[0] if n == 1 else Fallback(self._alive)
 
@@ -364,9 +366,9 @@ class SpeculativeDecoder:
         score: Callable[..., None] | None = getattr(self.policy, "score_guesses", None)
         if score is None:
             return
-        guessers = {d.name: d for d in self._alive if hasattr(d, "guess")}
-        if guessers:
-            score(seq[start:], ran, {n: partial(d.guess, seq) for n, d in guessers.items()})
+        if self._guessers:
+            score(seq[start:], ran, {d.name: partial(d.guess, seq)  # type: ignore[attr-defined]
+                                     for d in self._guessers})
 
     def _llama_s(self) -> float:
         return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)

@@ -19,7 +19,7 @@ from specchat.errors import ConfigError, SpecchatError
 from specchat.models.choices import Choice
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
-from specchat.runtime import DEFAULT_PAIR_DRAFTERS, Runtime
+from specchat.runtime import Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
 
@@ -33,8 +33,6 @@ def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     drafter that needs no draft model is chosen.
     Sampling settings go with each request."""
     names = tuple(n for n in settings.drafter.split(",") if n)
-    if names == DEFAULT_PAIR_DRAFTERS:  # the default: the runtime's (a single model: plain)
-        return runtime.decoder(gamma=settings.gamma_setting)
     return runtime.decoder(gamma=settings.gamma_setting, drafters=runtime.usable_drafters(names))
 
 
