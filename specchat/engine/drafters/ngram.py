@@ -39,6 +39,9 @@ class NgramDrafter(ChainDefault):
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(n_min, n_max + 1)}
+        # The same for the occurrence before the most recent (a one-token edit looks up the
+        # tokens just before the sequence's last, whose most recent occurrence is its own).
+        self._before: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self._index}
 
     def reset(self, tokens: Sequence[int]) -> None:
         """Index ``tokens`` as the conversation so far (keeps the index if they extend it)."""
@@ -47,8 +50,9 @@ class NgramDrafter(ChainDefault):
             self.extend(tokens[n:])
             return
         self.tokens = []
-        for table in self._index.values():
-            table.clear()
+        for tables in (self._index, self._before):
+            for table in tables.values():
+                table.clear()
         self.extend(tokens)
 
     def extend(self, new: Sequence[int]) -> None:
@@ -59,7 +63,11 @@ class NgramDrafter(ChainDefault):
             j = len(toks)
             for n, table in self._index.items():
                 if j >= n:
-                    table[tuple(toks[j - n : j])] = j
+                    key = tuple(toks[j - n : j])
+                    was = table.get(key)
+                    if was is not None:
+                        self._before[n][key] = was
+                    table[key] = j
             toks.append(int(t))
 
     def propose(self, req: DraftRequest) -> Proposal:
@@ -90,17 +98,39 @@ class NgramDrafter(ChainDefault):
         return drafts[:cut]
 
     def lookup(self, k: int) -> list[int]:
-        """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before."""
+        """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before.
+
+        Longest match first; before a one-token match, a match (of two tokens or more) of the
+        tokens before the last one, read as an edit of one token: a reply that copies a passage
+        with a word changed ("every 'river' becomes 'canal'") goes on from after the replaced
+        word, where a match of the new word alone points elsewhere (at the instruction that
+        named it)."""
         toks = self.tokens
         if k <= 0:
             return []
-        for n in range(self.n_max, self.n_min - 1, -1):
-            if len(toks) < n:
+        for n in range(self.n_max, max(self.n_min, 2) - 1, -1):
+            j = self._at(toks, n, len(toks))
+            if j is not None:
+                return toks[j : j + k]
+        last = len(toks) - 1
+        for c in range(self.n_max, max(self.n_min, 2) - 1, -1):  # c tokens of context, an edit
+            key = tuple(toks[last - c : last])
+            if last < c or self._index[c].get(key) != last:
                 continue
-            j = self._index[n].get(tuple(toks[len(toks) - n :]))
+            j = self._before[c].get(key)  # what followed these c tokens the time before
+            if j is not None:
+                return toks[j + 1 : j + 1 + k]
+        if self.n_min == 1:
+            j = self._at(toks, 1, len(toks))
             if j is not None:
                 return toks[j : j + k]
         return []
+
+    def _at(self, toks: Sequence[int], n: int, end: int) -> int | None:
+        """Where the token after the most recent earlier ``toks[end − n : end]`` is."""
+        if end < n:
+            return None
+        return self._index[n].get(tuple(toks[end - n : end]))
 
 
 def build(env: DrafterEnv) -> NgramDrafter:
