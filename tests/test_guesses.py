@@ -48,19 +48,32 @@ CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup
 def test_a_guess_is_scored_over_the_steps_that_commit_its_tokens() -> None:
     book = GuessBook()
     book.offer("ngram", [4, 5, 6])
-    assert book.resolve([4], "none") == {}  # one plain step: one token matched, still open
+    # One plain step: depth 1 decided (kept), reported now; the guess stays open.
+    assert book.resolve([4], "none") == {"ngram": [(False, 0, [1.0])]}
     assert book.open("ngram") == 1
     book.offer("ngram", [5, 7])  # the next step's guess, open alongside
-    assert book.resolve([5], "none") == {}
+    assert book.resolve([5], "none") == {"ngram": [(False, 1, [1.0]), (False, 0, [1.0])]}
     assert book.open("ngram") == 2
-    assert book.resolve([6, 9], "model") == {"ngram": [(False, [1.0, 1.0, 1.0]),
-                                                        (False, [1.0, 0.0])]}
+    assert book.resolve([6, 9], "model") == {"ngram": [(False, 2, [1.0]),
+                                                        (False, 1, [0.0])]}
     assert book.open("ngram") == 0
     book.offer("ngram", [4], tag=True)  # made after a right guess: its outcome says so
-    assert book.resolve([3], "none") == {"ngram": [(True, [0.0])]}
+    assert book.resolve([3], "none") == {"ngram": [(True, 0, [0.0])]}
     assert book.last_hit["ngram"] is False
     book.offer("ngram", [])  # no match: nothing to score
     assert book.resolve([3], "none") == {}
+    assert book.open("ngram") == 0
+
+
+def test_a_long_guess_that_comes_true_speaks_at_every_step() -> None:
+    """Its depths are counted as they are decided: held back until the whole guess was, a copy's
+    right guesses of 31 tokens would say nothing for 31 steps while every miss spoke at once."""
+    book = GuessBook()
+    book.offer("ngram", list(range(31)))
+    for t in range(30):
+        assert book.resolve([t], "none") == {"ngram": [(False, t, [1.0])]}
+    assert book.open("ngram") == 1
+    assert book.resolve([30, 99], "none") == {"ngram": [(False, 30, [1.0])]}
     assert book.open("ngram") == 0
 
 
@@ -70,7 +83,7 @@ def test_the_guessing_drafters_own_step_drops_the_guess_it_made() -> None:
     book.resolve([4], "none")
     book.offer("ngram", [5, 6])  # made where the n-gram step below starts: the same proposal
     # The step's own outcome is counted already; the older guess is still scored.
-    assert book.resolve([5, 6, 1], "ngram") == {"ngram": [(False, [1.0, 1.0, 1.0])]}
+    assert book.resolve([5, 6, 1], "ngram") == {"ngram": [(False, 1, [1.0, 1.0])]}
     assert book.open("ngram") == 0
     book.offer("ngram", [])  # a lookup without a match still holds its place
     book.offer("ngram", [4, 5])
@@ -119,12 +132,13 @@ def scored(samples: np.ndarray, guess: Sequence[int]) -> Counter[int]:
     book = GuessBook()
     for row in samples.tolist():
         book.offer("ngram", guess)
-        got: dict[str, list[float]] = {}
+        outcome: list[float] = []
         for t in row:
-            got = book.resolve([t], "none")
-            if got:
+            for _, start, part in book.resolve([t], "none").get("ngram", ()):
+                assert start == len(outcome)
+                outcome += part
+            if book.open("ngram") == 0:
                 break
-        ((_, outcome),) = got["ngram"]
         counts[int(sum(outcome))] += 1
     return counts
 

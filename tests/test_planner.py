@@ -4,7 +4,7 @@ the verify-cost table's fit, n-gram and tree learning, and its state's round tri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -417,3 +417,26 @@ def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
     assert len(calls) == 2  # scored at steps 1 and 5 (exploration would add one per scoring)
     p.next_plan(("model", "ngram"))  # other drafters offered: scored at once
     assert len(calls) == 3
+
+
+# Qwen 1.5B's verify table to 32 tokens (logits on every row, 2 CPU cores): past 8 tokens a
+# check costs ~15 ms a token more, against 31 ms for one token alone.
+CPU32 = CostCurve(0.025, tuple(x / 1000 for x in (
+    31, 60, 84, 99, 128, 146, 167, 222, 234, 252, 267, 279, 298, 305, 305, 305, 321, 331, 354,
+    354, 375, 388, 388, 388, 393, 426, 439, 444, 444, 456, 476, 476)))
+
+
+@pytest.mark.parametrize("depth", [10, 31])
+def test_a_copy_gets_lookup_chains_longer_than_the_draft_models(depth: int) -> None:
+    """A lookup costs nothing to draft: on a copy it is worth checking far more tokens than a
+    draft model's chain (γ ≤ 10), as long as each check costs less per token."""
+    p = planner(CPU32, 0.85, settings=replace(CALM, lookup_depth=depth), ngram_alpha=0.98)
+    for _ in range(20):
+        plan = p.next_plan(("ngram",))
+        n = max(plan.size, 1)
+        p.observe(StepEvent(n, n, 0.0002, CPU32.verify_s[n], "ngram", committed=n + 1))
+    plan = p.next_plan(("ngram",))
+    assert plan.drafter == "ngram"
+    assert plan.size > 10 if depth == 31 else plan.size <= 10
+    model = planner(FLAT, 0.97, settings=replace(CALM, lookup_depth=depth)).next_plan(("model",))
+    assert model.drafter == "model" and model.size <= 10

@@ -45,8 +45,8 @@ class PositionStats:
         self.reached = [lam * v for v in self.reached]
         self.kept = [lam * v for v in self.kept]
 
-    def add(self, outcomes: Sequence[float]) -> None:
-        for i, x in enumerate(outcomes[: len(self.reached)]):
+    def add(self, outcomes: Sequence[float], start: int = 0) -> None:
+        for i, x in enumerate(outcomes[: max(0, len(self.reached) - start)], start):
             self.reached[i] += 1.0
             self.kept[i] += x
 
@@ -73,12 +73,16 @@ class AcceptanceModel:
         self._lam_fast = decay_for(fast_half_life)
         self.steps = 0
 
-    def observe(self, outcomes: Sequence[float]) -> None:
-        self.slow.decay(self._lam_slow)
-        self.fast.decay(self._lam_fast)
-        self.slow.add(outcomes)
-        self.fast.add(outcomes)
-        self.steps += 1
+    def observe(self, outcomes: Sequence[float], start: int = 0) -> None:
+        """A step's outcomes; ``start`` > 0: the later depths of one already counted (a
+        guess scored as its tokens come, engine.guesses), which adds to it without decaying
+        or counting a step."""
+        if start == 0:
+            self.slow.decay(self._lam_slow)
+            self.fast.decay(self._lam_fast)
+            self.steps += 1
+        self.slow.add(outcomes, start)
+        self.fast.add(outcomes, start)
 
     def adopt_fast(self) -> None:
         """After a detected change: forget the slow history, keep what the fast one saw."""

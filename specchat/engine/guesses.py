@@ -49,34 +49,35 @@ class GuessBook:
         self.last_hit.clear()
 
     def resolve(self, committed: Sequence[int], ran: str
-                ) -> dict[str, list[tuple[bool, list[float]]]]:
-        """Score open guesses against ``committed``; (tag, outcome) of those now decided — the
-        outcome 1 per guessed token kept, then 0 at the first miss, as a step of that drafter
-        reports them. A step run by the guessing drafter drops the guess offered just before
-        it: it proposed the same tokens, and its own outcome is counted already."""
+                ) -> dict[str, list[tuple[bool, int, list[float]]]]:
+        """Score open guesses against ``committed``: per guess that this decided anything of,
+        (tag, first depth decided now, outcomes from there) — 1 per guessed token kept, then 0
+        at the first miss, as a step of that drafter reports them. Depths are reported as soon
+        as they are decided, not when the guess is: a long guess on a copy comes true over as
+        many steps as it has tokens, and holding its score back until then would let only the
+        misses speak early. A step run by the guessing drafter drops the guess offered just
+        before it: it proposed the same tokens, and its own outcome is counted already."""
         mine = self._open.get(ran)
         if mine:
             mine.pop()
-        done: dict[str, list[tuple[bool, list[float]]]] = {}
+        done: dict[str, list[tuple[bool, int, list[float]]]] = {}
         for name, guesses in self._open.items():
             if guesses and committed and name != ran:
                 newest = guesses[-1][0]
                 self.last_hit[name] = bool(newest) and newest[0] == committed[0]
             still: list[tuple[tuple[int, ...], int, bool]] = []
             for guess, matched, tag in guesses:
-                outcome: list[float] | None = [] if not guess else None
+                start, outcome, closed = matched, [], not guess
                 for t in committed:
-                    if outcome is not None:
+                    if closed:
                         break
-                    if guess[matched] != t:
-                        outcome = [1.0] * matched + [0.0]
-                        break
+                    hit = guess[matched] == t
+                    outcome.append(1.0 if hit else 0.0)
                     matched += 1
-                    if matched == len(guess):
-                        outcome = [1.0] * matched
-                if outcome is None:
+                    closed = not hit or matched == len(guess)
+                if not closed:
                     still.append((guess, matched, tag))
-                elif outcome:
-                    done.setdefault(name, []).append((tag, outcome))
+                if outcome:
+                    done.setdefault(name, []).append((tag, start, outcome))
             guesses[:] = still
         return done

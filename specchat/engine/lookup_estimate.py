@@ -69,21 +69,22 @@ class LookupEstimate:
         """After each step: score the open guesses against the ``committed`` tokens (``ran``:
         the drafter that proposed them), then open ``guess`` (what the lookup would propose
         now; None when it is not running)."""
-        for hot, outcome in self.guesses.resolve(committed, ran).get(NAME, ()):
-            self._learn(outcome, hot)
+        for hot, start, outcome in self.guesses.resolve(committed, ran).get(NAME, ()):
+            self._learn(outcome, hot, start)
         if ran != NAME and NAME in self.guesses.last_hit:  # (after its own step: see step)
             self.streak = self.streak + 1 if self.guesses.last_hit[NAME] else 0
         if guess is not None:
             self.guesses.offer(NAME, guess, self.hot)
 
-    def _learn(self, outcomes: Sequence[float], hot: bool) -> None:
+    def _learn(self, outcomes: Sequence[float], hot: bool, start: int = 0) -> None:
+        """Outcomes of depths ``start`` on (a guess's later depths come in later steps)."""
         model = self.models[hot]
-        expected = model.position_alphas()[0]
-        model.observe(outcomes)
         # The detector reads each first token only: the guesses open at a changed word all
         # miss there, at their several depths — one event, not several.
-        if self.detect_changes and outcomes \
-                and self._detectors[hot].update(outcomes[0], expected):
+        first = self.detect_changes and bool(outcomes) and start == 0
+        expected = model.position_alphas()[0] if first else 0.0
+        model.observe(outcomes, start)
+        if first and self._detectors[hot].update(outcomes[0], expected):
             model.adopt_fast()
 
     def state(self) -> dict[str, object]:

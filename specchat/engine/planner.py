@@ -89,6 +89,10 @@ class PlannerSettings:
     rank_prior: float = 0.35  # P(rank k + 1 kept | ranks ≤ k not), before trees are seen
     rank_prior_weight: float = 4.0
     ngram_prior_alpha: float = 0.4
+    # Longest prompt-lookup chain (γ): a lookup costs nothing to draft, and a passage the
+    # reply copies runs on for dozens of tokens, where a check's cost per token keeps falling
+    # (on 2 CPU cores 16 tokens cost 9.6× one, 32 cost 15×).
+    lookup_depth: int = TABLE_SIZE - 1
     rank_half_life: float = 200.0  # tree steps
 
 
@@ -171,7 +175,7 @@ class Planner(AutoGamma):
         self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
         ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
             else ps.ngram_prior_alpha
-        self.lookup = LookupEstimate(settings.auto.gamma_max, ng_alpha,
+        self.lookup = LookupEstimate(self.lookup_depth, ng_alpha,
                                      settings.auto.slow_half_life, settings.auto.fast_half_life,
                                      settings.auto.detect_changes)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
@@ -198,6 +202,10 @@ class Planner(AutoGamma):
         self.prediction = Prediction()  # this reply's, against which its speed is judged
 
     # -------------------------------------------------------------------------- estimates
+
+    @property
+    def lookup_depth(self) -> int:
+        return self.plan_settings.lookup_depth
 
     @property
     def lookup_hot(self) -> bool:
@@ -256,7 +264,7 @@ class Planner(AutoGamma):
         table = c.verify_table()
         o = c.overhead
         t_d = c.t_draft
-        top = min(self.settings.gamma_max, TABLE_SIZE - 1)
+        top = min(self.settings.gamma_max, len(table) - 1)
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
         scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
@@ -278,7 +286,8 @@ class Planner(AutoGamma):
             # plans are built for the winner only).
             best_g, best_e, best_s, best_rate = 0, 0.0, 0.0, -1.0
             e, run = 1.0, 1.0
-            for g in range(1, min(top, len(alph)) + 1):
+            deepest = min(self.lookup_depth, len(table) - 1) if name == "ngram" else top
+            for g in range(1, min(deepest, len(alph)) + 1):
                 run *= alph[g - 1]
                 e += run
                 sec = g * per_token + table[g] + o
@@ -599,6 +608,9 @@ class Planner(AutoGamma):
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.guesses`)."""
         guess = guessers.get("ngram")
+        # Guesses as long as the draft model's chains: scored deeper, a copy's long runs of
+        # right tokens would outweigh the first token in the pooled α that every depth shrinks
+        # toward (deeper depths learn from the lookup's own steps).
         self.lookup.score(committed, ran, guess(self.settings.gamma_max) if guess else None)
 
     def _learn_tree(self, step: StepEvent) -> None:
@@ -631,7 +643,7 @@ class Planner(AutoGamma):
 
     def load_state(self, d: dict[str, object]) -> None:
         ps = self.plan_settings
-        lookup = LookupEstimate(self.settings.gamma_max, self.lookup.models[True].prior_alpha,
+        lookup = LookupEstimate(self.lookup_depth, self.lookup.models[True].prior_alpha,
                                 self.settings.slow_half_life, self.settings.fast_half_life)
         lookup.load_state(d)
         cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
