@@ -113,11 +113,10 @@ class NgramDrafter(ChainDefault):
             if j is not None:
                 return toks[j : j + k]
         last = len(toks) - 1
-        for c in range(self.n_max, max(self.n_min, 2) - 1, -1):  # c tokens of context, an edit
-            key = tuple(toks[last - c : last])
-            if last < c or self._index[c].get(key) != last:
-                continue
-            j = self._before[c].get(key)  # what followed these c tokens the time before
+        for c in range(min(self.n_max, last), max(self.n_min, 2) - 1, -1):  # an edit after c
+            # The index points these c tokens at the last token; the time before, at what the
+            # last token replaced.
+            j = self._before[c].get(tuple(toks[last - c : last]))
             if j is not None:
                 return toks[j + 1 : j + 1 + k]
         if self.n_min == 1:

@@ -141,8 +141,9 @@ class RaceScreen(Screen[None]):
         value = settings.drafter if self.drafter == SETTINGS_CHOICE else self.drafter
         draft = self.runtime.selection.draft
         if value == "model,ngram":  # the lookup runs beside the draft only under the planner
-            value = "model,ngram" if settings.gamma_mode == "plan" else "model"
-            if value == "model,ngram" and draft:
+            if settings.gamma_mode != "plan":
+                value = "model"
+            elif draft:
                 return f"drafts by {draft.id} or n-gram lookup"
         if value == "model":
             return f"drafts by {draft.id}" if draft else "n-gram lookup"
