@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from specchat.engine import amx
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.decoding import Decoder
 from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
@@ -261,6 +262,14 @@ class Runtime:
         runtime.paths = resolver.paths
         runtime.layerskip_path = layerskip_path(resolver, selection.target)
         return runtime
+
+    def notices(self) -> list[str]:
+        """What the user should know about how the models were loaded (layers left on the CPU,
+        llama.cpp kernels left out because they crash on this machine)."""
+        out = self.plan.notices() if self.plan else []
+        if (note := amx.note()) is not None:
+            out.append(note)
+        return out
 
     @property
     def placement(self) -> Placement:

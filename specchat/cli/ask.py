@@ -17,6 +17,7 @@ from specchat.cli.common import (
     add_sampling_args,
     add_system_arg,
     gamma_arg,
+    print_notices,
     sampling_changes,
 )
 from specchat.engine.chat import ChatEngine
@@ -85,8 +86,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
                        getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
                            with_draft=not args.plain)
-    for notice in runtime.plan.notices() if runtime.plan else []:
-        sys.stderr.write(f"[{safe_text(notice)}]\n")
+    print_notices(runtime)
     try:
         for w in runtime.pair_warnings:
             sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")

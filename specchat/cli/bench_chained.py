@@ -30,7 +30,7 @@ from specchat.bench.chained_report import headline, live_summary, markdown
 from specchat.bench.policies import AUTO, PLAN, PolicyFactory, roster
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.replay_eval import evaluate, measure_costs
-from specchat.cli.common import Env
+from specchat.cli.common import Env, print_notices
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.engine.costs import CostCurve
 from specchat.engine.drafters._cross_vocab import cross_map
@@ -91,6 +91,7 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
     topics = tuple(t.strip() for t in args.topics.split(",")) if args.topics else DEFAULT_TOPICS
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    print_notices(runtime)
     try:
         if runtime.draft_ctx is None or runtime.draft is None:
             raise SpecchatError("--chained needs a pair: --pair NAME, or --model with --draft")

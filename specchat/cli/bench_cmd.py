@@ -18,7 +18,7 @@ from specchat.bench.prompts import DEFAULT_PROMPTS, BenchPrompt, load_prompts
 from specchat.bench.report import ALL, markdown, summarize
 from specchat.bench.runner import BenchConfig, render_prompt, run_bench
 from specchat.cli import bench_chained
-from specchat.cli.common import Env, add_drafter_args, add_model_args
+from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.engine.gamma import GAMMA_HELP, parse_gamma
 from specchat.engine.llama_lib import system_info
 from specchat.errors import SpecchatError
@@ -99,6 +99,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, cats, args.per_category)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    print_notices(runtime)
     try:
         drafters = env.drafters(args)
         if not drafter_names(drafters, bool(args.ngram), runtime.draft_ctx is not None):

@@ -17,7 +17,8 @@ from specchat.errors import SpecchatError
 from specchat.models.catalog import Catalog, load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths, app_paths
-from specchat.runtime import RuntimeOptions
+from specchat.runtime import Runtime, RuntimeOptions
+from specchat.textsafe import safe_text
 
 
 @dataclass
@@ -262,3 +263,10 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-check", action=argparse.BooleanOptionalAction, default=None,
                    help="refuse to load what the estimate says will not fit (default: the "
                    "config file's memory_check, else on); --no-memory-check loads anyway")
+
+
+def print_notices(runtime: Runtime) -> None:
+    """How the models were loaded, where the user should know it (on stderr: the output stays
+    the command's own)."""
+    for notice in runtime.notices():
+        sys.stderr.write(f"[{safe_text(notice)}]\n")

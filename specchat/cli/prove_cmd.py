@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from specchat.bench.chi2 import ChiSquare, homogeneity
-from specchat.cli.common import Env, add_drafter_args, add_model_args
+from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder, run_to_end
@@ -80,6 +80,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         raise SpecchatError(str(e)) from None
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    print_notices(runtime)
     cancel = threading.Event()
     try:
         drafters = env.drafters(args)

@@ -21,6 +21,7 @@ from specchat.cli.common import (
     add_sampling_args,
     add_system_arg,
     gamma_arg,
+    print_notices,
     sampling_changes,
 )
 from specchat.engine.events import TokenEvent
@@ -105,6 +106,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         return launch(env, args, race=setup)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    print_notices(runtime)
     try:
         if not drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "

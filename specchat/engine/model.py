@@ -22,6 +22,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine import amx
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
 from specchat.engine.load_report import LoadReport
 from specchat.engine.plan import SideBranch
@@ -112,6 +113,8 @@ class LlamaModel:
             callback = llama_cpp.llama_progress_callback(on_progress)
             params.progress_callback = callback
         params.load_mtp = settings.load_mtp
+        if not settings.vocab_only and not amx.extra_buffers_allowed(self.path):
+            params.use_extra_bufts = False  # this build's AMX kernels crash here (see amx)
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)

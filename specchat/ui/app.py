@@ -239,6 +239,8 @@ class SpecchatApp(App[int]):
         self.chat = ChatScreen(self.services, msg.runtime, msg.backend, self.reopen_chat)
         self.reopen_chat = None
         self.switch_screen(self.chat)
+        for notice in msg.runtime.notices():  # how the models were loaded, where it matters
+            self.notify(notice, severity="warning", timeout=12, markup=False)
         if self.start_race is not None:
             self.push_screen(RaceScreen(self.services, msg.runtime, self.start_race))
             self.start_race = None
