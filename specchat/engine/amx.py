@@ -87,9 +87,9 @@ def extra_buffers_allowed(model_path: Path | str) -> bool:
         os.environ[ENV] = "on" if cached else "off"  # child processes need not ask again
         if not cached:
             _note = ("llama.cpp's AMX kernels crash on this machine, so models load without "
-                     "them (and without weight repacking): slower on the CPU. Rebuilding "
-                     "llama-cpp-python with CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX512=ON\" "
-                     "brings the repacking back.")
+                     "them and without weight repacking (which can be slower). Reinstalling "
+                     "llama-cpp-python built without them (CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
+                     "-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON\") brings the repacking back.")
         return cached
 
 
