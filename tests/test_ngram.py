@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from specchat.engine.drafters.ngram import NgramDrafter
@@ -45,6 +47,56 @@ def test_an_edit_needs_two_tokens_of_context() -> None:
     assert d.lookup(2) == []  # 8 never seen, and one token of context is no evidence of a copy
     d.reset([5, 6, 1, 2, 6, 7, 3, 5, 6, 8])  # "5 6" before 8: the copy of "5 6 1 2" edited
     assert d.lookup(2) == [2, 6]
+
+
+# A passage with "river" (13) twice, and a prompt that names it and its new word (99).
+RIVER, CANAL = 13, 99
+PASSAGE = [10, 11, RIVER, 14, 15, 16, 17, 18, 19, 20, 21, RIVER, 22, 23, 24]
+PROMPT = [90, RIVER, 91, CANAL, 92, *PASSAGE, 93]
+
+
+def test_an_edit_seen_once_is_made_in_later_proposals() -> None:
+    d = NgramDrafter(n_max=3, n_min=1)
+    d.reset([*PROMPT, 10, 11, CANAL, 14, 15])  # the reply changes the first river and goes on
+    assert d.lookup(11) == [16, 17, 18, 19, 20, 21, CANAL, 22, 23, 24, 93]
+    # A tail holding the new word is matched as the text it copies ("21 canal" → "21 river").
+    d.reset([*PROMPT, 10, 11, CANAL, 14, 15, 16, 17, 18, 19, 20, 21, CANAL])
+    assert d.lookup(3) == [22, 23, 24]
+
+
+def test_an_edit_needs_the_copy_to_go_on_after_it() -> None:
+    d = NgramDrafter(n_max=3, n_min=1)
+    d.reset([*PROMPT, 10, 11, CANAL, 50])  # a new word, then not the passage: no edit
+    assert CANAL not in d.lookup(30)
+    d.reset([*PROMPT, 10, 11, CANAL, 14, 50])  # one token of the passage can be chance
+    assert CANAL not in d.lookup(30)
+    d.reset([*PROMPT, 10, 11, CANAL, 14, 15, 16])
+    assert d.lookup(6)[-1] == CANAL  # the control: going on after it, it is an edit
+
+
+def test_an_edit_is_forgotten_where_the_reply_keeps_the_old_word() -> None:
+    passage = [*PASSAGE, 30, 31, RIVER, 32, 33]  # a third river
+    d = NgramDrafter(n_max=3, n_min=1)
+    body = [10, 11, CANAL, 14, 15, 16, 17, 18, 19, 20, 21]
+    d.reset([*PROMPT[:-1], 30, 31, RIVER, 32, 33, 93, *body])
+    assert d.lookup(2) == [CANAL, 22]  # the control: the edit holds
+    d.reset([*PROMPT[:-1], 30, 31, RIVER, 32, 33, 93, *body, RIVER, 22])  # the second one kept
+    assert d.lookup(6) == passage[13:19] == [23, 24, 30, 31, RIVER, 32]
+
+
+def test_an_index_with_edits_built_token_by_token_equals_one_built_at_once() -> None:
+    rng = random.Random(7)
+    for trial in range(40):
+        source = [rng.randrange(12) for _ in range(30)]
+        copy = [t if rng.random() > 0.15 else rng.randrange(12, 16) for t in source]
+        seq = source + copy + [rng.randrange(16) for _ in range(5)] + copy[:10]
+        inc = NgramDrafter()
+        inc.reset(seq[:3])
+        for i in range(3, len(seq)):
+            inc.extend(seq[i : i + 1])
+            full = NgramDrafter()
+            full.reset(seq[: i + 1])
+            assert inc.lookup(8) == full.lookup(8), (trial, i)
 
 
 def test_no_match_proposes_nothing() -> None:

@@ -7,6 +7,13 @@ shines when the reply quotes the prompt (summaries, code edits, extraction) and 
 dictionary look-ups per step. The index grows incrementally as tokens are committed, so a step
 costs O(new tokens), not O(conversation).
 
+It also learns one-token edits from the sequence itself: where the reply wrote ``y`` where a
+match of two tokens or more said ``x``, and then went on as the matched text did, later
+proposals say ``y`` for ``x`` (a copy with "every 'river' becomes 'canal'" misses at its first
+changed word only), and a tail holding ``y`` is matched as if it held ``x``. An edit is
+forgotten when the reply keeps ``x`` where a match said it. All of it follows from the tokens,
+so an index built token by token equals one built at once.
+
 A proposal is a chain whose tokens are point masses (q one-hot), cut after an
 end-of-generation token of the target's (nothing after it could be kept).
 """
@@ -19,6 +26,9 @@ from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Pro
 from specchat.engine.verify import Verdict, one_hot
 
 NAME = "ngram"
+# Tokens after a changed one that must repeat the matched text before the change counts as an
+# edit: one is often chance (" the", a newline), as "floods the water" and "to the port" are.
+CONFIRM = 2
 
 
 def _never(token: int) -> bool:
@@ -42,6 +52,15 @@ class NgramDrafter(ChainDefault):
         # The same for the occurrence before the most recent (a one-token edit looks up the
         # tokens just before the sequence's last, whose most recent occurrence is its own).
         self._before: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self._index}
+        self._edits: dict[int, int] = {}  # x → y: the reply writes y where the text it copies has x
+        self._unedit: dict[int, int] = {}  # y → x
+        # (x, y, index of x, tokens after x seen since) when a token differed from an exact
+        # match's: an edit once the next CONFIRM tokens are the ones after x.
+        self._pending: tuple[int, int, int, int] | None = None
+        # Where the text the sequence has been repeating goes on: of several earlier
+        # occurrences of the tail, a copy goes on from the one it was copying, not the latest
+        # (", and the" in a passage that says it twice).
+        self._cursor: int | None = None
 
     def reset(self, tokens: Sequence[int]) -> None:
         """Index ``tokens`` as the conversation so far (keeps the index if they extend it)."""
@@ -53,12 +72,18 @@ class NgramDrafter(ChainDefault):
         for tables in (self._index, self._before):
             for table in tables.values():
                 table.clear()
+        self._edits.clear()
+        self._unedit.clear()
+        self._pending = None
+        self._cursor = None
         self.extend(tokens)
 
     def extend(self, new: Sequence[int]) -> None:
         """Append committed tokens to the sequence and index the n-grams they complete."""
         toks = self.tokens
         for t in new:
+            t = int(t)
+            self._learn_edit(t)
             # The n-grams ending just before t now have a continuation (t): index them.
             j = len(toks)
             for n, table in self._index.items():
@@ -68,7 +93,7 @@ class NgramDrafter(ChainDefault):
                     if was is not None:
                         self._before[n][key] = was
                     table[key] = j
-            toks.append(int(t))
+            toks.append(t)
 
     def propose(self, req: DraftRequest) -> Proposal:
         drafts = self._chain(req.plan.depth)
@@ -98,32 +123,85 @@ class NgramDrafter(ChainDefault):
         return drafts[:cut]
 
     def lookup(self, k: int) -> list[int]:
-        """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before.
+        """Up to ``k`` tokens continuing the sequence, or [] when its tail was never seen before
+        (with the edits learnt so far made in them)."""
+        if k <= 0:
+            return []
+        found = self._source()
+        if found is None:
+            return []
+        j = found[0]
+        edits = self._edits
+        return [edits.get(t, t) for t in self.tokens[j : j + k]]
 
-        Longest match first; before a one-token match, a match (of two tokens or more) of the
+    def _source(self) -> tuple[int, bool] | None:
+        """Where the text the sequence's tail repeats goes on, and whether an exact match of two
+        tokens or more says so (None: nowhere).
+
+        Longest match first (a tail holding an edit's new token is also tried as it was
+        before the edit); before a one-token match, a match (of two tokens or more) of the
         tokens before the last one, read as an edit of one token: a reply that copies a passage
         with a word changed ("every 'river' becomes 'canal'") goes on from after the replaced
         word, where a match of the new word alone points elsewhere (at the instruction that
         named it)."""
         toks = self.tokens
-        if k <= 0:
-            return []
+        end = len(toks)
+        c = self._cursor
+        n = self.n_max
+        if c is not None and n <= c < end and end >= n and all(
+                self._unedit.get(a, a) == self._unedit.get(b, b)
+                for a, b in zip(toks[c - n : c], toks[end - n : end], strict=True)):
+            return c, True
         for n in range(self.n_max, max(self.n_min, 2) - 1, -1):
-            j = self._at(toks, n, len(toks))
+            if end < n:
+                continue
+            key = tuple(toks[end - n : end])
+            j = self._index[n].get(key)
+            if j is None and self._unedit:
+                j = self._index[n].get(tuple(self._unedit.get(t, t) for t in key))
             if j is not None:
-                return toks[j : j + k]
-        last = len(toks) - 1
+                return j, True
+        last = end - 1
         for c in range(min(self.n_max, last), max(self.n_min, 2) - 1, -1):  # an edit after c
             # The index points these c tokens at the last token; the time before, at what the
             # last token replaced.
             j = self._before[c].get(tuple(toks[last - c : last]))
             if j is not None:
-                return toks[j + 1 : j + 1 + k]
+                return j + 1, False
         if self.n_min == 1:
-            j = self._at(toks, 1, len(toks))
+            j = self._at(toks, 1, end)
             if j is not None:
-                return toks[j : j + k]
-        return []
+                return j, False
+        return None
+
+    def _learn_edit(self, t: int) -> None:
+        """Before ``t`` joins the sequence: confirm or start an edit, or forget one."""
+        toks = self.tokens
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            x, y, at, seen = pending
+            if t != toks[at + 1 + seen]:
+                pass  # not a copy going on: no edit
+            elif seen + 1 < CONFIRM:
+                self._pending = (x, y, at, seen + 1)
+            elif self._edits.get(x) != y:
+                old = self._edits.get(x)
+                if old is not None and self._unedit.get(old) == x:
+                    del self._unedit[old]
+                self._edits[x] = y
+                self._unedit[y] = x
+        found = self._source()
+        j = found[0] if found is not None else -1
+        self._cursor = j + 1 if j >= 0 and self._edits.get(toks[j], toks[j]) == t else None
+        if found is None or not found[1]:
+            return
+        x = toks[j]
+        if t == x:  # kept as the copied text has it: an edit of x no longer holds
+            y = self._edits.pop(x, None)
+            if y is not None and self._unedit.get(y) == x:
+                del self._unedit[y]
+        elif self._pending is None and t != self._edits.get(x) and j + CONFIRM < len(toks):
+            self._pending = (x, t, j, 0)
 
     def _at(self, toks: Sequence[int], n: int, end: int) -> int | None:
         """Where the token after the most recent earlier ``toks[end − n : end]`` is."""
