@@ -84,6 +84,16 @@ def test_an_edit_is_forgotten_where_the_reply_keeps_the_old_word() -> None:
     assert d.lookup(6) == passage[13:19] == [23, 24, 30, 31, RIVER, 32]
 
 
+def test_a_copy_goes_on_from_the_occurrence_it_was_copying() -> None:
+    # "1 2 3" is said twice (", and the"): a copy of the first goes on as the first did.
+    passage = [0, 9, 1, 2, 3, 40, 8, 7, 1, 2, 3, 41, 99]
+    d = NgramDrafter(n_max=3, n_min=1)
+    d.reset([*passage, 0, 9, 1, 2, 3])
+    assert d.lookup(2) == [40, 8]
+    d.reset([*passage, 5, 1, 2, 3])  # the control: nothing copied before it, so the latest
+    assert d.lookup(2) == [41, 99]
+
+
 def test_an_index_with_edits_built_token_by_token_equals_one_built_at_once() -> None:
     rng = random.Random(7)
     for trial in range(40):
