@@ -59,8 +59,8 @@ def add_parser(sub: Any) -> None:
                    help=GAMMA_OPTION_HELP)
     add_drafter_args(p)
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
-                   help=f"timed runs per side, alternating plain and speculative; medians and "
-                   f"spreads are reported (default {DEFAULT_RUNS})")
+                   help=f"timed runs per side, alternating (each pair of runs the other way "
+                   f"round); medians and spreads are reported (default {DEFAULT_RUNS})")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.md and race.svg (cumulative tokens over time) to DIR")
     p.add_argument("--no-replay", action="store_true",

@@ -79,12 +79,16 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
     # Warm-up (untimed): pages the weights in and lets the CPU clock up, for both decoders.
     steps: list[tuple[str, str, Decoder, SamplerSettings]] = [
         ("warm-up", "warm-up", plain, warm), ("warm-up", "warm-up", spec, warm)]
+    # Alternating in pairs, the second pair the other way round (plain, spec, spec, plain, …):
+    # a machine that slows or speeds up over the race weighs on both sides alike.
     for i in range(n):
         k = 2 * i
-        steps += [("plain", f"recording plain run {i + 1}/{n} ({k + 1}/{2 * n})…", plain,
-                   setup.settings),
-                  ("speculative", f"recording speculative run {i + 1}/{n} ({k + 2}/{2 * n})…",
-                   spec, setup.settings)]
+        pair: list[tuple[str, str, Decoder, SamplerSettings]] = [
+            ("plain", f"recording plain run {i + 1}/{n} ({k + 1}/{2 * n})…", plain,
+             setup.settings),
+            ("speculative", f"recording speculative run {i + 1}/{n} ({k + 2}/{2 * n})…",
+             spec, setup.settings)]
+        steps += pair if i % 2 == 0 else pair[::-1]
     for label, message, decoder, settings in steps:
         if cancel.is_set():
             raise RaceCancelled("race cancelled")
