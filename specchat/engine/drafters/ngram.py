@@ -197,8 +197,8 @@ class NgramDrafter(ChainDefault):
             return
         x = toks[j]
         if t == x:  # kept as the copied text has it: an edit of x no longer holds
-            y = self._edits.pop(x, None)
-            if y is not None and self._unedit.get(y) == x:
+            y = self._edits.pop(x, -1)
+            if self._unedit.get(y) == x:
                 del self._unedit[y]
         elif self._pending is None and t != self._edits.get(x) and j + CONFIRM < len(toks):
             self._pending = (x, t, j, 0)
