@@ -215,12 +215,21 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
 
 
 def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tiny_draft: Path,
-                                                         home: AppPaths, tmp_path: Path) -> None:
+                                                         home: AppPaths, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
     out = tmp_path / "out"
     rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
                str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
                "--max-tokens", "8", "--threads", "1", "--runs", "3", "--out", str(out)])
     assert rc == 0
+    said = capsys.readouterr()
+    first = [line.split("#", 1)[1].split(":")[0] for line in (said.out + said.err).splitlines()
+             if line.startswith("[") and "run " in line][:6]
+    # Every other round the other way round: a drifting machine weighs on both modes alike.
+    assert [f.split(" ", 1)[1] for f in first] == [
+        "plain (run 1/3)", "draft γ=2 (run 1/3)", "draft γ=2 (run 2/3)", "plain (run 2/3)",
+        "plain (run 3/3)", "draft γ=2 (run 3/3)"], first
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["config"]["runs"] == 3
     assert len(doc["records"]) == 2 * 2  # one record (the median run) per prompt and mode

@@ -1,12 +1,12 @@
 """Run plain and speculative decoding over benchmark prompts and record what each run did.
 
-Runs are interleaved per prompt (plain, then each γ, then any reference tool through the
-``after_prompt`` hook) so that a machine getting busier or quieter affects every mode alike;
-both KV caches are cleared before each run so no run profits from another's prompt (a learning
-γ policy does keep what earlier runs taught it, saved per pair as between two `specchat ask`s). Each record
-is one run's ``GenerationStats`` plus what was run; a greedy speculative record also says
-whether its reply is identical to plain decoding's (or parted at a near-tie within this
-build's measured batch rounding, or a bug).
+Runs are interleaved per prompt (plain, then each γ, each other round in the reverse order,
+then any reference tool through the ``after_prompt`` hook) so that a machine getting busier or
+quieter affects every mode alike; both KV caches are cleared before each run so no run profits
+from another's prompt (a learning γ policy does keep what earlier runs taught it, saved per
+pair as between two `specchat ask`s). Each record is one run's ``GenerationStats`` plus what was
+run; a greedy speculative record also says whether its reply is identical to plain decoding's
+(or parted at a near-tie within this build's measured batch rounding, or a bug).
 """
 
 from __future__ import annotations
@@ -165,7 +165,10 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
             plain_ids: list[int] | None = None
             done: dict[int, list[tuple[float, dict[str, Any]]]] = {i: [] for i in range(len(ms))}
             for round_ in range(max(1, cfg.runs)):
-                for i, mode in enumerate(ms):
+                # Every other round the other way round: a machine that drifts weighs on every
+                # mode alike (greedy identity needs plain first, which round 0 gives).
+                order = list(enumerate(ms))
+                for i, mode in (order if round_ % 2 == 0 else order[::-1]):
                     stats, ids = run_tokens(runtime, mode, tokens, settings)
                     rec = {"question_id": prompt.question_id, "category": prompt.category,
                            "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
