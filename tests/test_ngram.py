@@ -96,17 +96,11 @@ def test_a_copy_goes_on_from_the_occurrence_it_was_copying() -> None:
 
 def test_an_index_with_edits_built_token_by_token_equals_one_built_at_once() -> None:
     rng = random.Random(7)
-    for trial in range(40):
+    for _ in range(40):
         source = [rng.randrange(12) for _ in range(30)]
         copy = [t if rng.random() > 0.15 else rng.randrange(12, 16) for t in source]
         seq = source + copy + [rng.randrange(16) for _ in range(5)] + copy[:10]
-        inc = NgramDrafter()
-        inc.reset(seq[:3])
-        for i in range(3, len(seq)):
-            inc.extend(seq[i : i + 1])
-            full = NgramDrafter()
-            full.reset(seq[: i + 1])
-            assert inc.lookup(8) == full.lookup(8), (trial, i)
+        assert_built_token_by_token_as_at_once(seq, start=3, k=8)
 
 
 def test_no_match_proposes_nothing() -> None:
@@ -120,13 +114,17 @@ def test_no_match_proposes_nothing() -> None:
 
 def test_extend_matches_a_full_rebuild() -> None:
     seq = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2]
+    assert_built_token_by_token_as_at_once(seq, start=5, k=4)
+
+
+def assert_built_token_by_token_as_at_once(seq: list[int], start: int, k: int) -> None:
     inc = NgramDrafter()
-    inc.reset(seq[:5])
-    for i in range(5, len(seq)):
+    inc.reset(seq[:start])
+    for i in range(start, len(seq)):
         inc.extend(seq[i : i + 1])
         full = NgramDrafter()
         full.reset(seq[: i + 1])
-        assert inc.lookup(4) == full.lookup(4), i
+        assert inc.lookup(k) == full.lookup(k), (seq, i)
 
 
 def test_reset_keeps_the_index_when_the_conversation_grows_and_rebuilds_otherwise() -> None:
