@@ -79,6 +79,15 @@ def test_a_build_without_the_kernels_is_not_checked(fresh_amx: None,
     assert amx.ENV not in os.environ and amx.note() is None
 
 
+def test_a_model_without_weights_for_the_kernels_is_not_checked(
+        fresh_amx: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(amx, "build_has_amx", lambda: True)
+    monkeypatch.setattr(amx, "probe", lambda *_a: False)
+    assert amx.extra_buffers_allowed("f32.gguf", {0, 1}) is True  # F32, F16: no child
+    assert amx.ENV not in os.environ
+    assert amx.extra_buffers_allowed("q4.gguf", {0, 12}) is False  # Q4_K: checked
+
+
 def test_a_crash_is_found_once_kept_per_build_and_told(fresh_amx: None, home: AppPaths,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []

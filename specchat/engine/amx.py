@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Collection
 from pathlib import Path
 
 import llama_cpp
@@ -30,6 +31,9 @@ ENV = "SPECCHAT_AMX"
 PROBE_TOKENS = 32  # a batch this long runs the matrix kernels that crashed
 PROBE_TIMEOUT_S = 120.0
 _CACHE_NAME = "amx-verdict.json"
+# The weight types llama.cpp's AMX kernels take (enum ggml_type): Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
+# Q6_K, IQ4_XS. A model without any of them never reaches the kernels.
+AMX_TYPES = frozenset({2, 3, 8, 12, 13, 14, 23})
 # The child prints one of these on its last line.
 UNUSED, WORKS = "unused", "works"
 
@@ -59,17 +63,22 @@ def note() -> str | None:
     return _note
 
 
-def extra_buffers_allowed(model_path: Path | str) -> bool:
+def extra_buffers_allowed(model_path: Path | str,
+                          weight_types: Collection[int] | None = None) -> bool:
     """Whether ``model_path`` may load with llama.cpp's extra buffer types (AMX, repacking).
 
-    True at once on a build without AMX kernels, or when ``SPECCHAT_AMX`` or an earlier check
-    decided; otherwise a child process tries the model (a second or two, once per build)."""
+    True at once on a build without AMX kernels, for a model whose ``weight_types`` (its
+    tensors' ggml types, when known) the kernels do not take, or when ``SPECCHAT_AMX`` or an
+    earlier check decided; otherwise a child process tries the model (a second or two, once
+    per build)."""
     global _verdict, _note
     forced = os.environ.get(ENV, "").strip().lower()
     if forced in ("on", "off"):
         return forced == "on"
     if _verdict is not None:
         return _verdict
+    if weight_types is not None and not AMX_TYPES.intersection(weight_types):
+        return True  # (unit tests' F32 models: no child process per load)
     if not build_has_amx():
         return True
     with _lock:

@@ -113,7 +113,8 @@ class LlamaModel:
             callback = llama_cpp.llama_progress_callback(on_progress)
             params.progress_callback = callback
         params.load_mtp = settings.load_mtp
-        if not settings.vocab_only and not amx.extra_buffers_allowed(self.path):
+        types = {t.ggml_type for t in self.header.tensors} or None  # (None: not listed)
+        if not settings.vocab_only and not amx.extra_buffers_allowed(self.path, types):
             params.use_extra_bufts = False  # this build's AMX kernels crash here (see amx)
         clear_log()
         with capture_log() as lines:
