@@ -147,7 +147,9 @@ def _write_cache(key: str, value: bool) -> None:
 
 
 def _child(path: str) -> str:
-    """Load ``path`` with the extra buffer types and decode a batch (crashes where they do)."""
+    """Load ``path`` with the extra buffer types and decode a batch (crashes where they do).
+
+    llama.cpp's own API, not LlamaModel: that would ask this check again, in a child of its own."""
     from specchat.engine.llama_lib import capture_log, ensure_backend
 
     ensure_backend()

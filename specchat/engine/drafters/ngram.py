@@ -146,11 +146,10 @@ class NgramDrafter(ChainDefault):
         named it)."""
         toks = self.tokens
         end = len(toks)
-        c = self._cursor
-        n = self.n_max
-        if c is not None and n <= c < end and end >= n and all(
+        c, m = self._cursor, self.n_max
+        if c is not None and m <= c < end and all(
                 self._unedit.get(a, a) == self._unedit.get(b, b)
-                for a, b in zip(toks[c - n : c], toks[end - n : end], strict=True)):
+                for a, b in zip(toks[c - m : c], toks[end - m : end], strict=True)):
             return c, True
         for n in range(self.n_max, max(self.n_min, 2) - 1, -1):
             if end < n:
@@ -185,9 +184,7 @@ class NgramDrafter(ChainDefault):
             elif seen + 1 < CONFIRM:
                 self._pending = (x, y, at, seen + 1)
             elif self._edits.get(x) != y:
-                old = self._edits.get(x)
-                if old is not None and self._unedit.get(old) == x:
-                    del self._unedit[old]
+                self._forget_edit(x)
                 self._edits[x] = y
                 self._unedit[y] = x
         found = self._source()
@@ -197,11 +194,14 @@ class NgramDrafter(ChainDefault):
             return
         x = toks[j]
         if t == x:  # kept as the copied text has it: an edit of x no longer holds
-            y = self._edits.pop(x, -1)
-            if self._unedit.get(y) == x:
-                del self._unedit[y]
+            self._forget_edit(x)
         elif self._pending is None and t != self._edits.get(x) and j + CONFIRM < len(toks):
             self._pending = (x, t, j, 0)
+
+    def _forget_edit(self, x: int) -> None:
+        y = self._edits.pop(x, -1)
+        if self._unedit.get(y) == x:
+            del self._unedit[y]
 
     def _at(self, toks: Sequence[int], n: int, end: int) -> int | None:
         """Where the token after the most recent earlier ``toks[end − n : end]`` is."""
