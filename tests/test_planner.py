@@ -13,7 +13,8 @@ from specchat.engine.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable,
 from specchat.engine.costs import CostCurve
 from specchat.engine.events import StepEvent
 from specchat.engine.plan import Plan
-from specchat.engine.planner import Planner, PlannerSettings, tree_draft_cost
+from specchat.engine.planner import Planner, PlannerSettings
+from specchat.engine.tree_stats import tree_draft_cost
 
 # llama-bench on 2 CPU cores, Qwen2.5-Coder 1.5B Q4_K_M target (issue 14): n = 1..6, 8; the
 # 0.5B draft costs 25 ms a token. n = 7 is between its neighbours.
