@@ -20,6 +20,7 @@ from ui_helpers import (
     SpeculativeStandIn,
     app_test,
     make_services,
+    ready,
     reference_reply,
     tiny_runtime,
     wait_for,
@@ -51,14 +52,6 @@ SIZE = (120, 36)
 
 def standin(runtime: Runtime, settings: ChatSettings) -> SpeculativeStandIn:
     return SpeculativeStandIn(runtime.target_ctx)
-
-
-async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    # The screen, and its widgets composed (on a fast machine the first can come before the second).
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
-                   and bool(pilot.app.screen.query(ChatInput))
-                   and bool(pilot.app.screen.query(ChatList)))
-    return pilot.app.screen
 
 
 async def send(pilot, text: str) -> AssistantMessage:  # type: ignore[no-untyped-def]

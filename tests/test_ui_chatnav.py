@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from textual.widgets import Input, OptionList, ProgressBar, Static
-from ui_helpers import GREEDY, app_test, make_services, tiny_runtime
+from ui_helpers import GREEDY, app_test, make_services, ready, tiny_runtime
 from ui_helpers import wait_for as wait_briefly
 
 from specchat.cli.app import opener
@@ -34,7 +34,6 @@ from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.search import SearchScreen
 from specchat.ui.services import AppServices, PairOpener
 from specchat.ui.widgets.chat_input import ChatInput
-from specchat.ui.widgets.chat_list import ChatList
 
 SIZE = (120, 36)
 
@@ -42,13 +41,6 @@ SIZE = (120, 36)
 async def wait_for(pilot, check: Callable[[], bool], timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     """As ui_helpers' wait_for, with room for a machine shared by several test runs."""
     await wait_briefly(pilot, check, timeout)
-
-
-async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
-                   and bool(pilot.app.screen.query(ChatInput))
-                   and bool(pilot.app.screen.query(ChatList)))
-    return pilot.app.screen
 
 
 def seed(store: ChatStore, pair: str = "tiny-target") -> tuple[int, int]:

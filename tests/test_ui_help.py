@@ -10,12 +10,11 @@ import pytest
 import yaml
 from rich.console import Console
 from textual.widgets import TabbedContent
-from ui_helpers import app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import app_test, make_services, ready, tiny_runtime, wait_for
 
 from specchat.config import UserConfig, load_config
 from specchat.errors import ConfigError
 from specchat.ui.app import SpecchatApp
-from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.explain import explain
 from specchat.ui.screens.help import HelpScreen, help_table
 from specchat.ui.widgets.chat_input import ChatInput
@@ -41,11 +40,6 @@ def test_help_section_titles_are_never_cut() -> None:
     text = " ".join(rendered(help_table(), width=76).split())  # undo the wrapping
     assert "Race screen (F5): plain vs speculative, recorded in turn, replayed together" in text
     assert "pla…" not in text
-
-
-async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen))
-    return pilot.app.screen
 
 
 @app_test

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from textual import events
 from ui_helpers import app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import ready as chat_ready
 
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
@@ -19,10 +20,9 @@ SIZE = (120, 36)
 
 
 async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
-                   and bool(pilot.app.screen.query(ChatInput))
-                   and isinstance(pilot.app.focused, ChatInput))
-    return pilot.app.screen
+    chat = await chat_ready(pilot)
+    await wait_for(pilot, lambda: isinstance(pilot.app.focused, ChatInput))
+    return chat
 
 
 def app_with_chats(tmp_path: Path, tiny_target: Path) -> SpecchatApp:

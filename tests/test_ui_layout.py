@@ -18,6 +18,7 @@ from ui_helpers import (
     tiny_runtime,
     wait_for,
 )
+from ui_helpers import ready as chat_ready
 
 from specchat.config import UserConfig
 from specchat.engine.plain import PlainDecoder
@@ -31,9 +32,9 @@ from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
 
 async def ready(pilot) -> ChatScreen:  # type: ignore[no-untyped-def]
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
-                   and isinstance(pilot.app.focused, ChatInput))
-    return pilot.app.screen
+    chat = await chat_ready(pilot)
+    await wait_for(pilot, lambda: isinstance(pilot.app.focused, ChatInput))
+    return chat
 
 
 def long_chat(services: AppServices) -> int:

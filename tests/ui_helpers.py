@@ -39,6 +39,7 @@ from specchat.models.progress import ProgressFn
 from specchat.runtime import Runtime, Selection
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
+from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.services import AppServices
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=24)
@@ -159,12 +160,27 @@ def reference_reply(runtime: Runtime, messages: list[Message],
         ctx.close()
 
 
+def app_state(app: Any) -> str:
+    """What the app was showing, for a timeout's message: a flaky wait says where it stuck."""
+    notes = [n.message for n in list(getattr(app, "_notifications", []))][-5:]
+    return (f"screen {type(app.screen).__name__}, focus {type(app.focused).__name__}, "
+            f"workers {len(app.workers)}, notices {notes}")
+
+
 async def wait_for(pilot: Any, check: Callable[[], bool], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the app")
+            raise AssertionError(f"timed out waiting for the app ({app_state(pilot.app)})")
         await pilot.pause(0.02)
+
+
+async def ready(pilot: Any) -> Any:
+    """The chat screen once it has filled its chat list and focused the input: a key pressed
+    before that can land on an empty list, or on a widget that is about to lose the focus."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen)
+                   and pilot.app.screen.filled, timeout=60.0)
+    return pilot.app.screen
 
 
 def app_test(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:

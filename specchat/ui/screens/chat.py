@@ -107,6 +107,7 @@ class ChatScreen(Screen[None]):
         self._after_reply: Callable[[], None] | None = None
         self.idle = threading.Event()  # set while no reply is being generated
         self.idle.set()
+        self.filled = False  # the chat list shown and the input focused (see _fill)
         self._ui_clock: tuple[float, float] | None = None  # (thread CPU, wall) at last chunk
         self.unsaved = 0
         self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
@@ -211,6 +212,7 @@ class ChatScreen(Screen[None]):
         if self.reopen is not None:
             chat_id, self.reopen = self.reopen, None
             self.history.open_now(chat_id, offer=False)  # the pair was just chosen for it
+        self.filled = True
 
     @property
     def transcript(self) -> Transcript:
