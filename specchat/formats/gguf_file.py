@@ -203,11 +203,11 @@ class _Cursor:
 
 
 def read_header(path: Path | str, *, token_texts: bool = True,
-                _texts_of: frozenset[str] | None = None) -> GgufHeader:
+                texts_of: frozenset[str] | None = None) -> GgufHeader:
     """Parse a GGUF header; raise :class:`ModelFileError` with a plain reason if it is bad.
 
     With ``token_texts=False`` string arrays (the vocabulary) are skipped, which is faster
-    (``_texts_of``: read only these keys' string arrays).
+    (``texts_of``: read only these keys' string arrays, e.g. :data:`VOCAB_TEXTS`).
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -221,7 +221,7 @@ def read_header(path: Path | str, *, token_texts: bool = True,
         if fh.read(4) != MAGIC:
             raise ModelFileError(f"{path}: not a GGUF file (wrong magic bytes)")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse(_Cursor(buf, path, size), token_texts, _texts_of)
+            return _parse(_Cursor(buf, path, size), token_texts, texts_of)
 
 
 def _parse(cur: _Cursor, token_texts: bool, texts_of: frozenset[str] | None = None
@@ -442,7 +442,7 @@ def validate(path: Path | str, *, vocabulary: bool = True) -> GgufHeader:
         if not part.exists():
             raise ModelFileError(f"{path}: split model is missing its part {part.name}")
         check = vocabulary and first is None
-        header = read_header(part, token_texts=check, _texts_of=_VOCAB if check else None)
+        header = read_header(part, token_texts=check, texts_of=VOCAB_TEXTS if check else None)
         check_complete(header)
         seen.append((header.file_size, header.data_start))
         if first is None:
@@ -515,7 +515,8 @@ class _Validated:
 _validated = _Validated()
 
 
-_VOCAB = frozenset([TOKENS])  # what the vocabulary check reads (not the merges: as many again)
+# The token texts without the merges (as many strings again, which nothing here reads).
+VOCAB_TEXTS = frozenset([TOKENS])
 
 
 def _without_texts(h: GgufHeader) -> GgufHeader:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
 from specchat.formats.gguf_file import (
+    VOCAB_TEXTS,
     DamagedFile,
     GgufHeader,
     check_complete,
@@ -100,7 +101,7 @@ def facts_from_headers(label: str, headers: list[GgufHeader], note: str = "") ->
 
 def facts_for_path(path: Path, label: str | None = None) -> ModelFacts:
     parts = split_parts(Path(path))
-    headers = [read_header(parts[0], token_texts=True)]
+    headers = [read_header(parts[0], token_texts=True, texts_of=VOCAB_TEXTS)]
     headers += [read_header(p, token_texts=False) for p in parts[1:]]
     return facts_from_headers(label or str(path), headers)
 
