@@ -190,8 +190,12 @@ class LlamaModel:
 
     def token_text(self, token: int) -> str:
         """The vocabulary entry itself (as stored in the GGUF), for comparing vocabularies."""
-        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
+        return self.token_bytes(token).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token: int) -> bytes:
+        """The vocabulary entry's bytes: compared without decoding (two models' 150k entries
+        each, at every pair load)."""
+        return llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")

@@ -105,7 +105,7 @@ def cross_map(target: LlamaModel, draft: LlamaModel) -> VocabMap | None:
     key = (str(target.path), str(draft.path))
     if key not in _MAPS:
         n = min(target.n_vocab, draft.n_vocab)
-        same = all(target.token_text(i) == draft.token_text(i) for i in range(n))
+        same = all(target.token_bytes(i) == draft.token_bytes(i) for i in range(n))
         _MAPS[key] = None if same else VocabMap.of(target, draft)
     return _MAPS[key]
 
