@@ -6,12 +6,9 @@ lets us say *why* ("not a GGUF file", "truncated: 41 MB of 98 MB") before handin
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import re
 import struct
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.errors import ModelFileError
+from specchat.formats.unchanged import WhileUnchanged
 
 MAGIC = b"GGUF"
 _SCALARS: dict[int, tuple[str, int]] = {
@@ -433,9 +431,9 @@ def validate(path: Path | str, *, vocabulary: bool = True) -> GgufHeader:
     if not path.is_file():
         read_header(path)  # raises "model file not found" / "not a file"
     parts = split_parts(path)
-    known = _validated.get(str(path), parts, vocabulary)
-    if known is not None:
-        return known
+    known = _validated.get(str(path), parts)
+    if known is not None and (known[1] or not vocabulary):
+        return known[0]  # a check with the vocabulary answers one without it, not the reverse
     first: GgufHeader | None = None
     seen: list[tuple[int, int]] = []
     for part in parts:
@@ -451,68 +449,14 @@ def validate(path: Path | str, *, vocabulary: bool = True) -> GgufHeader:
                 header = _without_texts(header)
             first = header
     assert first is not None
-    _validated.put(str(path), parts, seen, first, vocabulary)
+    _validated.put(str(path), parts, seen, (first, vocabulary))
     return first
 
 
-class _Validated:
-    """What ``validate`` found, per file, while the bytes it read are the same.
-
-    Opening a pair validates each file three times (the catalog, the pair check, the loader),
-    a quarter of a second each for a 150k-token vocabulary. A repeat costs a hash of the
-    header's bytes instead (~15 ms for 6 MB): a file rewritten in place, however quickly, is
-    read again, which a check of modification times could miss.
-    """
-
-    def __init__(self, size: int = 16) -> None:
-        # path → (per part: size, bytes read, their digest; the header; vocabulary checked)
-        self._entries: OrderedDict[str, tuple[list[tuple[int, int, bytes]], GgufHeader,
-                                              bool]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()  # the app validates from worker threads
-
-    @staticmethod
-    def _digest(part: Path, size: int, length: int) -> bytes | None:
-        try:
-            with part.open("rb") as fh:
-                if fh.seek(0, 2) != size:
-                    return None
-                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                    return hashlib.blake2b(memoryview(buf)[:length]).digest()
-        except (OSError, ValueError):
-            return None
-
-    def get(self, key: str, parts: list[Path], vocabulary: bool) -> GgufHeader | None:
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is None:
-            return None
-        marks, header, checked = entry
-        if (vocabulary and not checked) or len(marks) != len(parts) or any(
-                self._digest(part, size, length) != digest
-                for part, (size, length, digest) in zip(parts, marks, strict=True)):
-            return None
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)  # recently used: kept longest
-        return header
-
-    def put(self, key: str, parts: list[Path], seen: list[tuple[int, int]],
-            header: GgufHeader, vocabulary: bool) -> None:
-        marks: list[tuple[int, int, bytes]] = []
-        for part, (size, length) in zip(parts, seen, strict=True):
-            digest = self._digest(part, size, length)
-            if digest is None:
-                return
-            marks.append((size, length, digest))
-        with self._lock:
-            self._entries[key] = (marks, header, vocabulary)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-
-_validated = _Validated()
+# path → (the header, whether the vocabulary was checked): opening a pair validates each file
+# three times (the catalog, the pair check, the loader), a quarter of a second each for a
+# 150k-token vocabulary.
+_validated: WhileUnchanged[tuple[GgufHeader, bool]] = WhileUnchanged()
 
 
 # The token texts without the merges (as many strings again, which nothing here reads).
