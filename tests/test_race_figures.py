@@ -4,6 +4,7 @@ told as a near-tie within the measured batch rounding or as a bug."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,6 +69,29 @@ def test_load_and_steal_from_proc_stat(tmp_path: Path) -> None:
     assert cpu_times(tmp_path / "missing") is None
     (tmp_path / "odd").write_text("intr 1 2 3\n")
     assert cpu_times(tmp_path / "odd") is None
+
+
+def test_only_other_programs_cpu_time_makes_the_machine_busy(tmp_path: Path) -> None:
+    """The race's own work (this process, all its threads) is not competition, however high
+    the load average it left behind; other programs' CPU time over the timing is."""
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 850 0 0 0 0 0 0\n")
+    own = iter([10.0, 10.0 + 600 / hz])  # this process: 600 of the 1000 new ticks
+    watch = LoadWatch(stat, own=lambda: next(own))
+    stat.write_text("cpu  600 0 150 1250 0 0 0 0 0 0\n")  # 600 busy ticks, all of them ours
+    mine = watch.done()
+    assert mine.others == pytest.approx(0.0) and not mine.busy
+    assert not MachineLoad(2, 3.4, 0.0, mine.others).busy  # a load average of our own making
+
+    stat.write_text("cpu  100 0 50 850 0 0 0 0 0 0\n")
+    own = iter([10.0, 10.0 + 400 / hz])
+    watch = LoadWatch(stat, own=lambda: next(own))
+    stat.write_text("cpu  600 0 150 1250 0 0 0 0 0 0\n")  # 200 of the 600 were someone else's
+    theirs = watch.done()
+    assert theirs.others == pytest.approx(0.2) and theirs.busy
+    assert "other programs used 20% of" in theirs.describe()
+    assert "load" not in theirs.describe()  # ours is in it: not a figure about the others
 
 
 def test_why_line_from_the_measured_cpu_curve() -> None:
@@ -151,4 +175,9 @@ def test_a_busy_calibration_is_told_in_the_race_and_in_its_own_summary() -> None
     old = record()  # a record from before loads were kept: nothing is claimed either way
     assert old.machine_load is None and not old.busy
     again = CalibrationResult.from_json(record(load=3.4, steal=0.01, cores=2).to_json())
-    assert again.busy and again.cores == 2
+    assert again.busy and again.cores == 2  # an older record: judged by its load average
+    ours = CalibrationResult.from_json(
+        record(load=3.4, steal=0.0, cores=2, others=0.02).to_json())
+    assert not ours.busy and "busy" not in format_result(ours)  # the load was our own
+    theirs = record(load=0.1, steal=0.0, cores=2, others=0.4)
+    assert theirs.busy and "other programs used 40% of 2 cores" in format_result(theirs)

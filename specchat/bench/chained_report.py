@@ -10,6 +10,7 @@ from typing import Any
 
 from specchat.bench.chained import PLAIN
 from specchat.bench.policies import AUTO, HF, fixed_gamma_of
+from specchat.engine.machine_load import load_text
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -111,7 +112,7 @@ def markdown(doc: dict[str, Any]) -> str:
            f"{doc['conversations']} conversations × {len(doc['topics'])} turns "
            f"({' → '.join(doc['topics'])}), greedy, ≤ {doc['max_tokens']} tokens per reply, "
            f"{doc['threads']} threads; load average {doc['load_avg_before'][0]:.2f} → "
-           f"{doc['load_avg_after'][0]:.2f}", ""]
+           f"{doc['load_avg_after'][0]:.2f}{load_text(doc)}", ""]
     out += [f"- {line}" for line in headline(live, replay)] + [""]
     names = _order(list((live or {}).get("policies", {}) or (replay or {}).get("tok_s", {})))
     if replay:

@@ -34,6 +34,7 @@ from specchat.cli.common import Env, print_notices
 from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.engine.costs import CostCurve
 from specchat.engine.drafters._cross_vocab import cross_map
+from specchat.engine.machine_load import LoadWatch, load_fields
 from specchat.engine.planner import Planner
 from specchat.engine.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
@@ -107,6 +108,7 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         convs = chained_conversations(topics, range(1, args.seeds + 1), args.prompts, exclude)
         system = env.config.system_prompt or None
         load_before = os.getloadavg()
+        watch = LoadWatch()
         started = time.time()
         say = lambda m: print(safe_text(m), file=sys.stderr)  # noqa: E731
         recordings: list[tuple[int, list[RecordedTurn]]] = []
@@ -127,6 +129,7 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         replay = evaluate(recordings, costs, policies, GAMMA_MAX, live_records)
         doc = {"specchat": __version__, "started": started, "seconds": time.time() - started,
                "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+               **load_fields(watch.done()),
                "pair": selection.label, "target": str(runtime.target.path),
                "draft": str(runtime.draft.path) if runtime.draft else None,
                "threads": runtime.target_ctx.n_threads, "max_tokens": args.max_tokens,

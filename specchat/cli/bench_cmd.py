@@ -21,6 +21,7 @@ from specchat.cli import bench_chained
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.engine.gamma import GAMMA_HELP, parse_gamma
 from specchat.engine.llama_lib import system_info
+from specchat.engine.machine_load import LoadWatch, load_fields, load_text
 from specchat.errors import SpecchatError
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
@@ -113,6 +114,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()
+        watch = LoadWatch()
         started = time.time()
         ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
         curve = None
@@ -129,6 +131,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         doc = {
             "specchat": __version__, "started": started, "seconds": time.time() - started,
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+            **load_fields(watch.done()),
             "pair": selection.label, "target": str(runtime.target.path),
             "draft": str(runtime.draft.path) if runtime.draft else None,
             "threads": runtime.target_ctx.n_threads, "n_ctx": runtime.target_ctx.n_ctx,
@@ -226,6 +229,7 @@ def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, 
     head = (f"# specchat bench — {doc['pair']}\n\n{doc['threads']} threads, "
             f"{doc['config']['max_tokens']} tokens max, load average "
             f"{doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}"
+            + load_text(doc)
             + (f"; each figure the median of {runs} interleaved runs" if (
                 runs := doc['config'].get('runs', 1)) > 1 else "") + "\n\n")
     parts = [head, markdown([r for r in rows if r["category"] == ALL], "All categories"),

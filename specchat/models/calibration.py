@@ -115,15 +115,17 @@ class CalibrationResult:
     # None in old records.
     batch_rounding: float | None = None
     # What competed with the timing: the load average when it started, the share of CPU time
-    # stolen while it ran, and the cores (0 in old records: not known). Costs timed on a busy
-    # machine are too high, and the planner would trust them.
+    # stolen while it ran, the share other programs used (None in older records), and the cores
+    # (0 in old records: not known). Costs timed on a busy machine are too high, and the
+    # planner would trust them.
     load: float | None = None
     steal: float | None = None
     cores: int = 0
+    others: float | None = None
 
     @property
     def machine_load(self) -> MachineLoad | None:
-        return MachineLoad(self.cores, self.load, self.steal) if self.cores else None
+        return MachineLoad(self.cores, self.load, self.steal, self.others) if self.cores else None
 
     @property
     def busy(self) -> bool:
@@ -236,7 +238,7 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
         confidence=confidence_counts(tops, agreed), drafter=drafter, ngram_alpha=ng_alpha,
         ngram_gamma=ng_gamma, ngram_speedup=ng_speedup, batch_rounding=rounding,
-        load=load.load_before, steal=load.steal, cores=load.cores)
+        load=load.load_before, steal=load.steal, cores=load.cores, others=load.others)
 
 
 def recommend(model_speedup: float, ngram_speedup: float) -> str:
