@@ -210,12 +210,20 @@ class OnlineCostModel:
         if n <= 0 or seconds <= 0 or self._first(n):
             return
         if self._n_verify >= 3:
-            seconds = min(seconds, CLIP * self.t_verify(n))
+            seconds = min(seconds, CLIP * self._clip_reference(n))
         lam = self.lam
         self._s = [lam * v for v in self._s]
         self._add_verify(float(n), seconds, 1.0)
         self._n_verify += 1
         self.table.add(n, seconds)
+
+    def _clip_reference(self, n: int) -> float:
+        """T_v(n) for the burst clip: the table as last worked out, a few steps old at most (a
+        3× guard needs nothing fresher, and working it out after every step cost a small
+        model's plain step a few per cent), else as :meth:`t_verify` gives it."""
+        if self._vt is not None and 1 <= n <= TABLE_SIZE:
+            return self._vt[1][n - 1]
+        return self.t_verify(n)
 
     def _add_verify(self, n: float, y: float, w: float) -> None:
         s = self._s

@@ -152,6 +152,7 @@ class Planner(AutoGamma):
         self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
         self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
+        self._held_step = (1.0, 0.0)  # a plain step's (tokens, seconds) when the hold was set
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
         self._probed = ""  # the drafter of the last speculative step when it was a probe
@@ -375,7 +376,9 @@ class Planner(AutoGamma):
                 and self._plain_run + 1 < self._probe_wait:
             self._hold = (left - 1, held, topic)
             self._plain_run += 1
-            return self._chosen(plain(self.reason))
+            # Predicted on the costs of the scoring that chose it (the table is not worked
+            # out again for a plain step: on a small model that was a sizeable share of it).
+            return self._chosen(plain(self.reason), got=self._held_step)
         model = self.current.model
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
@@ -425,7 +428,8 @@ class Planner(AutoGamma):
                 # Nothing pays: the next few plain steps keep this answer unscored (scoring
                 # costs a few ms of Python, a tenth of a small model's step).
                 self._hold = (REPLAN_EVERY - 1, available, id(self.current))
-                return self._chosen(plain(self._plain_reason(base, cands)))
+                self._held_step = (base.expected, base.seconds)
+                return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
             affordable = catch <= ps.probe_budget * self._behind * base.seconds
@@ -507,9 +511,11 @@ class Planner(AutoGamma):
             return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
         return None
 
-    def _chosen(self, plan: Plan, predict: Plan | None = None, scored: bool = True) -> Plan:
+    def _chosen(self, plan: Plan, predict: Plan | None = None, scored: bool = True,
+                got: tuple[float, float] | None = None) -> Plan:
         # Warm-up and timing steps run before the costs are known: not predictions.
-        got = self.predict(predict or plan) if scored else None
+        if got is None and scored:
+            got = self.predict(predict or plan)
         p = self.prediction
         self.prediction = p.add(*got) if got is not None else Prediction(
             p.tokens, p.seconds, p.steps, p.unscored + 1)

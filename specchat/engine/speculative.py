@@ -230,10 +230,12 @@ class SpeculativeDecoder:
             plan = next_plan(tuple(d.name for d in self._alive if can_propose(d, seq)))
         else:
             plan = default.default_plan(self.policy.next_gamma())
+        if plan.drafter == "none":
+            return plan if not plan.parents else Plan("none", (), plan.reason)
         tgt = self.target
         shape = fit_shape(plan.parents, min(tgt.n_ctx - len(seq), tgt.n_batch - 1),
                           settings.max_tokens - generated - 1, tgt.n_seq_max)
-        if plan.drafter == "none" or not shape:
+        if not shape:
             return Plan("none", (), plan.reason)
         return Plan(plan.drafter, shape, plan.reason)
 
@@ -320,6 +322,8 @@ class SpeculativeDecoder:
         """Every drafted token off the accepted path. The main run: the first child rejected
         where the path stopped and its best-ranked descendants (never judged). Then the
         losing branches of a tree, each numbered, depth first."""
+        if not proposal.tokens:  # a plain step
+            return [], []
         kids = children_of(proposal.parents)
         depth = depths(proposal.parents)
         judged = {r.index: r for r in verdict.rejections}
