@@ -409,6 +409,9 @@ def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
     calls = []
     real = p.candidates
     monkeypatch.setattr(p, "candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    tables = []  # the verify table worked out anew (a few dozen Python operations each time)
+    work = p.costs.table.estimates
+    monkeypatch.setattr(p.costs.table, "estimates", lambda *a: tables.append(1) or work(*a))
     plans = []
     for _ in range(8):
         plans.append(p.next_plan(("model",)))
@@ -416,6 +419,11 @@ def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
     assert all(pl.drafter == "none" for pl in plans)
     assert len({pl.reason for pl in plans}) == 1  # the held steps say why, as the scored one
     assert len(calls) == 2  # scored at steps 1 and 5 (exploration would add one per scoring)
+    assert len(tables) == 2  # only for the scorings, not after every plain step's timing
+    # Each held step is forecast as the scoring that chose it forecast a plain step.
+    assert p.prediction.steps == 8 and p.prediction.tokens == 8
+    base = real(("model",), p._alphas, p.ngram.position_alphas())[0]
+    assert p.prediction.seconds == pytest.approx(8 * base.seconds, rel=0.05)
     p.next_plan(("model", "ngram"))  # other drafters offered: scored at once
     assert len(calls) == 3
 
