@@ -181,3 +181,18 @@ def test_a_busy_calibration_is_told_in_the_race_and_in_its_own_summary() -> None
     assert not ours.busy and "busy" not in format_result(ours)  # the load was our own
     theirs = record(load=0.1, steal=0.0, cores=2, others=0.4)
     assert theirs.busy and "other programs used 40% of 2 cores" in format_result(theirs)
+
+
+def test_an_uncalibrated_pairs_planner_race_says_what_calibration_would_give_it() -> None:
+    base = fixed_result()
+    specs = tuple(replace(spec_timeline(step_s=0.15), predicted_tok_s=10.0) for _ in range(3))
+    planned = replace(base, spec_runs=specs, pair="qwen-coder")
+    assert planned.tip is None  # not known whether the pair is calibrated: nothing claimed
+    assert replace(planned, calibrated=True).tip is None
+    bare = replace(planned, calibrated=False)
+    assert bare.tip is not None and "`specchat models calibrate qwen-coder`" in bare.tip
+    assert f"tip: {bare.tip}" in bare.summary_lines()
+    adhoc = replace(bare, pair="big.gguf + small.gguf")
+    assert "`specchat models calibrate TARGET DRAFT`" in (adhoc.tip or "")
+    # No planner chose the steps (a fixed γ): its knowledge is not the question.
+    assert replace(base, calibrated=False).tip is None

@@ -65,6 +65,8 @@ class RaceResult:
     gamma_mode: str = ""
     # The load while the pair's stored calibration was timed (None: none, or not recorded).
     calibration_load: MachineLoad | None = None
+    # Whether the pair had a stored calibration (None: not a pair, or not known).
+    calibrated: bool | None = None
 
     @property
     def greedy(self) -> bool:
@@ -106,6 +108,17 @@ class RaceResult:
         ratio, forecast = got
         return (f"realised/predicted {ratio:.2f} (it forecast {forecast:.1f} tok/s from the "
                 "costs and acceptance it measured)")
+
+    @property
+    def tip(self) -> str | None:
+        """What would help the planner, when it chose the steps of an uncalibrated pair: it
+        knew only the checks it had timed, and priced longer ones along a line through them
+        (on a CPU, whose curve bends, too dear: on a copy it chose short lookups)."""
+        if self.calibrated is not False or self.realised_vs_predicted is None:
+            return None
+        what = self.pair if " " not in self.pair else "TARGET DRAFT"
+        return (f"the pair is not calibrated, so the planner knew only the checks it had timed: "
+                f"`specchat models calibrate {what}` (about a minute) measures them all")
 
     @property
     def why(self) -> str:
@@ -184,6 +197,8 @@ class RaceResult:
             lines.append(self.setup_line())
         if self.planner_text():
             lines.append(f"planner: {self.planner_text()}")
+        if self.tip:
+            lines.append(f"tip: {self.tip}")
         if self.why:
             lines.append(f"why: {self.why}")
         if self.noise:

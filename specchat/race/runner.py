@@ -108,7 +108,9 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
     result = RaceResult(setup.prompt, runtime.selection.label, setup.settings, shown_plain,
                         shown_spec, setup.category, tuple(plains), tuple(specs), load,
                         costs=_costs(calibration, plains, specs), device=_device(runtime),
-                        calibration_load=calibration.machine_load if calibration else None)
+                        calibration_load=calibration.machine_load if calibration else None,
+                        calibrated=(calibration is not None) if runtime.draft is not None
+                        and runtime.paths is not None else None)
     if result.greedy and not result.identical and result.difference is not None:
         progress("examining where the outputs part…")
         divergence = examine(runtime, tokens, shown_plain, shown_spec,

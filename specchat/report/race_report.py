@@ -76,6 +76,7 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
             *([f"- **planner:** {result.planner_text()}"] if result.planner_text() else []),
             *([f"- **why:** {result.why}"] if result.why else []),
             *([f"- **noise:** {result.noise}"] if result.noise else []),
+            *([f"- **tip:** {result.tip}"] if result.tip else []),
         ]),
     ]
     if chart:

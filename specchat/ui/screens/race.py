@@ -399,6 +399,9 @@ def summary_text(result: RaceResult) -> Text:
         out.append(result.why + "\n")
     if result.noise:
         out.append(result.noise + "\n", "yellow")
+    if result.tip:
+        out.append("tip: ", "bold")
+        out.append(result.tip + "\n")
     style = "bold red" if result.is_bug else ("bold green" if result.identical else "")
     out.append(result.verdict(), style)
     if result.is_bug:
