@@ -449,3 +449,17 @@ def test_a_copy_gets_lookup_chains_longer_than_the_draft_models(depth: int) -> N
     assert plan.size > 10 if depth == 31 else plan.size <= 10
     model = planner(FLAT, 0.97, settings=replace(CALM, lookup_depth=depth)).next_plan(("model",))
     assert model.drafter == "model" and model.size <= 10
+
+
+def test_the_burst_clip_never_reads_a_table_worked_out_before_anything_was_timed() -> None:
+    """The clip reads the verify table as last worked out; one worked out while nothing was
+    timed (all zeros) must not clip every later observation to nothing."""
+    c = OnlineCostModel()
+    assert c.verify_table()[0] == 0.0  # nothing timed yet
+    for _ in range(6):
+        c.add_verify(1, 0.04)
+    assert c.t_verify(1) == pytest.approx(0.04)
+    a, b = c.line()  # the line's sums took every observation whole, not clipped to nothing
+    assert a + b == pytest.approx(0.04, rel=0.05)
+    c.add_verify(1, 1.0)  # a burst: clipped to 3× the estimate, not to 0 and not kept whole
+    assert 0.04 < c.verify_table()[0] < 0.2

@@ -218,11 +218,13 @@ class OnlineCostModel:
         self.table.add(n, seconds)
 
     def _clip_reference(self, n: int) -> float:
-        """T_v(n) for the burst clip: the table as last worked out, a few steps old at most (a
-        3× guard needs nothing fresher, and working it out after every step cost a small
-        model's plain step a few per cent), else as :meth:`t_verify` gives it."""
-        if self._vt is not None and 1 <= n <= TABLE_SIZE:
-            return self._vt[1][n - 1]
+        """T_v(n) for the burst clip: this table's estimate as last worked out (a planner works
+        it out at each scoring; a 3× guard needs nothing fresher, and working it out after
+        every step cost a small model's plain step a few per cent), else :meth:`t_verify`."""
+        vt = self._vt
+        if vt is not None and vt[0][0] == id(self.table) and 1 <= n <= TABLE_SIZE \
+                and vt[1][n - 1] > 0:
+            return vt[1][n - 1]
         return self.t_verify(n)
 
     def _add_verify(self, n: float, y: float, w: float) -> None:
