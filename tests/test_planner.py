@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+import specchat.engine.planner as planner_module
 from specchat.engine.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
 from specchat.engine.costs import CostCurve
@@ -463,3 +464,54 @@ def test_the_burst_clip_never_reads_a_table_worked_out_before_anything_was_timed
     assert a + b == pytest.approx(0.04, rel=0.05)
     c.add_verify(1, 1.0)  # a burst: clipped to 3× the estimate, not to 0 and not kept whole
     assert 0.04 < c.verify_table()[0] < 0.2
+
+
+def _lookup_sizes(p: Planner, steps: int = 30) -> tuple[list[int], list[str]]:
+    """Steps on a copy (every lookup token accepted), timed on CPU32: sizes and reasons."""
+    sizes, reasons = [], []
+    for _ in range(steps):
+        plan = p.next_plan(("ngram",))
+        n = max(plan.size, 1)
+        sizes.append(plan.size)
+        reasons.append(plan.reason)
+        p.observe(StepEvent(n, n, 0.0002, CPU32.verify_s[n], "ngram", committed=n + 1))
+    return sizes, reasons
+
+
+def test_check_sizes_never_timed_are_tried_where_the_line_through_the_timed_ones_overprices_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only 1- and 2-token checks timed (a pair never calibrated): the line through them prices a
+    16-token check at 16× one token, where CPU32 costs 10×. Trying the longer checks shows the
+    curve's flat part, and then the planner keeps to long lookups; without trying, it stays
+    with short ones, and with the whole curve calibrated there is nothing to try."""
+    settings = replace(CALM, lookup_depth=31)
+    two = CostCurve(0.025, CPU32.verify_s[:2])
+    sizes, reasons = _lookup_sizes(planner(two, 0.85, settings, ngram_alpha=0.98))
+    tried = [s for s, r in zip(sizes, reasons, strict=True) if r.endswith("timing a longer check")]
+    assert tried and max(tried) > 10
+    assert min(sizes[-10:]) > 10
+    calibrated, why = _lookup_sizes(planner(CPU32, 0.85, settings, ngram_alpha=0.98))
+    assert not any("timing" in r for r in why) and min(calibrated[-10:]) > 10
+    monkeypatch.setattr(planner_module, "TRY_UNTIMED", 99.0)
+    short, _ = _lookup_sizes(planner(two, 0.85, settings, ngram_alpha=0.98))
+    assert max(short[-10:]) <= 6
+
+
+def test_a_check_size_never_timed_is_tried_only_where_its_guess_beats_plain() -> None:
+    """Trying costs at most a guessed step that still beats plain by the margin: over starts
+    of several slopes and lookups of several accuracies, every longer check tried is one."""
+    tried = 0
+    for t2 in (0.050, 0.060, 0.070, 0.076):
+        for alpha in (0.6, 0.7, 0.8, 0.9, 0.98):
+            p = planner(CostCurve(0.025, (0.040, t2)), 0.85, replace(CALM, lookup_depth=31),
+                        ngram_alpha=alpha)
+            for _ in range(12):
+                p.next_plan(("ngram",))
+                base, cands = p.candidates(("ngram",), p._alphas, p.ngram.position_alphas())
+                for c in cands:
+                    if c.explore:
+                        tried += 1
+                        assert c.rate >= p.plan_settings.margin * base.rate
+                n = max(p.last_plan.size, 1)
+                p.observe(StepEvent(n, n, 0.0002, CPU32.verify_s[n], "ngram", committed=n + 1))
+    assert tried > 0

@@ -58,6 +58,10 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+# A chain whose check size was never timed is tried when its guessed rate is at least this × the
+# best's (see candidates), so many times (a size's estimate trusts one timing only partly).
+TRY_UNTIMED = 0.8
+TIMINGS_TRIED = 2
 
 
 def _planner_auto() -> AutoGammaSettings:
@@ -121,6 +125,7 @@ class Candidate:
     plan: Plan
     expected: float
     seconds: float
+    explore: bool = False  # a check size never timed, tried to time it (Planner.candidates)
 
     @property
     def rate(self) -> float:
@@ -162,6 +167,7 @@ class Planner(AutoGamma):
         self._tree_shapes: list[Plan] = []
         self._tree_age = 0  # tree searches skipped since the last
         self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
+        self._timing: dict[int, int] = {}  # chain lengths tried to time their check (by count)
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
         self.prediction = Prediction()  # this reply's, against which its speed is judged
@@ -225,7 +231,7 @@ class Planner(AutoGamma):
         """Plain's candidate and the best of each drafter's shapes, on the current costs.
         ``reshape`` False scores the tree shapes found last time instead of running the DP
         again (exploration's sampled α: a new score, not a new search)."""
-        c = self.costs
+        c, ps = self.costs, self.plan_settings
         table = c.verify_table()
         o = c.overhead
         t_d = c.t_draft
@@ -249,23 +255,45 @@ class Planner(AutoGamma):
                 continue
             # Every chain length in one pass, E(γ) grown term by term (this runs each step:
             # plans are built for the winner only).
-            best_g, best_e, best_s, best_rate = 0, 0.0, 0.0, -1.0
+            best_g, best_rate = 0, -1.0
             e, run = 1.0, 1.0
             deepest = min(self.lookup_depth, len(table) - 1) if name == "ngram" else top
+            steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
             for g in range(1, min(deepest, len(alph)) + 1):
                 run *= alph[g - 1]
                 e += run
                 sec = g * per_token + table[g] + o
+                steps.append((e, sec))
                 rate = e / sec if sec > 0 else 0.0
                 if rate > best_rate * 1.0001:
-                    best_g, best_e, best_s, best_rate = g, e, sec, rate
+                    best_g, best_rate = g, rate
+            explore = False
+            for g in range(len(steps) - 1, best_g, -1) if best_g else ():
+                # A longer check this machine never timed is priced by a guess: a line through
+                # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
+                # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so
+                # the best chain on the guesses can be far too short. Try the longest such
+                # check whose guessed rate costs little and still beats plain (twice: one
+                # timing moves the estimate a third of the way).
+                if not self._untimed(g):
+                    continue
+                e_g, s_g = steps[g]
+                if e_g / s_g >= max(TRY_UNTIMED * best_rate, ps.margin * base.rate):
+                    best_g, explore = g, True
+                    break
             if best_g:
-                out.append(Candidate(chain(name, best_g), best_e, best_s))
+                out.append(Candidate(chain(name, best_g), *steps[best_g], explore))
         if "tree" in available:
             tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
                 out.append(tree)
         return base, out
+
+    def _untimed(self, g: int) -> bool:
+        """Whether a chain of ``g`` (a check of g + 1 tokens) is one the planner should time:
+        never timed here (nor calibrated), or tried fewer than TIMINGS_TRIED times so far."""
+        tried = self._timing.get(g, 0)
+        return 0 < tried < TIMINGS_TRIED or (tried == 0 and self.costs.table.weight[g] == 0.0)
 
     def _other(self, name: str) -> OtherDrafter:
         got = self.others.get(name)
@@ -404,7 +432,7 @@ class Planner(AutoGamma):
                 chosen = base
             else:
                 at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
-                                    pick.seconds)
+                                    pick.seconds, pick.explore)
                 if at_mean.rate >= base.rate * ps.explore_floor:
                     chosen = at_mean
         catch = self.catch_up_cost(self._behind)
@@ -462,6 +490,9 @@ class Planner(AutoGamma):
             return self._chosen(Plan("tree", plan.parents,
                                      f"tree {plan.size} · depth {plan.depth}"))
         reason = f"{'chain' if plan.drafter == 'model' else plan.drafter} {plan.size}"
+        if chosen.explore:
+            self._timing[plan.size] = self._timing.get(plan.size, 0) + 1
+            reason += " · timing a longer check"
         if plan.drafter == "model" and s.early_stop and self._confident():
             # The confidence rule (keep_drafting) decides where the step stops; the
             # prediction stays the planned chain's.
