@@ -57,6 +57,7 @@ from specchat.engine.sampling import (
     Distribution,
     SamplerSettings,
     distribution,
+    greedy_token,
     greedy_tokens,
     make_rng,
 )
@@ -265,6 +266,15 @@ class SpeculativeDecoder:
                 rng: np.random.Generator) -> tuple[Verdict, float]:
         """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
         tgt = self.target
+        if not proposal.tokens and proposal.side is None:
+            # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
+            # model the general path's Python was a measurable share of the step.
+            t0 = time.perf_counter()
+            row = tgt.decode((seq[-1],), logits="last")[0]
+            forward_s = time.perf_counter() - t0
+            token = greedy_token(row) if settings.greedy else \
+                distribution(row, settings).sample(rng)
+            return Verdict(0, token, None), forward_s
         tokens = [seq[-1], *proposal.tokens]
         # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
         tree = proposal.kind == "tree" or proposal.side is not None
@@ -297,7 +307,13 @@ class SpeculativeDecoder:
     def _commit(self, seq: list[int], reply: Reply, proposal: Proposal, verdict: Verdict,
                 settings: SamplerSettings, now: float) -> list[Event]:
         """The kept drafts, then the target's own token; the caches follow."""
-        out: list[Event] = []
+        if not proposal.tokens:  # a plain step: the cache already holds seq[:-1] once appended
+            out: list[Event] = [*reply.add(verdict.token, TokenOrigin.PLAIN, now)]
+            seq.append(verdict.token)
+            for d in self._alive:
+                d.commit(seq, proposal, verdict)
+            return out
+        out = []
         position = reply.n_generated
         kept = [proposal.tokens[i] for i in verdict.path]
         main, branches = self._rejected_events(proposal, verdict, position)
