@@ -58,6 +58,11 @@ TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+# ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain: plain
+# steps teach no acceptance, so only the costs' drift could change the answer, and scoring costs
+# a sizeable share of a small model's plain step.
+NEAR_PLAIN = 0.85
+REPLAN_FAR = 16
 # A chain whose check size was never timed is tried when its guessed rate is at least this × the
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
@@ -419,12 +424,14 @@ class Planner(AutoGamma):
         self.planned = planned.plan.size if planned.plan.drafter == "model" else 0
         self._rate = max(planned.rate, base.rate)
         chosen = planned
+        sampled_best = 0.0  # the best speculative rate on exploration's sampled α
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
             ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
                 if "ngram" in available else ng
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = max(s_cands, key=lambda c: c.rate, default=s_base)
+            sampled_best = pick.rate / s_base.rate * base.rate if s_base.rate > 0 else 0.0
             if pick.rate < s_base.rate * ps.margin:
                 pick = s_base
             # What the mean estimates say of the sampled pick: explore, but not at any price.
@@ -455,7 +462,10 @@ class Planner(AutoGamma):
                     chains or any(n not in SCORED for n in available)):
                 # Nothing pays: the next few plain steps keep this answer unscored (scoring
                 # costs a few ms of Python, a tenth of a small model's step).
-                self._hold = (REPLAN_EVERY - 1, available, id(self.current))
+                best = max((c.rate for c in cands), default=sampled_best)
+                best = max(best, sampled_best)
+                every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
+                self._hold = (every - 1, available, id(self.current))
                 self._held_step = (base.expected, base.seconds)
                 return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
