@@ -112,13 +112,15 @@ class RaceResult:
     @property
     def tip(self) -> str | None:
         """What would help the planner, when it chose the steps of an uncalibrated pair: it
-        knew only the checks it had timed, and priced longer ones along a line through them
-        (on a CPU, whose curve bends, too dear: on a copy it chose short lookups)."""
+        knew only the checks it had timed as it went, and guessed the others along a line
+        through them (on a CPU, whose curve bends, too dear: it tries longer ones only where
+        the guess costs little, so a copy's first replies used shorter lookups)."""
         if self.calibrated is not False or self.realised_vs_predicted is None:
             return None
         what = self.pair if " " not in self.pair else "TARGET DRAFT"
-        return (f"the pair is not calibrated, so the planner knew only the checks it had timed: "
-                f"`specchat models calibrate {what}` (about a minute) measures them all")
+        return (f"the pair is not calibrated, so the planner timed its checks as it went: "
+                f"`specchat models calibrate {what}` (about a minute) measures them all "
+                "beforehand")
 
     @property
     def why(self) -> str:
