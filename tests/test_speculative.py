@@ -179,6 +179,30 @@ def test_greedy_is_token_identical_to_plain(target: LlamaModel, far_draft: Llama
             assert all(e.origin is TokenOrigin.PLAIN for e in spec if isinstance(e, TokenEvent))
 
 
+def test_plain_steps_sample_what_plain_decoding_samples(target: LlamaModel,
+                                                        far_draft: LlamaModel) -> None:
+    """A step without drafts is plain decoding's step: with the same seed, a reply of plain
+    steps through the speculative loop draws the very tokens plain decoding draws (the same
+    row, the same sampler, one draw from the generator per token), and its events and caches
+    are a plain step's."""
+    for s in (T1, FILTERED):
+        for seed in (3, 11):
+            settings = SamplerSettings(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                       min_p=s.min_p, seed=seed, max_tokens=40)
+            prompt = prompt_of(target, "the cat sat")
+            plain, _ = run(PlainDecoder(ctx(target)), prompt, settings)
+            tc = ctx(target)
+            spec, stats = run(SpeculativeDecoder(tc, ctx(far_draft), FixedGamma(0)), prompt,
+                              settings)
+            assert token_ids(spec) == token_ids(plain), (s, seed)
+            assert stats.drafted == 0 and stats.generated_tokens == len(token_ids(plain))
+            steps = [e for e in spec if isinstance(e, StepEvent)]
+            assert [(e.gamma, e.committed, e.batch) for e in steps] == [(0, 1, 1)] * len(steps)
+            # the cache holds the reply but its last token, as after any step
+            whole = [*prompt, *token_ids(spec)]
+            assert tc.tokens == whole[:len(tc.tokens)] and len(tc.tokens) >= len(whole) - 2
+
+
 def test_ngram_alone_greedy_is_identical_and_drafts(target: LlamaModel) -> None:
     prompt = prompt_of(target, "the cat sat on the mat, the cat sat on the mat, the cat")
     plain, _ = run(PlainDecoder(ctx(target)), prompt, GREEDY.with_(max_tokens=60))
