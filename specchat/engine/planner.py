@@ -130,7 +130,7 @@ class Candidate:
     plan: Plan
     expected: float
     seconds: float
-    explore: bool = False  # a check size never timed, tried to time it (Planner.candidates)
+    explore: bool = False  # chosen to time a check size never timed (Planner.candidates)
 
     @property
     def rate(self) -> float:
@@ -462,8 +462,7 @@ class Planner(AutoGamma):
                     chains or any(n not in SCORED for n in available)):
                 # Nothing pays: the next few plain steps keep this answer unscored (scoring
                 # costs a few ms of Python, a tenth of a small model's step).
-                best = max((c.rate for c in cands), default=sampled_best)
-                best = max(best, sampled_best)
+                best = max([c.rate for c in cands] + [sampled_best])
                 every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
                 self._hold = (every - 1, available, id(self.current))
                 self._held_step = (base.expected, base.seconds)
