@@ -266,7 +266,13 @@ class SpeculativeDecoder:
                 rng: np.random.Generator) -> tuple[Verdict, float]:
         """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
         tgt = self.target
-        if not proposal.tokens and proposal.side is None:
+        # A drafter that drafts from the target's hidden states (medusa) reads this pass's
+        # when it ran this step, even with nothing to propose: it is likely to draft the next
+        # (else it re-reads a token first). Not on other steps: hidden states cost every pass
+        # they are on, and a plain step must be plain.
+        hidden = any(getattr(d, "reads_hidden", False) for d in self._alive
+                     if d.name == proposal.drafter)
+        if not proposal.tokens and proposal.side is None and not hidden:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
             # model the general path's Python was a measurable share of the step.
             t0 = time.perf_counter()
@@ -282,12 +288,7 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         if proposal.side is not None:
             rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
-        elif any(getattr(d, "reads_hidden", False) for d in self._alive
-                 if d.name == proposal.drafter):
-            # A drafter that drafts from the target's hidden states (medusa) reads this pass's
-            # when it drafted this step (it is likely to draft the next). Not on other steps:
-            # hidden states cost every pass they are on, and a plain step must be plain; the
-            # drafter re-reads one token when it drafts after one.
+        elif hidden:
             rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
                        else decode_with_hidden(tgt, tokens))
         else:
