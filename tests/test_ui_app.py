@@ -22,6 +22,7 @@ from ui_helpers import (
     make_services,
     ready,
     reference_reply,
+    screen_with,
     tiny_runtime,
     wait_for,
 )
@@ -394,7 +395,7 @@ async def test_engine_errors_show_a_dialog_and_the_app_goes_on(tmp_path: Path,
         chat.query_one(ChatInput).load_text("the cat sat on the mat " * 40)
         await pilot.click(ChatInput)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        await screen_with(pilot, ErrorDialog, ".dialog-body")
         assert "context" in str(app.screen.query_one(".dialog-body").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is chat)
@@ -417,7 +418,7 @@ async def test_loading_shows_progress_and_a_failure_can_be_retried(tmp_path: Pat
 
     app = SpecchatApp(make_services(tmp_path, opener))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, LoadFailedScreen))
+        await screen_with(pilot, LoadFailedScreen, "#failed-message")
         assert "no network" in str(app.screen.query_one("#failed-message").render())
         await pilot.press("r")
         await ready(pilot)

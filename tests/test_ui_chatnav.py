@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from textual.widgets import Input, OptionList, ProgressBar, Static
-from ui_helpers import GREEDY, app_test, make_services, ready, tiny_runtime
+from ui_helpers import GREEDY, app_test, make_services, ready, screen_with, tiny_runtime
 from ui_helpers import wait_for as wait_briefly
 
 from specchat.cli.app import opener
@@ -177,7 +177,7 @@ async def test_f8_switches_the_pair_and_the_chat_goes_on_with_it(
         await open_from_list(pilot, chat, chat_id)
         assert not isinstance(app.screen, ConfirmDialog)  # its own pair is loaded: no offer
         await pilot.press("f8")
-        await wait_for(pilot, lambda: isinstance(app.screen, PairPicker))
+        await screen_with(pilot, PairPicker, OptionList)
         options = app.screen.query_one(OptionList)
         shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
         assert [s.split()[0] for s in shown] == ["tiny", "tiny-target", "big"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from rich.console import Console
 from textual.widgets import TabbedContent
-from ui_helpers import app_test, make_services, ready, tiny_runtime, wait_for
+from ui_helpers import app_test, make_services, ready, screen_with, tiny_runtime, wait_for
 
 from specchat.config import UserConfig, load_config
 from specchat.errors import ConfigError
@@ -49,7 +49,7 @@ async def test_f1_opens_on_the_numbers_and_flips_to_the_keys(tmp_path: Path,
     async with app.run_test(size=(80, 24)) as pilot:
         chat = await ready(pilot)
         await pilot.press("f1")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await screen_with(pilot, HelpScreen, TabbedContent)
         tabs = app.screen.query_one(TabbedContent)
         assert tabs.active == "help-explain"
         assert app.focused is not None and app.focused.id == "help-explain-scroll"

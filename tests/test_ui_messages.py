@@ -9,7 +9,7 @@ from pathlib import Path
 
 from test_ui_app import SIZE, finished, ready, send
 from textual.widgets import OptionList
-from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import GREEDY, app_test, make_services, screen_with, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
 from specchat.session.clipboard import clipboard_text, code_blocks
@@ -117,7 +117,7 @@ async def test_the_palette_and_the_menu_reach_every_message_action(tmp_path: Pat
         await send(pilot, "hello")
         await finished(pilot)
         await pilot.press("f4")
-        await wait_for(pilot, lambda: isinstance(app.screen, MessageMenu))
+        await screen_with(pilot, MessageMenu, OptionList)
         ids = [o.id for o in app.screen.query_one(OptionList).options]
         assert ids == ["copy", "regenerate", "delete"]  # a reply, no code, no alternatives
         await pilot.press("r")
@@ -275,7 +275,7 @@ async def test_delete_a_message_asks_and_takes_its_reply(tmp_path: Path,
         await pilot.press("f4")
         await wait_for(pilot, lambda: isinstance(app.screen, MessageMenu))
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await screen_with(pilot, ConfirmDialog, ".dialog-body")
         question = str(app.screen.query_one(".dialog-body").render())
         assert "Delete this message and its reply? The messages after it stay." in question
         assert "“one”" in question

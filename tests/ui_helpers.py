@@ -175,6 +175,16 @@ async def wait_for(pilot: Any, check: Callable[[], bool], timeout: float = 20.0)
         await pilot.pause(0.02)
 
 
+async def screen_with(pilot: Any, screen: type, selector: Any) -> Any:
+    """``pilot.app.screen`` once it is a ``screen`` and has mounted what ``selector`` names: a
+    pushed screen is current before its children are composed, and a busy machine can catch it
+    in between."""
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, screen)
+                   and bool(app.screen.query(selector)))
+    return app.screen
+
+
 async def ready(pilot: Any) -> Any:
     """The chat screen once it has filled its chat list and focused the input: a key pressed
     before that can land on an empty list, or on a widget that is about to lose the focus."""
