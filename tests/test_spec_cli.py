@@ -358,3 +358,22 @@ def test_a_second_ask_process_starts_warm(tiny_target: Path, tiny_draft: Path, h
     assert any(m.endswith("warm-up") for m in modes())
     assert list((home.data_dir / "controllers").glob("*.json"))
     assert not any(m.endswith("warm-up") for m in modes())  # learnt before: no warm-up again
+
+
+def test_bench_drafter_ngram_on_a_pair_is_the_lookup_alone(tiny_target: Path, tiny_draft: Path,
+                                                           home: AppPaths, tmp_path: Path) -> None:
+    """`--drafter ngram` names one drafter: the pair's draft model must not stand in where the
+    lookup has nothing (`--ngram` is the choice of both)."""
+    seen: dict[str, set[str]] = {}
+    for flag in (["--drafter", "ngram"], ["--ngram"]):
+        out = tmp_path / flag[-1].strip("-")
+        rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+                   str(write_prompts(tmp_path / "q.jsonl")), *flag, "--gamma", "2",
+                   "--temperature", "0", "--max-tokens", "16", "--threads", "1", "--out",
+                   str(out)])
+        assert rc == 0
+        doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        seen[flag[-1]] = {d for r in doc["records"] if r["mode"] != "plain"
+                          for d in r["detail"]["steps_by_drafter"]}
+    assert seen["ngram"] <= {"ngram", "none"}
+    assert "model" in seen["--ngram"]

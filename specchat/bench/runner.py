@@ -85,10 +85,12 @@ def calibrated_rounding(runtime: Runtime) -> float | None:
 def _decoder(runtime: Runtime, mode: Mode) -> Decoder:
     if mode.gamma is None:
         return runtime.decoder(plain=True)
-    if mode.name not in ("draft", "draft+ngram", "ngram"):  # --drafter names
+    if mode.name not in ("draft", "draft+ngram"):
+        # --drafter names ("ngram" too: on a pair `--drafter ngram` is the lookup alone, and
+        # --ngram without a draft model is the same drafter)
         return runtime.decoder(gamma=mode.gamma, drafters=tuple(mode.name.split(",")))
-    # "draft": what runs by default (DEFAULT_PAIR_DRAFTERS).
-    return runtime.decoder(gamma=mode.gamma, ngram=True if mode.name.endswith("ngram") else None)
+    # "draft": what runs by default (DEFAULT_PAIR_DRAFTERS); "draft+ngram": --ngram on a pair.
+    return runtime.decoder(gamma=mode.gamma, ngram=True if mode.name == "draft+ngram" else None)
 
 
 def run_once(runtime: Runtime, mode: Mode, tokens: Sequence[int],
