@@ -519,3 +519,28 @@ def test_a_check_size_never_timed_is_tried_only_where_its_guess_beats_plain() ->
                 n = max(p.last_plan.size, 1)
                 p.observe(StepEvent(n, n, 0.0002, CPU32.verify_s[n], "ngram", committed=n + 1))
     assert tried > 0
+
+
+@pytest.mark.parametrize(("lag", "model_steps"), [(2000, False), (100, True)])
+def test_a_draft_never_timed_is_not_priced_free_after_a_long_prompt(lag: int,
+                                                                     model_steps: bool) -> None:
+    """No calibration, and the warm-up left the draft model out (it would first read a 2,000-token
+    prompt): its cost is unknown, not 0, so it is neither scored nor probed. After a short
+    prompt the warm-up times it, as before."""
+    p = Planner(replace(CALM, auto=replace(CALM.auto, probe_every=4)), clock=lambda: 0.0)
+    p.begin("a long document, then a question about it")
+    p.draft_lag(lag)
+    drafters = []
+    for i in range(40):
+        available = ("model", "ngram") if i % 3 else ("model",)  # the lookup matches now and then
+        plan = p.next_plan(available)
+        drafters.append(plan.drafter)
+        n = plan.size
+        if plan.drafter == "ngram":
+            p.observe(StepEvent(n, 1, 0.0002, QWEN_CPU.verify_s[n], "ngram", committed=2))
+        elif plan.drafter in ("model", "tree"):
+            p.observe(StepEvent(n, 1, 0.025 * n, QWEN_CPU.verify_s[n], "model", committed=2))
+        else:
+            p.observe(StepEvent(0, 0, 0.0, QWEN_CPU.verify_s[0], "none", committed=1))
+    assert ("model" in drafters) is model_steps
+    assert "ngram" in drafters

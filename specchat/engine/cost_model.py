@@ -252,6 +252,11 @@ class OnlineCostModel:
         return self._s[0] > 0 and self._draft[1] > 0
 
     @property
+    def draft_known(self) -> bool:
+        """Whether a draft token's cost was measured (or calibrated): until then t_draft is 0."""
+        return self._draft[1] > 0
+
+    @property
     def t_draft(self) -> float:
         return self._draft[0] / self._draft[1] if self._draft[1] > 0 else 0.0
 

@@ -244,6 +244,11 @@ class Planner(AutoGamma):
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
         scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
+        if not c.draft_known and self._behind > ps.warmup_max_lag:
+            # Never timed (no calibration, and the warm-up left it out because it would first
+            # read a long prompt): its cost reads 0, not unknown. Priced free it would win, and
+            # then read the whole prompt (a 2,000-token RAG prompt: 4 s on 2 CPU cores).
+            available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, "tree"))
         for name in available:
             if name in self._own:
                 got = self.measured[name].per_step()
@@ -469,7 +474,8 @@ class Planner(AutoGamma):
                 return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
-            affordable = catch <= ps.probe_budget * self._behind * base.seconds
+            affordable = catch <= ps.probe_budget * self._behind * base.seconds and (
+                self.costs.draft_known or self._behind <= ps.warmup_max_lag)
             others = sorted((self._tried(n), n) for n in available if n not in SCORED
                             and self._lags.get(n, 0) <= ps.warmup_max_lag
                             and (n not in self._own or self._own_can_pay(n)))
