@@ -244,10 +244,7 @@ class Planner(AutoGamma):
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
         scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
-        if not c.draft_known and self._behind > ps.warmup_max_lag:
-            # Never timed (no calibration, and the warm-up left it out because it would first
-            # read a long prompt): its cost reads 0, not unknown. Priced free it would win, and
-            # then read the whole prompt (a 2,000-token RAG prompt: 4 s on 2 CPU cores).
+        if self._draft_unpriced():
             available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, "tree"))
         for name in available:
             if name in self._own:
@@ -298,6 +295,13 @@ class Planner(AutoGamma):
             if tree is not None:
                 out.append(tree)
         return base, out
+
+    def _draft_unpriced(self) -> bool:
+        """The draft model's cost was never measured (no calibration, and the warm-up left it
+        out because it would first read a long prompt) and it is that far behind: its cost
+        reads 0, not unknown. Priced free it would win, and then read the whole prompt (a
+        2,000-token RAG prompt: 4 s on 2 CPU cores), so it is neither scored nor probed."""
+        return not self.costs.draft_known and self._behind > self.plan_settings.warmup_max_lag
 
     def _untimed(self, g: int) -> bool:
         """Whether a chain of ``g`` (a check of g + 1 tokens) is one the planner should time:
@@ -436,7 +440,7 @@ class Planner(AutoGamma):
                 if "ngram" in available else ng
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = max(s_cands, key=lambda c: c.rate, default=s_base)
-            sampled_best = pick.rate / s_base.rate * base.rate if s_base.rate > 0 else 0.0
+            sampled_best = max((c.rate for c in s_cands), default=0.0)
             if pick.rate < s_base.rate * ps.margin:
                 pick = s_base
             # What the mean estimates say of the sampled pick: explore, but not at any price.
@@ -474,8 +478,8 @@ class Planner(AutoGamma):
                 return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
             # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
             # draft model only if re-reading what it missed is cheap here.)
-            affordable = catch <= ps.probe_budget * self._behind * base.seconds and (
-                self.costs.draft_known or self._behind <= ps.warmup_max_lag)
+            affordable = catch <= ps.probe_budget * self._behind * base.seconds \
+                and not self._draft_unpriced()
             others = sorted((self._tried(n), n) for n in available if n not in SCORED
                             and self._lags.get(n, 0) <= ps.warmup_max_lag
                             and (n not in self._own or self._own_can_pay(n)))

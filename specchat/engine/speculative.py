@@ -270,8 +270,8 @@ class SpeculativeDecoder:
         # when it ran this step, even with nothing to propose: it is likely to draft the next
         # (else it re-reads a token first). Not on other steps: hidden states cost every pass
         # they are on, and a plain step must be plain.
-        hidden = any(getattr(d, "reads_hidden", False) for d in self._alive
-                     if d.name == proposal.drafter)
+        hidden = proposal.drafter != "none" and any(
+            getattr(d, "reads_hidden", False) for d in self._alive if d.name == proposal.drafter)
         if not proposal.tokens and proposal.side is None and not hidden:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
             # model the general path's Python was a measurable share of the step.
