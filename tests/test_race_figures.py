@@ -38,11 +38,32 @@ def test_medians_and_spreads_over_repeated_runs() -> None:
     r = replace(base, plain_runs=plains, spec_runs=specs)
     plain_speeds = sorted(p.tok_s for p in plains)
     assert r.spread(0, "tok_s").median == pytest.approx(plain_speeds[1])
-    assert r.speedup == pytest.approx(sorted(s.tok_s for s in specs)[1] / plain_speeds[1])
+    # The speed-up pairs each speculative run with the plain run of its round.
+    rounds = sorted(s.tok_s / p.tok_s for p, s in zip(plains, specs, strict=True))
+    assert r.speedup == pytest.approx(rounds[1])
+    assert r.decode_speedup == pytest.approx(sorted(
+        s.decode_tok_s / p.decode_tok_s for p, s in zip(plains, specs, strict=True))[1])
     assert r.spread(1, "tok_s").wide  # one slow speculative run: said, not hidden
     assert "runs of the same side differ by up to" in (r.noise or "")
     lines = r.summary_lines()
     assert "[3 runs: median (min–max)]" in lines[0] and lines[2].startswith("decode speedup ")
+
+
+def test_a_busy_round_weighs_on_both_sides_of_the_speedup() -> None:
+    # The machine was busy from round 2's plain run to round 3's (every run in it took twice
+    # as long). Paired by round, the speed-up is round 1's (and round 2's); the sides' medians
+    # apart set a slow plain run against a quiet speculative one and double it.
+    plains = (plain_timeline(per_token=0.2), plain_timeline(per_token=0.4),
+              plain_timeline(per_token=0.4))
+    specs = (spec_timeline(step_s=0.2), spec_timeline(step_s=0.4), spec_timeline(step_s=0.2))
+    r = replace(fixed_result(), plain_runs=plains, spec_runs=specs)
+    apart = r.spread(1, "decode_tok_s").median / r.spread(0, "decode_tok_s").median
+    assert r.decode_speedup == pytest.approx(specs[0].decode_tok_s / plains[0].decode_tok_s)
+    assert apart > 1.5 * r.decode_speedup
+    # Sides of different lengths (an older recording) fall back to the medians' ratio.
+    odd = replace(r, spec_runs=specs[:2])
+    assert odd.decode_speedup == pytest.approx(
+        odd.spread(1, "decode_tok_s").median / odd.spread(0, "decode_tok_s").median)
 
 
 def test_spread_text() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specchat.bench.prompts import load_prompts
-from specchat.bench.report import summarize
+from specchat.bench.report import paired_speedup, summarize
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import (
     TinySpec,
@@ -230,12 +230,20 @@ def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tin
     assert [f.split(" ", 1)[1] for f in first] == [
         "plain (run 1/3)", "draft γ=2 (run 1/3)", "draft γ=2 (run 2/3)", "plain (run 2/3)",
         "plain (run 3/3)", "draft γ=2 (run 3/3)"], first
+    counts = [line[1:].split("]")[0] for line in (said.out + said.err).splitlines()
+              if line.startswith("[") and "run " in line]
+    assert counts == [f"{i}/12" for i in range(1, 13)]  # 2 prompts × 2 modes × 3 runs
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["config"]["runs"] == 3
     assert len(doc["records"]) == 2 * 2  # one record (the median run) per prompt and mode
     for r in doc["records"]:
         lo, hi = r["tok_s_range"]
         assert r["runs"] == 3 and lo <= r["decode_tps"] <= hi
+        # Each round's speed over plain's in that round, for the paired speed-up.
+        assert len(r["paired"]) == 3 if r["mode"] != "plain" else "paired" not in r
+    rows = {(r["mode"], r["category"]): r for r in doc["rows"]}
+    assert rows[("plain", "all")]["paired_speedup"] is None
+    assert rows[("draft", "all")]["paired_speedup"] > 0
     assert "each figure the median of 3 interleaved runs" in (out / "results.md").read_text(
         encoding="utf-8")
     assert main(["bench", "--model", str(tiny_target), "--runs", "0"]) == 1  # said, no trace
@@ -257,6 +265,15 @@ def test_summarize_weights_by_time_not_by_prompt() -> None:
     assert by[("draft", "c")]["speedup"] == pytest.approx(39 / 19)
     assert by[("draft", "c")]["acceptance_by_position"] == [1.0, 0.0]
     assert by[("draft", "c")]["alpha"] == pytest.approx(0.75)
+
+
+def test_paired_speedup_takes_each_prompts_median_round_then_the_geometric_mean() -> None:
+    # Prompt 1's middle round ran while the machine was busy for both sides: its paired ratio
+    # stays put where the speeds themselves halved.
+    group = [{"paired": [1.1, 0.9, 1.0]}, {"paired": [1.2]}, {"paired": [0.8, 1.25]},
+             {"mode": "plain"}]
+    assert paired_speedup(group) == pytest.approx((1.0 * 1.2 * 1.0) ** (1 / 3))
+    assert paired_speedup([{"mode": "plain"}]) is None
 
 
 def fake_llama_bin(folder: Path) -> Path:

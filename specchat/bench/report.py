@@ -7,6 +7,7 @@ prompt was processed — the figure llama.cpp's tools print as "decoded ... t/s"
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -72,6 +73,21 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def paired_speedup(group: Sequence[dict[str, Any]]) -> float | None:
+    """The speed-up from rounds paired with plain decoding's (``runner._paired``): per prompt
+    the median round, then the geometric mean over prompts. Noise of a shared machine that
+    outlasts a reply cancels out of it, which it does not of a ratio of sums."""
+    medians = []
+    for r in group:
+        got = sorted(r.get("paired") or ())
+        if got:
+            n = len(got)
+            medians.append(got[n // 2] if n % 2 else (got[n // 2 - 1] * got[n // 2]) ** 0.5)
+    if not medians:
+        return None
+    return math.exp(sum(math.log(m) for m in medians) / len(medians))
+
+
 def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (temperature, mode, γ, category), plus category "all"; with speedups."""
     groups: dict[tuple[float, str, int | str | None, str], list[dict[str, Any]]] = defaultdict(list)
@@ -81,7 +97,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (temp, mode, gamma, cat), group in groups.items():
         rows.append({"temperature": temp, "mode": mode, "gamma": gamma, "category": cat,
-                     **aggregate(group)})
+                     **aggregate(group), "paired_speedup": paired_speedup(group)})
     plain = {(r["temperature"], r["category"]): r["tok_s"] for r in rows if r["mode"] == "plain"}
     for r in rows:
         base = plain.get((r["temperature"], r["category"]))
@@ -100,7 +116,7 @@ def _f(v: float | None, fmt: str) -> str:
 def markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
     depth = max((len(r["acceptance_by_position"]) for r in rows), default=0)
     head = (["T", "category", "mode", "γ", "prompts", "tokens", "decode tok/s", "speedup",
-             "TTFT", "α", "τ",
+             "paired", "TTFT", "α", "τ",
              "Σmin(p,q)", "Σp·q"] + [f"acc@{i + 1}" for i in range(depth)] + ["py overhead"])
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |",
              "|" + "|".join("---" for _ in head) + "|"]
@@ -111,6 +127,7 @@ def markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
                  "–" if r["gamma"] is None else str(r["gamma"]), str(r["prompts"]),
                  str(r["tokens"]), _f(r["tok_s"], ".1f"),
                  "–" if r["speedup"] is None else f"{r['speedup']:.2f}×",
+                 "–" if r.get("paired_speedup") is None else f"{r['paired_speedup']:.2f}×",
                  _f(None if r.get("ttft_s") is None else 1000 * r["ttft_s"], ".0f") + " ms",
                  _f(r["alpha"], ".2f"), _f(r["tau"], ".2f"), _f(r["overlap_mean"], ".2f"),
                  _f(r["exact_match_alpha"], ".2f")]

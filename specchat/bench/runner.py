@@ -149,6 +149,13 @@ def _median_run(runs: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
     return rec
 
 
+def _paired(runs: list[tuple[float, dict[str, Any]]],
+            plain: list[tuple[float, dict[str, Any]]]) -> list[float]:
+    """Each round's speed over plain decoding's in the same round: the two ran back to back, so
+    a machine busier for a minute weighs on both, where a ratio of medians taken apart keeps it."""
+    return [a / b for (a, _), (b, _) in zip(runs, plain, strict=True) if a > 0 and b > 0]
+
+
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig,
               progress: Callable[[str], None] = lambda _m: None,
               after_prompt: AfterPrompt | None = None) -> list[dict[str, Any]]:
@@ -161,6 +168,7 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
     records: list[dict[str, Any]] = []
     total = len(cfg.temperatures) * len(prompts) * len(ms) * max(1, cfg.runs)
     identity = _Identity(runtime, calibrated_rounding(runtime))
+    n_done = 0  # runs so far, for the progress line
     for temp in cfg.temperatures:
         settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
         for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
@@ -185,13 +193,17 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
                     done[i].append((tps, rec))
                     alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
                         and stats.tau is not None else ""
-                    n_done = len(records) + sum(len(v) for v in done.values())
+                    n_done += 1
                     runs = f" (run {round_ + 1}/{cfg.runs})" if cfg.runs > 1 else ""
                     progress(f"[{n_done}/{total}] T={temp:g} {prompt.category} "
                              f"#{prompt.question_id} {mode.label}{runs}: "
                              f"{stats.generated_tokens} tokens, {tps:.1f} tok/s{alpha}{same}")
+            base = next((i for i, m in enumerate(ms) if m.gamma is None), None)
             for i in range(len(ms)):
-                records.append(_median_run(done[i]))
+                rec = _median_run(done[i])
+                if base is not None and i != base:
+                    rec["paired"] = _paired(done[i], done[base])
+                records.append(rec)
             if after_prompt is not None:
                 after_prompt(temp, prompt, text)
     return records

@@ -231,7 +231,9 @@ def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, 
             f"{doc['load_avg_before'][0]:.2f} → {doc['load_avg_after'][0]:.2f}"
             + load_text(doc)
             + (f"; each figure the median of {runs} interleaved runs" if (
-                runs := doc['config'].get('runs', 1)) > 1 else "") + "\n\n")
+                runs := doc['config'].get('runs', 1)) > 1 else "")
+            + ". \"paired\": each run's speed over plain decoding's in the same round (run"
+            " back to back), the median round per prompt, the geometric mean over prompts\n\n")
     parts = [head, markdown([r for r in rows if r["category"] == ALL], "All categories"),
              markdown([r for r in rows if r["category"] != ALL], "Per category")]
     if llama:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -81,17 +82,30 @@ class RaceResult:
         values = [getattr(t, figure) for t in self.runs[side]]
         return Spread.of([v for v in values if v is not None] or [0.0])
 
+    def _ratio(self, figure: str) -> float | None:
+        """Speculative over plain: the median of each round's ratio when the sides ran in
+        rounds (plain, then speculative, back to back: a minute when the machine was busy
+        weighs on both, where it stays in a ratio of the two sides' medians), else the ratio
+        of the medians."""
+        plains, specs = self.runs
+        if len(plains) == len(specs) > 1:
+            pairs = [b / a for a, b in ((getattr(p, figure), getattr(s, figure))
+                                        for p, s in zip(plains, specs, strict=True))
+                     if a and b and a > 0 and b > 0]
+            if pairs:
+                return statistics.median(pairs)
+        p, s = self.spread(0, figure).median, self.spread(1, figure).median
+        return s / p if p > 0 and s > 0 else None
+
     @property
     def speedup(self) -> float | None:
-        """Median speculative tokens/s over median plain tokens/s, prompt included in both."""
-        p, s = self.spread(0, "tok_s").median, self.spread(1, "tok_s").median
-        return s / p if p > 0 else None
+        """Speculative tokens/s over plain's, prompt included in both (see ``_ratio``)."""
+        return self._ratio("tok_s")
 
     @property
     def decode_speedup(self) -> float | None:
         """The same once the replies have started: decoding alone, the prompt left out."""
-        p, s = self.spread(0, "decode_tok_s").median, self.spread(1, "decode_tok_s").median
-        return s / p if p > 0 and s > 0 else None
+        return self._ratio("decode_tok_s")
 
     @property
     def realised_vs_predicted(self) -> tuple[float, float] | None:
