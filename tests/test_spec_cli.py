@@ -249,6 +249,33 @@ def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tin
     assert main(["bench", "--model", str(tiny_target), "--runs", "0"]) == 1  # said, no trace
 
 
+def test_bench_control_runs_plain_again_in_every_round(tiny_target: Path, tiny_draft: Path,
+                                                       home: AppPaths, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
+               "--max-tokens", "8", "--threads", "1", "--runs", "2", "--control",
+               "--out", str(out), "--report", str(out / "report")])
+    assert rc == 0
+    said = capsys.readouterr()
+    runs = [line.split("#", 1)[1].split(":")[0].split(" ", 1)[1]
+            for line in (said.out + said.err).splitlines() if line.startswith("[")]
+    assert runs[:6] == ["plain (run 1/2)", "plain again (run 1/2)", "draft γ=2 (run 1/2)",
+                        "draft γ=2 (run 2/2)", "plain again (run 2/2)", "plain (run 2/2)"]
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    again = [r for r in doc["records"] if r["mode"] == "plain again"]
+    assert len(again) == 2 and all(len(r["paired"]) == 2 and "identity" not in r for r in again)
+    assert all(r["identity"] == "identical ✓" for r in doc["records"] if r["mode"] == "draft")
+    rows = {(r["mode"], r["category"]): r for r in doc["rows"]}
+    assert rows[("plain again", "all")]["paired_speedup"] > 0
+    assert rows[("plain again", "all")]["alpha"] is None
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| 0 | all | plain again | – |" in md and '"plain again" is plain decoding' in md
+    assert "plain again" not in (out / "report" / "alpha-T0.svg").read_text(encoding="utf-8")
+
+
 def test_summarize_weights_by_time_not_by_prompt() -> None:
     def rec(mode: str, gamma: int | None, gen: int, secs: float) -> dict:
         return {"question_id": "1", "category": "c", "mode": mode, "gamma": gamma,

@@ -102,7 +102,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         base = plain.get((r["temperature"], r["category"]))
         r["speedup"] = r["tok_s"] / base if base and r["tok_s"] is not None else None
-    order = {m: i for i, m in enumerate(("plain", "draft", "draft+ngram", "ngram"))}
+    order = {m: i for i, m in enumerate(("plain", "plain again", "draft", "draft+ngram",
+                                         "ngram"))}
     rows.sort(key=lambda r: (r["temperature"], r["category"] != ALL, r["category"],
                              order.get(r["mode"], 9),
                              -1 if isinstance(r["gamma"], str) else r["gamma"] or 0))

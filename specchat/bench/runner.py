@@ -36,6 +36,9 @@ class BenchConfig:
     drafters: tuple[str, ...] | None = None  # --drafter (None: the draft model, or --ngram's)
     system: str | None = "You are a helpful assistant."
     runs: int = 1  # timed rounds of every mode per prompt, interleaved; the median run is kept
+    # Plain decoding a second time in every round ("plain again"): its speed-up against plain
+    # is what this machine's noise alone makes of a mode that is plain decoding.
+    control: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,11 @@ class Mode:
         return self.name if self.gamma is None else f"{self.name} γ={self.gamma}"
 
 
+CONTROL = "plain again"
+
+
 def modes(runtime: Runtime, cfg: BenchConfig) -> list[Mode]:
-    out = [Mode("plain", None)]
+    out = [Mode("plain", None)] + ([Mode(CONTROL, None)] if cfg.control else [])
     spec = "draft" if runtime.draft_ctx is not None else None
     if cfg.drafters:
         spec = ",".join(cfg.drafters)

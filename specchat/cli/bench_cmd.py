@@ -70,6 +70,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--runs", type=int, default=1, metavar="N",
                    help="timed rounds of every mode on each prompt, interleaved; the median "
                    "run is kept and the spread recorded (default 1; 3 on a busy machine)")
+    p.add_argument("--control", action="store_true",
+                   help="also run plain decoding a second time in every round (\"plain "
+                   "again\"): its speed-up against plain shows how far this machine's noise "
+                   "alone moves a figure")
     p.add_argument("--gamma", type=_gammas, metavar="G[,G...]",
                    help="γ settings to run, e.g. 1,3,6,plan (plan: the planner, the default; "
                    "auto: the adaptive chain length; pair: the pair's γ). With plan and fixed "
@@ -110,7 +114,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
         cfg = BenchConfig(gammas=gammas, temperatures=args.temperature,
                           max_tokens=args.max_tokens, seed=args.seed, ngram=bool(args.ngram),
                           drafters=drafters,
-                          system=env.config.system_prompt or None, runs=args.runs)
+                          system=env.config.system_prompt or None, runs=args.runs,
+                          control=args.control)
         out_dir = args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")
         out_dir.mkdir(parents=True, exist_ok=True)
         load_before = os.getloadavg()
@@ -141,7 +146,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
                        "drafters": cfg.drafters,
                        "prompts": str(args.prompts or DEFAULT_PROMPTS),
                        "per_category": args.per_category, "categories": cats,
-                       "runs": cfg.runs},
+                       "runs": cfg.runs, "control": cfg.control},
             "rows": rows, "llama_cpp": llama, "records": records,
             "cost_curve": None if curve is None else {"draft_s": curve.draft_s,
                                                       "verify_s": list(curve.verify_s)},
@@ -233,7 +238,10 @@ def _markdown(doc: dict[str, Any], rows: list[dict[str, Any]], llama: dict[str, 
             + (f"; each figure the median of {runs} interleaved runs" if (
                 runs := doc['config'].get('runs', 1)) > 1 else "")
             + ". \"paired\": each run's speed over plain decoding's in the same round (run"
-            " back to back), the median round per prompt, the geometric mean over prompts\n\n")
+            " back to back), the median round per prompt, the geometric mean over prompts"
+            + ("; \"plain again\" is plain decoding run a second time in every round: how far"
+               " this machine's noise alone moves a figure" if doc["config"].get("control")
+               else "") + "\n\n")
     parts = [head, markdown([r for r in rows if r["category"] == ALL], "All categories"),
              markdown([r for r in rows if r["category"] != ALL], "Per category")]
     if llama:

@@ -26,7 +26,7 @@ def _series(rows: Sequence[dict[str, Any]], categories: list[str], key: str,
     modes: list[str] = []
     for r in rows:
         label = _mode_label(r)
-        if label not in modes and not (spec_only and r["mode"] == "plain"):
+        if label not in modes and not (spec_only and r["gamma"] is None):
             modes.append(label)
     out = []
     for i, label in enumerate(modes):
