@@ -214,25 +214,32 @@ def test_bench_writes_json_and_markdown(tiny_target: Path, tiny_draft: Path, hom
     assert md in capsys.readouterr().out
 
 
+def _bench_rounds(target: Path, draft: Path, tmp_path: Path,
+                  capsys: pytest.CaptureFixture[str], *extra: str
+                  ) -> tuple[Path, list[tuple[str, str]]]:
+    """A greedy γ 2 bench over two prompts: its output folder and, per run in the order they
+    ran, the progress count and the run ("plain (run 1/3)")."""
+    out = tmp_path / "out"
+    rc = main(["bench", "--model", str(target), "--draft", str(draft), "--prompts",
+               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
+               "--max-tokens", "8", "--threads", "1", "--out", str(out), *extra])
+    assert rc == 0
+    said = capsys.readouterr()
+    return out, [(line[1:].split("]")[0], line.split("#", 1)[1].split(":")[0].split(" ", 1)[1])
+                 for line in (said.out + said.err).splitlines() if line.startswith("[")]
+
+
 def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tiny_draft: Path,
                                                          home: AppPaths, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]
                                                          ) -> None:
-    out = tmp_path / "out"
-    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
-               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
-               "--max-tokens", "8", "--threads", "1", "--runs", "3", "--out", str(out)])
-    assert rc == 0
-    said = capsys.readouterr()
-    first = [line.split("#", 1)[1].split(":")[0] for line in (said.out + said.err).splitlines()
-             if line.startswith("[") and "run " in line][:6]
+    out, runs = _bench_rounds(tiny_target, tiny_draft, tmp_path, capsys, "--runs", "3")
     # Every other round the other way round: a drifting machine weighs on both modes alike.
-    assert [f.split(" ", 1)[1] for f in first] == [
+    assert [r for _, r in runs[:6]] == [
         "plain (run 1/3)", "draft γ=2 (run 1/3)", "draft γ=2 (run 2/3)", "plain (run 2/3)",
-        "plain (run 3/3)", "draft γ=2 (run 3/3)"], first
-    counts = [line[1:].split("]")[0] for line in (said.out + said.err).splitlines()
-              if line.startswith("[") and "run " in line]
-    assert counts == [f"{i}/12" for i in range(1, 13)]  # 2 prompts × 2 modes × 3 runs
+        "plain (run 3/3)", "draft γ=2 (run 3/3)"], runs
+    # 2 prompts × 2 modes × 3 runs
+    assert [c for c, _ in runs] == [f"{i}/12" for i in range(1, 13)]
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc["config"]["runs"] == 3
     assert len(doc["records"]) == 2 * 2  # one record (the median run) per prompt and mode
@@ -253,16 +260,9 @@ def test_bench_control_runs_plain_again_in_every_round(tiny_target: Path, tiny_d
                                                        home: AppPaths, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
-    out = tmp_path / "out"
-    rc = main(["bench", "--model", str(tiny_target), "--draft", str(tiny_draft), "--prompts",
-               str(write_prompts(tmp_path / "q.jsonl")), "--gamma", "2", "--temperature", "0",
-               "--max-tokens", "8", "--threads", "1", "--runs", "2", "--control",
-               "--out", str(out), "--report", str(out / "report")])
-    assert rc == 0
-    said = capsys.readouterr()
-    runs = [line.split("#", 1)[1].split(":")[0].split(" ", 1)[1]
-            for line in (said.out + said.err).splitlines() if line.startswith("[")]
-    assert runs[:6] == ["plain (run 1/2)", "plain again (run 1/2)", "draft γ=2 (run 1/2)",
+    out, runs = _bench_rounds(tiny_target, tiny_draft, tmp_path, capsys, "--runs", "2",
+                              "--control", "--report", str(tmp_path / "out" / "report"))
+    assert [r for _, r in runs[:6]] == ["plain (run 1/2)", "plain again (run 1/2)", "draft γ=2 (run 1/2)",
                         "draft γ=2 (run 2/2)", "plain again (run 2/2)", "plain (run 2/2)"]
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     again = [r for r in doc["records"] if r["mode"] == "plain again"]
