@@ -8,6 +8,7 @@ prompt was processed — the figure llama.cpp's tools print as "decoded ... t/s"
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -77,15 +78,10 @@ def paired_speedup(group: Sequence[dict[str, Any]]) -> float | None:
     """The speed-up from rounds paired with plain decoding's (``runner._paired``): per prompt
     the median round, then the geometric mean over prompts. Noise of a shared machine that
     outlasts a reply cancels out of it, which it does not of a ratio of sums."""
-    medians = []
-    for r in group:
-        got = sorted(r.get("paired") or ())
-        if got:
-            n = len(got)
-            medians.append(got[n // 2] if n % 2 else (got[n // 2 - 1] * got[n // 2]) ** 0.5)
-    if not medians:
-        return None
-    return math.exp(sum(math.log(m) for m in medians) / len(medians))
+    # In logs: a ratio and its inverse are as far from 1 (the median of an even count is then
+    # the geometric mean of the middle two).
+    logs = [statistics.median(math.log(x) for x in r["paired"]) for r in group if r.get("paired")]
+    return math.exp(statistics.fmean(logs)) if logs else None
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -204,11 +204,10 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
                     progress(f"[{n_done}/{total}] T={temp:g} {prompt.category} "
                              f"#{prompt.question_id} {mode.label}{runs}: "
                              f"{stats.generated_tokens} tokens, {tps:.1f} tok/s{alpha}{same}")
-            base = next((i for i, m in enumerate(ms) if m.gamma is None), None)
             for i in range(len(ms)):
                 rec = _median_run(done[i])
-                if base is not None and i != base:
-                    rec["paired"] = _paired(done[i], done[base])
+                if i > 0:  # ms[0] is plain decoding
+                    rec["paired"] = _paired(done[i], done[0])
                 records.append(rec)
             if after_prompt is not None:
                 after_prompt(temp, prompt, text)

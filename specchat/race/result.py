@@ -91,7 +91,7 @@ class RaceResult:
         if len(plains) == len(specs) > 1:
             pairs = [b / a for a, b in ((getattr(p, figure), getattr(s, figure))
                                         for p, s in zip(plains, specs, strict=True))
-                     if a and b and a > 0 and b > 0]
+                     if a and b]  # a one-token run has no decode speed: it reads 0
             if pairs:
                 return statistics.median(pairs)
         p, s = self.spread(0, figure).median, self.spread(1, figure).median
