@@ -14,8 +14,9 @@ from ui_helpers import GREEDY, tiny_runtime
 from specchat.engine.chat import ChatEngine
 from specchat.engine.plain import PlainDecoder
 from specchat.runtime import Runtime
-from specchat.session.controller import ChatSession, Notice, Redraw, View
+from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation, Turn
+from specchat.session.views import Notice, Redraw, View
 from specchat.session.worker import ReplyUpdate, run_reply
 from specchat.store import ChatStore
 from specchat.store.chats import thread

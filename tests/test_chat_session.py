@@ -26,15 +26,8 @@ from specchat.engine.chat_template import Message
 from specchat.engine.plain import PlainDecoder
 from specchat.errors import ModelFileError
 from specchat.runtime import Runtime
-from specchat.session.controller import (
-    ChatSession,
-    Ended,
-    Failed,
-    Notice,
-    SaveState,
-    Streamed,
-    View,
-)
+from specchat.session.controller import ChatSession
+from specchat.session.views import Ended, Failed, Notice, SaveState, Streamed, View
 from specchat.session.worker import ReplyDone, ReplyUpdate, run_reply
 from specchat.store import ChatStore, ReplyStats
 

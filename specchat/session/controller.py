@@ -14,9 +14,9 @@ The chat screen drives it from the UI thread and renders what it returns:
   followed the old one stays on its branch); ``flip(turn, step)`` shows another alternative,
   ``delete(turn)`` takes a turn away (``deletion(turn)`` says what that does, for the
   confirmation). See :mod:`~specchat.session.conversation` for the tree.
-- Every method returns a list of view updates (:class:`Streamed`, :class:`Figures`,
-  :class:`Ended`, :class:`Notice`, :class:`Failed`, :class:`SaveState`, :class:`Redraw`): the
-  only way the session talks to the screen.
+- Every method returns a list of view updates (:mod:`~specchat.session.views`: ``Streamed``,
+  ``Figures``, ``Ended``, ``Notice``, ``Failed``, ``SaveState``, ``Redraw``): the only way the
+  session talks to the screen.
 
 Saving never loses a turn: a write that fails (disk full, locked, read-only...) leaves the
 turn in memory with ``saved`` false, says so once (a notice, and ``SaveState``), and is
@@ -29,74 +29,28 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError, StoreError
 from specchat.session.conversation import Conversation, Deletion, Turn
-from specchat.session.live import LiveStats
+from specchat.session.views import (
+    Ended,
+    Failed,
+    Figures,
+    Notice,
+    Redraw,
+    SaveState,
+    Streamed,
+    View,
+)
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
-from specchat.store import ChatStore, FateTrace, ReplyStats, Segment, chat_to_markdown, title_from
+from specchat.store import ChatStore, FateTrace, ReplyStats, chat_to_markdown, title_from
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
 RENEW_S = 30.0  # how often tick() renews the chat's ownership (the store's LEASE_S is 120)
-
-
-# --- what the screen renders -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Streamed:
-    """New segments of ``turn`` (already added to it): draw them."""
-
-    turn: Turn
-    segments: list[Segment]
-
-
-@dataclass(frozen=True)
-class Figures:
-    stats: LiveStats
-    busy: bool
-
-
-@dataclass(frozen=True)
-class Ended:
-    """The reply ended (``turn.status`` says how); ``dropped``: it had nothing, remove it."""
-
-    turn: Turn
-    dropped: bool
-
-
-@dataclass(frozen=True)
-class Notice:
-    text: str
-    severity: str = "information"  # information | warning | error
-    title: str = ""
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The reply could not be generated: say so in a dialog."""
-
-    title: str
-    text: str
-
-
-@dataclass(frozen=True)
-class SaveState:
-    """How many turns are in memory only (0: everything is saved)."""
-
-    unsaved: int
-
-
-@dataclass(frozen=True)
-class Redraw:
-    """The shown branch changed (another alternative, a deleted turn): draw it again."""
-
-
-View = Streamed | Figures | Ended | Notice | Failed | SaveState | Redraw
 
 
 def failure_text(error: BaseException) -> tuple[str, str]:

@@ -29,18 +29,10 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
-from specchat.session.controller import (
-    ChatSession,
-    Ended,
-    Failed,
-    Figures,
-    Notice,
-    Redraw,
-    SaveState,
-    Streamed,
-)
+from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
+from specchat.session.views import Ended, Failed, Figures, Notice, Redraw, SaveState, Streamed
 from specchat.session.worker import ReplyJob, run_reply
 from specchat.store import ReplyStats
 from specchat.store.search import SearchHit

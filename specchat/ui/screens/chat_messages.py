@@ -21,8 +21,9 @@ from textual.screen import Screen
 
 from specchat.engine.sampling import SamplerSettings
 from specchat.session.clipboard import clipboard_text, code_blocks
-from specchat.session.controller import ChatSession, View
+from specchat.session.controller import ChatSession
 from specchat.session.conversation import Turn
+from specchat.session.views import View
 from specchat.store import ReplyStats
 from specchat.ui.screens.dialogs import ConfirmDialog
 from specchat.ui.screens.message_dialogs import CodePicker, EditDialog, MessageMenu, preview
