@@ -40,7 +40,7 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.planner import Planner, PlannerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
-from specchat.formats.gguf_file import validate
+from specchat.formats.gguf_checks import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry
 from specchat.models.mtp import detect, detect_path, no_heads
 from specchat.models.progress import Progress, ProgressFn, no_progress

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from specchat.errors import ModelFileError
-from specchat.formats.gguf_file import read_header, split_parts, validate
+from specchat.formats.gguf_checks import split_parts, validate
+from specchat.formats.gguf_file import read_header
 
 
 def test_header_of_a_tiny_model(tiny_target: Path) -> None:

@@ -17,13 +17,8 @@ from hypothesis import strategies as st
 from specchat.devtools.hostile_gguf import Layout, layout
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
 from specchat.errors import ModelFileError
-from specchat.formats.gguf_file import (
-    GgufHeader,
-    TruncatedHeader,
-    read_header,
-    read_header_bytes,
-    vocabulary_problem,
-)
+from specchat.formats.gguf_checks import vocabulary_problem
+from specchat.formats.gguf_file import GgufHeader, TruncatedHeader, read_header, read_header_bytes
 from specchat.models.compat import facts_from_headers
 
 SMALL = TinySpec(n_embd=32, n_head=2, n_head_kv=2, n_layer=1, n_ff=64, seed=5)

@@ -17,13 +17,8 @@ from specchat.devtools.hostile_gguf import layout, set_u32, variants
 from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.errors import ModelFileError
-from specchat.formats.gguf_file import (
-    DamagedFile,
-    GgufHeader,
-    read_header,
-    validate,
-    vocabulary_problem,
-)
+from specchat.formats.gguf_checks import validate, vocabulary_problem
+from specchat.formats.gguf_file import DamagedFile, GgufHeader, read_header
 from specchat.models import remote_header
 from specchat.models.catalog import HfSource
 from specchat.models.compat import check_files, facts_for_hub

@@ -27,7 +27,8 @@ from specchat.engine.memory_plan import (
 )
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
 from specchat.errors import NotEnoughMemoryError
-from specchat.formats.gguf_file import GgufHeader, TensorInfo, validate
+from specchat.formats.gguf_checks import validate
+from specchat.formats.gguf_file import GgufHeader, TensorInfo
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths

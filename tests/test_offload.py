@@ -22,7 +22,7 @@ from specchat.engine.memory_plan import Footprint
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import ConfigError, ModelFileError, SpecchatError
-from specchat.formats.gguf_file import validate
+from specchat.formats.gguf_checks import validate
 from specchat.paths import AppPaths
 from specchat.runtime import Runtime, select
 

@@ -27,7 +27,8 @@ from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, la
 from specchat.engine.load_report import LoadReport
 from specchat.engine.plan import SideBranch
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
-from specchat.formats.gguf_file import GgufHeader, validate
+from specchat.formats.gguf_checks import validate
+from specchat.formats.gguf_file import GgufHeader
 
 # Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
 # ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is

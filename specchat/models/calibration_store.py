@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from specchat.engine.costs import CostCurve
-from specchat.formats.gguf_file import split_parts
+from specchat.formats.gguf_checks import split_parts
 from specchat.models.calibration import CalibrationResult
 from specchat.paths import AppPaths
 

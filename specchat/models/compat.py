@@ -14,14 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.errors import CatalogError, FetchError, ModelFileError
-from specchat.formats.gguf_file import (
-    VOCAB_TEXTS,
-    DamagedFile,
-    GgufHeader,
-    check_complete,
-    read_header,
-    split_parts,
-)
+from specchat.formats.gguf_checks import VOCAB_TEXTS, check_complete, split_parts
+from specchat.formats.gguf_file import DamagedFile, GgufHeader, read_header
 from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PathSource
 from specchat.models.families import format_params, guess_family, smaller_siblings
 from specchat.models.progress import format_bytes

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from specchat.errors import FetchError
-from specchat.formats.gguf_file import split_parts
+from specchat.formats.gguf_checks import split_parts
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,

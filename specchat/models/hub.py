@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import FetchError
-from specchat.formats.gguf_file import split_parts
+from specchat.formats.gguf_checks import split_parts
 
 _TRUE = {"1", "true", "yes", "on"}
 # Every small Hub request (a listing, a file's metadata, a header's first MB) waits at most this

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.formats.gguf_file import split_index, split_parts
+from specchat.formats.gguf_checks import split_index, split_parts
 from specchat.paths import AppPaths
 
 MAX_DEPTH = 5  # LM Studio: models/<publisher>/<repo>/<file>; HF: models--x/snapshots/<sha>/<file>

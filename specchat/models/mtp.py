@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.formats.gguf_file import GgufHeader, read_header, split_index
+from specchat.formats.gguf_checks import split_index
+from specchat.formats.gguf_file import GgufHeader, read_header
 
 # Architectures llama.cpp 0.3.36 builds an MTP graph for (llama_model_<arch>::graph_mtp).
 RUNNABLE = frozenset({"qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "deepseek2",

@@ -14,7 +14,7 @@ from pathlib import Path
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.errors import Cancelled, ModelFileError
-from specchat.formats.gguf_file import validate
+from specchat.formats.gguf_checks import validate
 from specchat.models.progress import Progress, ProgressFn
 
 # llama_ftype values (llama.h) and the dominant tensor type of each, for the size estimate.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.errors import Cancelled, CatalogError, FetchError, NoSpaceError
-from specchat.formats.gguf_file import split_parts, validate
+from specchat.formats.gguf_checks import split_parts, validate
 from specchat.models.catalog import (
     Catalog,
     DerivedSource,

@@ -14,7 +14,8 @@ from enum import Enum
 from typing import Any
 
 from specchat.errors import ModelFileError
-from specchat.formats.gguf_file import TOKENS, GgufHeader, vocabulary_problem
+from specchat.formats.gguf_checks import vocabulary_problem
+from specchat.formats.gguf_file import TOKENS, GgufHeader
 
 
 class Level(str, Enum):

@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.errors import ModelFileError, SpecchatError
-from specchat.formats.gguf_file import TensorInfo, read_header, split_parts
+from specchat.formats.gguf_checks import split_parts
+from specchat.formats.gguf_file import TensorInfo, read_header
 
 
 def _tensor(path: Path) -> tuple[TensorInfo, int]:
