@@ -19,7 +19,7 @@ from specchat.session.conversation import Conversation, Turn
 from specchat.session.views import Notice, Redraw, View
 from specchat.session.worker import ReplyUpdate, run_reply
 from specchat.store import ChatStore
-from specchat.store.chats import thread
+from specchat.store.branches import thread
 from specchat.store.schema import MIGRATIONS, SCHEMA_VERSION, migrate, user_version
 
 SYSTEM = "Be brief."

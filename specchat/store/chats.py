@@ -17,7 +17,8 @@ or whose heartbeat is older than ``LEASE_S``, no longer counts.
 
 Branches: each message names the one it follows (``parent_id``); messages with the same parent
 are alternatives (a regenerated reply, an edited message) and one of them is ``active``, the
-one shown. :func:`thread` walks the shown branch; :meth:`ChatStore.messages` returns them all.
+one shown. :mod:`~specchat.store.branches` walks the shown branch; :meth:`ChatStore.messages`
+returns them all.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 from specchat.errors import StoreError
+from specchat.store.branches import Link, thread
 from specchat.store.schema import migrate
 from specchat.store.search import SearchHit, ensure_index, index_needs_work, search
+from specchat.store.sqlite_errors import describe_sqlite_error
 from specchat.store.stats import ReplyStats
 
 TITLE_CHARS = 48
@@ -71,51 +73,6 @@ class StoredMessage:
     active: bool = True  # the one shown among its alternatives (same parent)
 
 
-class _Linked(Protocol):
-    @property
-    def id(self) -> int: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def parent_id(self) -> int | None: ...
-    @property
-    def active(self) -> bool: ...
-
-
-M = TypeVar("M", bound=_Linked)
-
-
-@dataclass(frozen=True)
-class _Link:
-    id: int
-    seq: int
-    parent_id: int | None
-    active: bool
-
-
-def thread(messages: Sequence[M]) -> list[M]:
-    """The shown branch of a chat's messages (in seq order): from the first message, each
-    step takes the active child (the newest one if none is marked, as a damaged row may
-    leave it). A message whose parent is gone counts as a first message."""
-    ids = {m.id for m in messages}
-    children: dict[int | None, list[M]] = {}
-    for m in sorted(messages, key=lambda m: m.seq):
-        parent = m.parent_id if m.parent_id in ids else None
-        children.setdefault(parent, []).append(m)
-    out: list[M] = []
-    parent_id: int | None = None
-    seen: set[int] = set()
-    while (kids := children.get(parent_id)):
-        shown = [k for k in kids if k.active] or kids
-        pick = shown[-1]
-        if pick.id in seen:  # a cycle in damaged rows: stop rather than loop
-            break
-        seen.add(pick.id)
-        out.append(pick)
-        parent_id = pick.id
-    return out
-
-
 class _Keep:
     """An argument left out: the column keeps its value."""
 
@@ -140,31 +97,6 @@ class Owner:
     def describe(self) -> str:
         here = self.host == socket.gethostname()
         return f"process {self.pid}" if here else f"process {self.pid} on {self.host}"
-
-
-# SQLite's primary result codes (sqlite3 names them only from Python 3.11 on).
-SQLITE_READONLY, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = (
-    8, 5, 6, 11, 13, 26)
-
-
-def describe_sqlite_error(e: sqlite3.Error, path: Path | str, doing: str) -> StoreError:
-    """One line for the user, and the kind the app acts on."""
-    code = getattr(e, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    text = str(e)
-    if primary == SQLITE_FULL or "database or disk is full" in text:
-        return StoreError(f"{doing}: the disk is full ({path})", "full")
-    if primary in (SQLITE_BUSY, SQLITE_LOCKED) or "locked" in text:
-        return StoreError(f"{doing}: the chat database is busy (another program is writing "
-                          f"to {path})", "locked")
-    if primary in (SQLITE_CORRUPT, SQLITE_NOTADB) or "malformed" in text \
-            or "not a database" in text:
-        return StoreError(f"{doing}: the chat database {path} is damaged ({text}); "
-                          "`specchat chats --repair` keeps a copy and recovers what it can",
-                          "corrupt")
-    if primary == SQLITE_READONLY or "readonly" in text:
-        return StoreError(f"{doing}: the chat database {path} is read-only", "readonly")
-    return StoreError(f"{doing}: {text} ({path})")
 
 
 class ChatStore:
@@ -498,7 +430,7 @@ def _mend_index(conn: sqlite3.Connection) -> None:
 def _shown_counts(c: sqlite3.Connection, chat_id: int | None = None) -> dict[int, int]:
     """Messages on each chat's shown branch (:func:`thread`), from the link columns alone;
     empty at a schema older than branches (every message is then shown)."""
-    links: dict[int, list[_Link]] = {}
+    links: dict[int, list[Link]] = {}
     try:
         cols = {r[1] for r in c.execute("PRAGMA table_info(messages)")}
         if not {"parent_id", "active"} <= cols:
@@ -506,7 +438,7 @@ def _shown_counts(c: sqlite3.Connection, chat_id: int | None = None) -> dict[int
         where, args = ("WHERE chat_id = ?", (chat_id,)) if chat_id is not None else ("", ())
         for r in c.execute(f"SELECT id, chat_id, seq, parent_id, active FROM messages {where}",
                            args):
-            links.setdefault(r[1], []).append(_Link(r[0], r[2], r[3], bool(r[4])))
+            links.setdefault(r[1], []).append(Link(r[0], r[2], r[3], bool(r[4])))
     except sqlite3.DatabaseError:
         # Damaged message pages: the list still reads (its counts come from an index), so
         # the user can open what is left and repair; the plain counts stand.
