@@ -31,7 +31,8 @@ from specchat.engine.model import LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.replay import TurnTrace
 from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder, new_text
+from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.topics import new_text
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 

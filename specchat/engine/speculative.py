@@ -36,7 +36,6 @@ from specchat.engine.drafters import (
     Proposal,
     build,
     can_propose,
-    depths,
     fit_shape,
 )
 from specchat.engine.drafters.fallback import Fallback
@@ -44,7 +43,6 @@ from specchat.engine.events import (
     Event,
     GenerationStats,
     NoticeEvent,
-    RejectedEvent,
     StepEvent,
     TokenOrigin,
 )
@@ -52,6 +50,7 @@ from specchat.engine.gamma import FixedGamma, GammaPolicy
 from specchat.engine.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.model import DecodeCancelled, LlamaContext
 from specchat.engine.plan import Plan
+from specchat.engine.rejected import rejected_events
 from specchat.engine.reply import Reply
 from specchat.engine.sampling import (
     Distribution,
@@ -62,7 +61,8 @@ from specchat.engine.sampling import (
     make_rng,
 )
 from specchat.engine.spec_stats import SpecTally
-from specchat.engine.verify import Verdict, children_of, verify_tree, verify_tree_greedy
+from specchat.engine.topics import new_text
+from specchat.engine.verify import Verdict, verify_tree, verify_tree_greedy
 from specchat.errors import SpecchatError
 
 
@@ -317,7 +317,7 @@ class SpeculativeDecoder:
         out = []
         position = reply.n_generated
         kept = [proposal.tokens[i] for i in verdict.path]
-        main, branches = self._rejected_events(proposal, verdict, position)
+        main, branches = rejected_events(proposal, verdict, position, self.target.model.piece)
         for j, token in enumerate([*kept, verdict.token]):
             origin = TokenOrigin.ACCEPTED
             if j == len(kept):
@@ -333,44 +333,6 @@ class SpeculativeDecoder:
         for d in self._alive:
             d.commit(seq, proposal, verdict)
         return out
-
-    def _rejected_events(self, proposal: Proposal, verdict: Verdict, position: int
-                         ) -> tuple[list[Event], list[Event]]:
-        """Every drafted token off the accepted path. The main run: the first child rejected
-        where the path stopped and its best-ranked descendants (never judged). Then the
-        losing branches of a tree, each numbered, depth first."""
-        if not proposal.tokens:  # a plain step
-            return [], []
-        kids = children_of(proposal.parents)
-        depth = depths(proposal.parents)
-        judged = {r.index: r for r in verdict.rejections}
-        model = self.target.model
-
-        def event(i: int, branch: int) -> RejectedEvent:
-            d = proposal.tokens[i]
-            r = judged.get(i)
-            p, q = (r.p, r.q) if r is not None else (0.0, proposal.q[i].prob(d))
-            text = model.piece(d).decode("utf-8", errors="replace")
-            return RejectedEvent(d, text, position + depth[i] - 1, p, q, branch)
-
-        main: list[int] = []
-        node = verdict.rejected.index if verdict.rejected is not None else None
-        while node is not None:
-            main.append(node)
-            node = kids.get(node, [None])[0]
-        seen = set(verdict.path) | set(main)
-        branches: list[Event] = []
-        number = 0
-        for i in range(len(proposal.tokens)):
-            if i in seen:
-                continue
-            number += 1
-            node = i
-            while node is not None:  # a branch follows first children; the others start new ones
-                seen.add(node)
-                branches.append(event(node, number))
-                node = kids.get(node, [None])[0]
-        return [event(i, 0) for i in main], branches
 
     def _settle(self, seq: list[int]) -> None:
         """Leave every cache holding only tokens of the committed sequence."""
@@ -404,11 +366,3 @@ class SpeculativeDecoder:
         while i < n and last[i] == prompt[i]:
             i += 1
         return new_text(self.target.model.detokenize, prompt[i:], head, tail)
-
-
-def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], head: int = 160,
-             tail: int = 96) -> str:
-    """``tokens`` as text, the middle left out when there are more than ``head + tail``."""
-    if len(tokens) <= head + tail:
-        return detokenize(tokens)
-    return detokenize(tokens[:head]) + " … " + detokenize(tokens[-tail:])

@@ -11,6 +11,7 @@ Inside a reply, entering or leaving a Markdown code fence is the other sure sign
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 TOPICS = ("code", "math", "translation", "summary", "chat")
 
@@ -67,3 +68,11 @@ class FenceTracker:
                 start += 1  # a longer run of backticks is one fence
         self._tail = window[-3:]
         return crossed
+
+
+def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], head: int = 160,
+             tail: int = 96) -> str:
+    """``tokens`` as text, the middle left out when there are more than ``head + tail``."""
+    if len(tokens) <= head + tail:
+        return detokenize(tokens)
+    return detokenize(tokens[:head]) + " … " + detokenize(tokens[-tail:])
