@@ -12,12 +12,13 @@ from specchat.engine.decoding import run_to_end
 from specchat.engine.planner import Planner
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder
+from specchat.loading import select
 from specchat.models.catalog import load_catalog
 from specchat.models.controller_store import controller_file, load_states
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
 from specchat.race.runner import RaceSetup, run_race
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.services import runtime_decoder
 

@@ -42,9 +42,9 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import Distribution, SamplerSettings, distribution
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError
+from specchat.loading import check_pair
 from specchat.models.compat import check_files
 from specchat.models.vocab_compat import Level
-from specchat.runtime import check_pair
 
 V = 5  # target tokens: b"a" .. b"e"
 T09 = SamplerSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)

@@ -222,8 +222,9 @@ def test_an_adhoc_target_gets_its_draft_in_the_models_folder(home: AppPaths, dee
 def test_the_app_settings_choose_layerskip_through_the_runtime(home: AppPaths, deep: Path,
                                                                capsys: pytest.CaptureFixture[str]
                                                                ) -> None:
+    from specchat.loading import select
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime, select
+    from specchat.runtime import Runtime
     from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
     from specchat.ui.services import runtime_decoder
 

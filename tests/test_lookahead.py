@@ -300,9 +300,10 @@ def test_on_a_steep_curve_lookahead_is_not_even_measured() -> None:
 
 
 def test_the_runtime_plans_lookahead_with_the_planner(home: AppPaths, tiny_target: Path) -> None:
+    from specchat.loading import select
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime, select
+    from specchat.runtime import Runtime
     from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
     from specchat.ui.services import runtime_decoder
 

@@ -29,10 +29,11 @@ from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, Mod
 from specchat.errors import NotEnoughMemoryError
 from specchat.formats.gguf_checks import validate
 from specchat.formats.gguf_file import GgufHeader, TensorInfo
+from specchat.loading import RuntimeOptions, Selection
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime, RuntimeOptions, Selection
+from specchat.runtime import Runtime
 
 GB = 10**9
 MIB = 1024 * 1024

@@ -23,8 +23,9 @@ from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, Mod
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import ConfigError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate
+from specchat.loading import select
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime
 
 MIB = 1024 * 1024
 

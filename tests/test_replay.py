@@ -173,11 +173,12 @@ def test_ask_with_gamma_auto_streams_the_mode(tiny_target: Path, tiny_draft: Pat
 def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
         tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
     from specchat.engine.auto_gamma import AutoGamma
+    from specchat.loading import select
     from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
     from specchat.models.calibration_store import save_calibration
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime, select
+    from specchat.runtime import Runtime
 
     cat = load_catalog()
     sel = select(cat, model=str(tiny_target), draft=str(tiny_draft))

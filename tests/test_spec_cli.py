@@ -23,10 +23,11 @@ from specchat.engine.plain import PlainDecoder
 from specchat.engine.planner import Planner
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import IncompatiblePairError, SpecchatError
+from specchat.loading import RuntimeOptions, check_pair, select
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime, RuntimeOptions, check_pair, select
+from specchat.runtime import Runtime
 
 
 @pytest.fixture(scope="module")

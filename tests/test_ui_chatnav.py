@@ -18,12 +18,13 @@ from specchat.engine.events import Event
 from specchat.engine.model import ContextSettings, LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
+from specchat.loading import RuntimeOptions, select
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, PathSource
 from specchat.models.choices import Choice
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime, RuntimeOptions, select
+from specchat.runtime import Runtime
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen

@@ -34,9 +34,10 @@ from specchat.engine.events import (
 from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
+from specchat.loading import Selection
 from specchat.models.catalog import ModelEntry, PairEntry, PathSource
 from specchat.models.progress import ProgressFn
-from specchat.runtime import Runtime, Selection
+from specchat.runtime import Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

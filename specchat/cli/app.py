@@ -10,19 +10,13 @@ from specchat.cli.common import Env, sampling_changes
 from specchat.config import UserConfig
 from specchat.engine.gamma import GammaSetting
 from specchat.errors import ConfigError, SpecchatError
+from specchat.loading import LOAD_TASK, RuntimeOptions, Selection, select, select_label
 from specchat.models.catalog import Catalog, load_catalog
 from specchat.models.choices import Choice, all_choices, choice_for
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.race.runner import RaceSetup
-from specchat.runtime import (
-    LOAD_TASK,
-    Runtime,
-    RuntimeOptions,
-    Selection,
-    select,
-    select_label,
-)
+from specchat.runtime import Runtime
 from specchat.store.repair import open_for_app
 from specchat.ui.app import SpecchatApp
 from specchat.ui.services import AppServices, PairOpener

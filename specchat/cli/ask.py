@@ -33,8 +33,9 @@ from specchat.engine.events import (
 from specchat.engine.in_force import InForce, in_force
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
+from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime
 from specchat.textsafe import safe_json, safe_text
 
 

@@ -38,8 +38,9 @@ from specchat.engine.machine_load import LoadWatch, load_fields
 from specchat.engine.planner import Planner
 from specchat.engine.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
+from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, select
+from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
 
 GAMMA_MAX = 10

@@ -23,9 +23,10 @@ from specchat.engine.gamma import GAMMA_HELP, parse_gamma
 from specchat.engine.llama_lib import system_info
 from specchat.engine.machine_load import LoadWatch, load_fields, load_text
 from specchat.errors import SpecchatError
+from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
-from specchat.runtime import Runtime, drafter_names, select
+from specchat.runtime import Runtime, drafter_names
 from specchat.textsafe import safe_text
 
 

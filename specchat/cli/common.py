@@ -14,10 +14,11 @@ from specchat.engine.gamma import GammaSetting, parse_gamma
 from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import SpecchatError
+from specchat.loading import RuntimeOptions
 from specchat.models.catalog import Catalog, load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths, app_paths
-from specchat.runtime import Runtime, RuntimeOptions
+from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
 
 

@@ -13,7 +13,7 @@ from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import MemoryReadings, fmt_bytes, plan_load
 from specchat.engine.model import default_threads
 from specchat.errors import SpecchatError
-from specchat.runtime import check_main_gpu, load_requests, select
+from specchat.loading import check_main_gpu, load_requests, select
 
 Write = Callable[[str], object]
 

@@ -22,8 +22,9 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder, run_to_end
 from specchat.errors import SpecchatError
+from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, drafter_names, select
+from specchat.runtime import Runtime, drafter_names
 
 PROMPT = "Write one sentence about the sea."
 ALPHA = 1e-3

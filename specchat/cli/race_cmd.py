@@ -26,6 +26,7 @@ from specchat.cli.common import (
 )
 from specchat.engine.events import TokenEvent
 from specchat.errors import SpecchatError
+from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.race.prompts import DEFAULT_KIND, RacePrompt, prompt_from
 from specchat.race.replay import Due, play, schedule
@@ -33,7 +34,7 @@ from specchat.race.result import RaceResult, recorded_with
 from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
-from specchat.runtime import Runtime, drafter_names, select
+from specchat.runtime import Runtime, drafter_names
 from specchat.textsafe import safe_text
 
 DEFAULT_MAX_TOKENS = 128

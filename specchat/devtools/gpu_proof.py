@@ -33,10 +33,11 @@ from specchat.engine.memory_plan import fmt_bytes
 from specchat.engine.model import ContextSettings, ModelSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
+from specchat.loading import RuntimeOptions, Selection
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime, RuntimeOptions, Selection
+from specchat.runtime import Runtime
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from textual.containers import Center, Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, ProgressBar, Static
 
+from specchat.loading import LOAD_TASK
 from specchat.models.progress import Progress, format_bytes, format_duration
-from specchat.runtime import LOAD_TASK
 
 LOADING_TASK = LOAD_TASK  # the runtime reports it: a percentage of the weights, the memory
 
