@@ -12,7 +12,7 @@ from pathlib import Path
 from specchat.engine.hardware import gpu_devices
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import LoadPlan, LoadRequest, PairPlan
-from specchat.engine.model import ContextSettings, ModelSettings
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_checks import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry

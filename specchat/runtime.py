@@ -31,7 +31,8 @@ from specchat.engine.memory_plan import (
     check,
     plan_load,
 )
-from specchat.engine.model import LlamaContext, LlamaModel, ModelSettings
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ModelSettings
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.planner import Planner, PlannerSettings

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specchat.engine import batch_rounding
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 
 
 @pytest.fixture

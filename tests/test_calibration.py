@@ -11,7 +11,8 @@ import pytest
 
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.costs import CostCurve, draft_step_cost, non_decreasing, verify_costs
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speedup import (
     PAYS,

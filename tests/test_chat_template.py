@@ -18,7 +18,8 @@ from specchat.engine import chat_template
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import ChatTemplate, Message
 from specchat.engine.events import GenerationStats
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import Cancelled, ModelFileError

@@ -37,7 +37,8 @@ from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, VocabMap, valid_utf8_prefix
 from specchat.engine.drafters.model import ModelDrafter
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import Distribution, SamplerSettings, distribution
 from specchat.engine.speculative import SpeculativeDecoder

@@ -16,7 +16,8 @@ from specchat.engine.hidden_states import (
     n_embd,
     states_over,
 )
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.errors import Cancelled
 from specchat.models.heads.output_matrix import output_rows
 

@@ -246,7 +246,8 @@ def test_greedy_kangaroo_on_the_demo_target_equals_plain(
     """Train a small adapter for SmolLM2-135M F32 (its first 6 of 30 blocks) on a short text
     (eight Spec-Bench prompts, ~900 tokens), save it, load it back as the runtime does, and
     decode greedily: the output is the target's own greedy output (drafts proposed every step)."""
-    from specchat.engine.model import ContextSettings, LlamaModel
+    from specchat.engine.model import LlamaModel
+    from specchat.engine.model_settings import ContextSettings
     from specchat.engine.plain import PlainDecoder
     from specchat.models.heads.data import DataSpec, spec_bench_prompts
     from specchat.models.heads.kangaroo import KangarooSpec, adapter_file, load, train

@@ -26,7 +26,8 @@ from specchat.devtools.tiny_models import TinySpec, write_tiny_model
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters.layerskip import LayerSkipDrafter
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder

@@ -25,7 +25,8 @@ from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettin
 from specchat.engine.events import StepEvent
 from specchat.engine.gamma import FixedGamma
 from specchat.engine.lookahead_pool import JacobiWindow, NgramPool, candidate_tree
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import SideBranch
 from specchat.engine.planner import Planner

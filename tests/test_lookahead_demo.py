@@ -17,7 +17,8 @@ from specchat.engine.chat_template import Message
 from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder

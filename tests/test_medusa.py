@@ -106,7 +106,8 @@ def test_greedy_medusa_is_the_target_argmax_chain() -> None:
 def test_greedy_medusa_equals_plain_on_the_demo_target(demo_files: tuple[object, object]) -> None:
     from pathlib import Path
 
-    from specchat.engine.model import ContextSettings, LlamaModel
+    from specchat.engine.model import LlamaModel
+    from specchat.engine.model_settings import ContextSettings
     from specchat.engine.plain import PlainDecoder
     from specchat.models.heads.output_matrix import output_rows
 

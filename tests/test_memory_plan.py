@@ -25,7 +25,8 @@ from specchat.engine.memory_plan import (
     check,
     plan_load,
 )
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.errors import NotEnoughMemoryError
 from specchat.formats.gguf_checks import validate
 from specchat.formats.gguf_file import GgufHeader, TensorInfo

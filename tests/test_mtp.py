@@ -19,7 +19,8 @@ from specchat.engine.decoding import run_to_end
 from specchat.engine.drafters import DrafterEnv, DraftRequest, build
 from specchat.engine.drafters.mtp import MtpContext, MtpDrafter, capture_for, hooks_available
 from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import chain
 from specchat.engine.sampling import SamplerSettings

@@ -19,7 +19,8 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder
 from specchat.engine.events import Event, GenerationStats, NoticeEvent, TokenEvent
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
 from specchat.engine.speculative import SpeculativeDecoder

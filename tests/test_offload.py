@@ -19,7 +19,8 @@ from specchat.config import load_config
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import Footprint
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, ModelSettings
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.engine.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import ConfigError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate

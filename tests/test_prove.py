@@ -12,7 +12,8 @@ import pytest
 from specchat.bench.chi2 import homogeneity
 from specchat.cli.main import main
 from specchat.cli.prove_cmd import sample, verdict
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.paths import AppPaths

@@ -14,7 +14,8 @@ import pytest
 from specchat.engine import batch_rounding
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver

@@ -14,7 +14,8 @@ from specchat.devtools.tiny_models import TinySpec, write_tiny_model
 from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.events import GenerationStats, StepEvent
 from specchat.engine.gamma import ConfidenceCutoff, FixedGamma, GammaPolicy, HfHeuristic
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.replay import ReplayCosts, TurnTrace, VirtualClock, replay_turn
 from specchat.engine.sampling import SamplerSettings
 from specchat.engine.speculative import SpeculativeDecoder

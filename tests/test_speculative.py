@@ -27,7 +27,8 @@ from specchat.engine.events import (
     TokenOrigin,
 )
 from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, flash_attention
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings, flash_attention
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import Plan, chain
 from specchat.engine.sampling import SamplerSettings, distribution

@@ -17,7 +17,8 @@ from specchat.engine.chat_template import Message
 from specchat.engine.drafters.tree import best_shape
 from specchat.engine.events import GenerationStats, TokenEvent
 from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import Plan
 from specchat.engine.sampling import SamplerSettings
@@ -33,7 +34,7 @@ GREEDY = SamplerSettings(temperature=0, max_tokens=48)
 def demo(demo_files: tuple[Path, Path]) -> tuple[LlamaContext, LlamaContext]:
     # One thread: llama.cpp's results do not depend on it, and on a busy machine a second
     # thread mostly waits. Flash attention: "auto", which is off on a CPU-only build — with it
-    # on, writing #81 parts from plain output at token 6 (see model.flash_attention).
+    # on, writing #81 parts from plain output at token 6 (see model_settings.flash_attention).
     settings = ContextSettings(n_ctx=2048, n_threads=1)
     target, draft = LlamaModel(demo_files[0]), LlamaModel(demo_files[1])
     return LlamaContext(target, settings), LlamaContext(draft, settings)

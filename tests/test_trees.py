@@ -19,7 +19,8 @@ from specchat.engine.drafters import fit_shape, parse_names
 from specchat.engine.drafters.tree import best_shape
 from specchat.engine.events import NoticeEvent, RejectedEvent, StepEvent, TokenEvent
 from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel, tree_paths
+from specchat.engine.model import LlamaContext, LlamaModel, tree_paths
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.plan import Plan
 from specchat.engine.sampling import SamplerSettings

@@ -15,7 +15,8 @@ from ui_helpers import wait_for as wait_briefly
 from specchat.cli.app import opener
 from specchat.config import UserConfig
 from specchat.engine.events import Event
-from specchat.engine.model import ContextSettings, LlamaModel
+from specchat.engine.model import LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.loading import RuntimeOptions, select

@@ -14,7 +14,8 @@ from specchat.config import UserConfig
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.events import TokenEvent
-from specchat.engine.model import ContextSettings, LlamaContext
+from specchat.engine.model import LlamaContext
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.race.runner import RaceSetup

@@ -31,7 +31,8 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.loading import Selection

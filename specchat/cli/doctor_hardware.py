@@ -11,7 +11,7 @@ from specchat.cli.common import Env
 from specchat.engine.hardware import backend_label, device_api_available, devices, host_memory
 from specchat.engine.llama_lib import supports_gpu_offload
 from specchat.engine.memory_plan import MemoryReadings, fmt_bytes, plan_load
-from specchat.engine.model import default_threads
+from specchat.engine.model_settings import default_threads
 from specchat.errors import SpecchatError
 from specchat.loading import check_main_gpu, load_requests, select
 

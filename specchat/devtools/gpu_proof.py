@@ -30,7 +30,7 @@ from specchat.engine.decoding import Decoder, run_to_end
 from specchat.engine.events import GenerationStats
 from specchat.engine.hardware import backend_label, devices
 from specchat.engine.memory_plan import fmt_bytes
-from specchat.engine.model import ContextSettings, ModelSettings
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.sampling import SamplerSettings
 from specchat.loading import RuntimeOptions, Selection

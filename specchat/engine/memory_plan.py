@@ -19,7 +19,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.engine.hardware import Device, HostMemory, devices, gpu_devices, host_memory
 from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.model import KV_CACHE_TYPES, ContextSettings, ModelSettings, flash_attention
+from specchat.engine.model_settings import KV_CACHE_TYPES, ContextSettings, ModelSettings, flash_attention
 from specchat.errors import NotEnoughMemoryError
 from specchat.formats.gguf_file import GgufHeader
 

@@ -15,7 +15,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -25,6 +24,14 @@ import numpy.typing as npt
 from specchat.engine import amx
 from specchat.engine.llama_lib import capture_log, clear_log, ensure_backend, last_error
 from specchat.engine.load_report import LoadReport
+from specchat.engine.model_settings import (
+    FLASH_TYPES,
+    KV_CACHE_TYPES,
+    ContextSettings,
+    ModelSettings,
+    default_threads,
+    flash_attention,
+)
 from specchat.engine.plan import SideBranch
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate
@@ -40,49 +47,6 @@ _NO_ABORT = llama_cpp.ggml_abort_callback(0)
 
 class DecodeCancelled(SpecchatError):
     """A decode was aborted through the context's cancel event."""
-
-
-def default_threads() -> int:
-    # llama.cpp's own default counts physical cores; os.cpu_count() counts logical ones.
-    n = os.cpu_count() or 1
-    return max(1, n // 2 if n > 4 else n)
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    n_gpu_layers: int = -1  # -1 = all layers (when the build can offload), 0 = CPU only
-    main_gpu: int | None = None  # None: layers spread over every GPU; N: the whole model on GPU N
-    use_mmap: bool = True
-    # With n_gpu_layers == -1: Runtime.open's memory check offloads only as many layers as fit.
-    fit_layers: bool = True
-    vocab_only: bool = False  # the tokenizer alone (no weights): for comparing vocabularies
-    # Also load the file's MTP (nextn) layers, which llama.cpp skips by default: the "mtp"
-    # drafter runs them (see engine.drafters.mtp).
-    load_mtp: bool = False
-
-
-@dataclass(frozen=True)
-class ContextSettings:
-    n_ctx: int = 4096  # 0 = the model's training context
-    n_batch: int = 512
-    n_threads: int = 0  # 0 = default_threads()
-    n_threads_batch: int = 0
-    flash_attn: str = "auto"  # auto (off without GPU offload, see flash_attention) | on | off
-    type_k: str = "f16"
-    type_v: str = "f16"
-    # Sequences the KV cache can tell apart: a token tree verified in one batch gives each
-    # root-to-leaf path its own sequence id, so this bounds a tree's leaves. The cache is
-    # unified (one buffer shared by all sequences), so it costs no memory.
-    n_seq_max: int = 16
-
-
-_FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-          "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-          "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
-FLASH_ATTN_MODES = tuple(_FLASH)
-# KV cache element types llama.cpp accepts (enum ggml_type values).
-KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 6, "q4_1": 3,
-                  "q4_0": 2, "iq4_nl": 20}
 
 
 class LlamaModel:
@@ -210,26 +174,6 @@ class LlamaModel:
         self.close()
 
 
-def flash_attention(setting: str, type_v: str = "f16") -> str:
-    """Resolve "auto": off on a CPU-only build, llama.cpp's own choice otherwise.
-
-    On the CPU, llama.cpp's flash-attention kernel makes logits depend on how tokens are batched
-    by ~1e-3 (a row verified in a batch of γ + 1 vs the same token decoded alone). That is enough
-    to flip a near-tie — seen on the demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 —
-    so greedy speculative output would part from greedy plain output. Without it the difference
-    is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
-
-    A quantized V cache needs flash attention, so there "auto" stays llama.cpp's choice (on): the
-    user picked memory over bit-for-bit batch independence.
-    """
-    if setting not in _FLASH:
-        setting = "auto"
-    quantized_v = type_v not in ("f32", "f16", "bf16")
-    if setting == "auto" and not quantized_v and not llama_cpp.llama_supports_gpu_offload():
-        return "off"
-    return setting
-
-
 class LlamaContext:
     """A KV cache (one sequence) over a model, and a reusable batch."""
 
@@ -247,12 +191,12 @@ class LlamaContext:
         cpus = os.cpu_count() or 1
         params.n_threads = min(settings.n_threads or default_threads(), cpus)
         params.n_threads_batch = min(settings.n_threads_batch or params.n_threads, cpus)
-        for name, value, known in (("flash attention", settings.flash_attn, _FLASH),
+        for name, value, known in (("flash attention", settings.flash_attn, FLASH_TYPES),
                                    ("K cache type", settings.type_k, KV_CACHE_TYPES),
                                    ("V cache type", settings.type_v, KV_CACHE_TYPES)):
             if value not in known:
                 raise SpecchatError(f"unknown {name} '{value}' (choose from {', '.join(known)})")
-        params.flash_attn_type = _FLASH[flash_attention(settings.flash_attn, settings.type_v)]
+        params.flash_attn_type = FLASH_TYPES[flash_attention(settings.flash_attn, settings.type_v)]
         params.type_k = KV_CACHE_TYPES[settings.type_k]
         params.type_v = KV_CACHE_TYPES[settings.type_v]
         params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back

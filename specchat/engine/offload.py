@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specchat.engine.model import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings, ModelSettings
+from specchat.engine.model_settings import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings, ModelSettings
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,8 @@ from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.engine.drafters._cross_vocab import cross_map, in_draft_vocab
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.machine_load import LoadWatch, MachineLoad
-from specchat.engine.model import (
-    ContextSettings,
-    DecodeCancelled,
-    LlamaContext,
-    LlamaModel,
-    ModelSettings,
-)
+from specchat.engine.model import DecodeCancelled, LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings, ModelSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError

@@ -23,7 +23,8 @@ from specchat.engine.agreement import agreement_trace, greedy_continuation
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
 from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
 from specchat.engine.speedup import best_gamma, speedup_table
 from specchat.models.calibration import builtin_prompts

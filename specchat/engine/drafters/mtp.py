@@ -50,7 +50,8 @@ import numpy.typing as npt
 
 from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftFailed, DraftRequest, Proposal
 from specchat.engine.drafters._pick import TokenPicker
-from specchat.engine.model import LlamaContext, LlamaModel, flash_attention
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import flash_attention
 from specchat.engine.sampling import Distribution
 
 NAME = "mtp"

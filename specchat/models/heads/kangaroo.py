@@ -33,7 +33,8 @@ import numpy.typing as npt
 
 from specchat.engine.drafters.kangaroo import ETA, KangarooAdapter
 from specchat.engine.hidden_states import states_over
-from specchat.engine.model import ContextSettings, LlamaContext, LlamaModel
+from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.model_settings import ContextSettings
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.adam import Adam
 from specchat.models.heads.data import DataSpec, collect, sequences
