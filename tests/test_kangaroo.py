@@ -200,7 +200,7 @@ def synthetic(seed: int, n: int = 6000, d: int = 32, v: int = 300
 
 
 def test_the_adapter_learns_to_undo_the_shallow_states_distortion() -> None:
-    from specchat.models.heads.kangaroo import KangarooSpec, fit
+    from specchat.models.heads.kangaroo_fit import KangarooSpec, fit
 
     h, ids, probs, w = synthetic(0)
     train, test = np.arange(5000), np.arange(5000, 6000)
@@ -216,7 +216,8 @@ def test_the_adapter_learns_to_undo_the_shallow_states_distortion() -> None:
 def test_the_adapters_whole_vocabulary_logits_match_its_training_form() -> None:
     """Run time computes W·h + (W·B)·SiLU(A·h + a) over the whole vocabulary; training
     computes W·(h + B·SiLU(A·h + a)) over a subset: the same numbers on the subset."""
-    from specchat.models.heads.kangaroo import Adapter, output_times_b
+    from specchat.models.heads.kangaroo import output_times_b
+    from specchat.models.heads.kangaroo_fit import Adapter
 
     rng = np.random.default_rng(1)
     d, r, v = 16, 4, 50
@@ -230,7 +231,7 @@ def test_the_adapters_whole_vocabulary_logits_match_its_training_form() -> None:
 
 
 def test_too_little_text_is_refused_clearly() -> None:
-    from specchat.models.heads.kangaroo import fit
+    from specchat.models.heads.kangaroo_fit import fit
 
     h, ids, probs, w = synthetic(0, n=300)
     with pytest.raises(SpecchatError, match="too little text to train the adapter"):
@@ -250,7 +251,8 @@ def test_greedy_kangaroo_on_the_demo_target_equals_plain(
     from specchat.engine.model_settings import ContextSettings
     from specchat.engine.plain import PlainDecoder
     from specchat.models.heads.data import DataSpec, spec_bench_prompts
-    from specchat.models.heads.kangaroo import KangarooSpec, adapter_file, load, train
+    from specchat.models.heads.kangaroo import adapter_file, load, train
+    from specchat.models.heads.kangaroo_fit import KangarooSpec
     from specchat.models.heads.store import target_sha256
     from specchat.paths import AppPaths
 

@@ -32,7 +32,8 @@ def add_arguments(p: Any) -> None:
 def train_kangaroo(env: Env, target: Path, args: argparse.Namespace,
                    cancel: threading.Event | None = None) -> int:
     from specchat.models.heads.data import DataSpec
-    from specchat.models.heads.kangaroo import ETA, KangarooSpec, OutputRows, train
+    from specchat.models.heads.kangaroo import ETA, OutputRows, train
+    from specchat.models.heads.kangaroo_fit import KangarooSpec
 
     OutputRows(target)  # an output matrix gguf cannot dequantize is refused before any work
 
