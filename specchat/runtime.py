@@ -35,7 +35,8 @@ from specchat.engine.model import LlamaContext, LlamaModel
 from specchat.engine.model_settings import ModelSettings
 from specchat.engine.placement import Placement
 from specchat.engine.plain import PlainDecoder
-from specchat.engine.planner import Planner, PlannerSettings
+from specchat.engine.planner import Planner
+from specchat.engine.planner_settings import PlannerSettings
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import SpecchatError
 from specchat.loading import (

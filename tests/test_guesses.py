@@ -30,7 +30,8 @@ from specchat.engine.events import StepEvent
 from specchat.engine.guesses import GuessBook
 from specchat.engine.model import LlamaContext
 from specchat.engine.plan import Plan, plain
-from specchat.engine.planner import Planner, PlannerSettings
+from specchat.engine.planner import Planner
+from specchat.engine.planner_settings import PlannerSettings
 from specchat.engine.sampling import SamplerSettings, distribution
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.engine.verify import one_hot, verify_tree

@@ -14,7 +14,8 @@ from specchat.engine.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable,
 from specchat.engine.costs import CostCurve
 from specchat.engine.events import StepEvent
 from specchat.engine.plan import Plan
-from specchat.engine.planner import Planner, PlannerSettings
+from specchat.engine.planner import Planner
+from specchat.engine.planner_settings import PlannerSettings
 from specchat.engine.tree_stats import tree_draft_cost
 
 # llama-bench on 2 CPU cores, Qwen2.5-Coder 1.5B Q4_K_M target (issue 14): n = 1..6, 8; the
@@ -152,14 +153,14 @@ def test_steps_update_the_table_by_batch_size() -> None:
 
 def test_tree_steps_teach_the_rank_statistics() -> None:
     p = planner(FLAT, 0.7)
-    prior = p.rank_table(p.current.model.position_alphas())[0][1]
+    prior = p.trees.rank_table(p.current.model.position_alphas())[0][1]
     shape = Plan("tree", (-1, -1, 0, 1))
     for _ in range(60):
         p.next_plan(("tree",))
         p.last_plan = shape  # the decoder ran this shape
         # the root's second child was accepted, then its only child
         p.observe(TreeStep(4, 2, 0.003, 0.011, "tree", committed=3, accepted_ranks=(1, 0)))
-    table = p.rank_table(p.current.model.position_alphas())
+    table = p.trees.rank_table(p.current.model.position_alphas())
     assert table[0][1] > prior + 0.2  # rank 2 at depth 1: often the one
     assert p.current.model.position_alphas()[0] < 0.4  # rank 1 at depth 1: never
 

@@ -19,13 +19,13 @@ steps, and says why.
 
 Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position estimate (per
 topic, with change detection and Thompson-sampling exploration — :mod:`specchat.engine.
-auto_gamma`, which this extends); lower ranks' P(rank k accepted | parent accepted) are counted
-from tree steps' ``accepted_ranks`` per depth, shrunk toward a geometric prior on what rank 1
-leaves. The n-gram drafter keeps its own acceptance estimates, and so does every other chain
-drafter (the layer-skip self-draft, …): its α and its cost per drafted token are learnt from its
-own steps, starting from a cautious prior, after a first probe has timed it. A drafter that plans
-its own shape (Lookahead, Medusa: ``own_plan``) is scored on what its steps did — tokens per
-step over seconds per step — after a few measuring steps (:mod:`specchat.engine.planner_arms`).
+auto_gamma`, which this extends); a tree's lower ranks, and the tree search and scoring, are
+:mod:`specchat.engine.planner_trees`. The n-gram drafter keeps its own acceptance estimates,
+and so does every other chain drafter (the layer-skip self-draft, …): its α and its cost per
+drafted token are learnt from its own steps, starting from a cautious prior, after a first probe
+has timed it. A drafter that plans its own shape (Lookahead, Medusa: ``own_plan``) is scored on
+what its steps did — tokens per step over seconds per step — after a few measuring steps
+(:mod:`specchat.engine.planner_arms`).
 
 ``next_plan(available)`` answers the decoder's question for the drafters usable this step;
 ``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
@@ -36,25 +36,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from specchat.engine.acceptance import AcceptanceModel, expected_tokens, step_outcomes
 from specchat.engine.auto_gamma import (
     MODEL_DRAFTERS,
     AutoGamma,
     AutoGammaSeed,
-    AutoGammaSettings,
 )
-from specchat.engine.cost_model import TABLE_SIZE
 from specchat.engine.events import StepEvent
 from specchat.engine.lookup_estimate import HOT_STREAK, LookupEstimate
 from specchat.engine.plan import Plan, chain, plain
 from specchat.engine.planner_arms import MeasuredDrafter, OtherDrafter
-from specchat.engine.tree_dp import best_trees
-from specchat.engine.tree_dp import expected_tokens as tree_expected
-from specchat.engine.tree_stats import RankStats, tree_draft_cost
+from specchat.engine.planner_settings import Candidate, PlannerSettings, Prediction
+from specchat.engine.planner_trees import TreePlans
+from specchat.engine.tree_stats import tree_draft_cost
 
-TREE_EVERY = 16  # steps between two tree searches, at most (while the estimates move)
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
@@ -67,74 +63,6 @@ REPLAN_FAR = 16
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
-
-
-def _planner_auto() -> AutoGammaSettings:
-    # The shortest warm-up (when neither calibration nor a saved state gave costs): two steps
-    # of γ 1 time a draft token and T(2) (the first of each is not counted: see
-    # OnlineCostModel's skip_first); plain steps time T(1). Each warm-up step is paid in full
-    # where drafting cannot pay, but γ 1 loses little (on 2 CPU cores, a 0.5B draft at 59 % of a
-    # 1.5B target: 80 ms for 1.9 tokens against 43 ms a token).
-    return AutoGammaSettings(warmup=(1, 1))
-
-
-@dataclass(frozen=True)
-class PlannerSettings:
-    auto: AutoGammaSettings = field(default_factory=_planner_auto)
-    margin: float = 1.03  # speculation must promise this × plain's rate
-    # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
-    # this × plain: trying is how estimates recover, but not at any price.
-    explore_floor: float = 0.97
-    probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
-    # After plain (or n-gram) steps the draft model must first read what they committed: a
-    # switch to it must pay that back within this many tokens, and a probe with it may cost at
-    # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
-    # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
-    payback_tokens: int = 64
-    warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
-    probe_budget: float = 0.05
-    tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
-    tree_depth: int = 8
-    tree_ranks: int = 4  # children per node at most
-    rank_prior: float = 0.35  # P(rank k + 1 kept | ranks ≤ k not), before trees are seen
-    rank_prior_weight: float = 4.0
-    ngram_prior_alpha: float = 0.4
-    # Longest prompt-lookup chain (γ): a lookup costs nothing to draft, and a passage the
-    # reply copies runs on for dozens of tokens, where a check's cost per token keeps falling
-    # (on 2 CPU cores 16 tokens cost 9.6× one, 32 cost 15×).
-    lookup_depth: int = TABLE_SIZE - 1
-    rank_half_life: float = 200.0  # tree steps
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the planner expected of one reply's steps: Σ expected tokens over Σ predicted
-    seconds, on the estimates and costs it held when it chose each step."""
-
-    tokens: float = 0.0
-    seconds: float = 0.0
-    steps: int = 0
-    unscored: int = 0  # steps of a drafter the planner does not score (not in the sums)
-
-    @property
-    def tok_s(self) -> float | None:
-        return self.tokens / self.seconds if self.seconds > 0 and self.steps else None
-
-    def add(self, tokens: float, seconds: float) -> Prediction:
-        return Prediction(self.tokens + tokens, self.seconds + seconds, self.steps + 1,
-                          self.unscored)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    plan: Plan
-    expected: float
-    seconds: float
-    explore: bool = False  # chosen to time a check size never timed (Planner.candidates)
-
-    @property
-    def rate(self) -> float:
-        return self.expected / self.seconds if self.seconds > 0 else 0.0
 
 
 class Planner(AutoGamma):
@@ -153,7 +81,7 @@ class Planner(AutoGamma):
                                      settings.auto.slow_half_life, settings.auto.fast_half_life,
                                      settings.auto.detect_changes)
         self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
-        self.ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
+        self.trees = TreePlans(ps)
         self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
         # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
         # for its step, and what its steps did.
@@ -168,10 +96,6 @@ class Planner(AutoGamma):
         self._probed = ""  # the drafter of the last speculative step when it was a probe
         self._draft_behind = True  # the draft model has not drafted since the last commit
         self._behind = 0  # tokens committed since the draft model last drafted
-        self._tree_key: tuple[tuple[int, ...], ...] | None = None
-        self._tree_shapes: list[Plan] = []
-        self._tree_age = 0  # tree searches skipped since the last
-        self._tree_top: list[Plan] = []  # the best-scoring shapes of the last full scoring
         self._timing: dict[int, int] = {}  # chain lengths tried to time their check (by count)
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
@@ -202,21 +126,6 @@ class Planner(AutoGamma):
     @property
     def t_ngram(self) -> float:
         return self._ngram_cost[0] / self._ngram_cost[1]
-
-    def rank_table(self, alphas: Sequence[float]) -> list[list[float]]:
-        """p[d][k]: P(the (k+1)-th child at depth d + 1 is accepted | its parent was)."""
-        ps = self.plan_settings
-        out = []
-        for d in range(min(ps.tree_depth, len(alphas))):
-            a = alphas[d]
-            row = [a]
-            left = 1.0 - a  # what rank 1 leaves to the others
-            for k in range(1, ps.tree_ranks):
-                prior = left * ps.rank_prior * (1 - ps.rank_prior) ** (k - 1)
-                row.append(min(self.ranks.p(d, k, prior, ps.rank_prior_weight), left))
-                left = max(left - row[-1], 0.0)
-            out.append(row)
-        return out
 
     def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
         """Drafters that plan their own shape (``own_plan`` of :mod:`specchat.engine.drafters`):
@@ -291,7 +200,7 @@ class Planner(AutoGamma):
             if best_g:
                 out.append(Candidate(chain(name, best_g), *steps[best_g], explore))
         if "tree" in available:
-            tree = self._best_tree(alphas, table, t_d, o, "model" in available, reshape)
+            tree = self.trees.best(alphas, table, t_d, o, "model" in available, reshape)
             if tree is not None:
                 out.append(tree)
         return base, out
@@ -332,38 +241,6 @@ class Planner(AutoGamma):
 
     def _tried(self, name: str) -> int:
         return self.measured[name].tried if name in self._own else self._other(name).tried
-
-    def _best_tree(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
-                   chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
-        """The best tree over budgets n and depth bounds L (Sequoia's depth-bounded search: a
-        deeper tree costs a draft pass per level). Shapes come from the DP on the rank table
-        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search costs
-        ~15 ms in Python); each shape is then scored on the exact estimates and costs."""
-        p = self.rank_table(alphas)
-        key = tuple(tuple(round(x * 20) for x in row) for row in p)
-        self._tree_age += 1 if reshape else 0
-        stale = key != self._tree_key and self._tree_age >= TREE_EVERY
-        if not self._tree_shapes or (reshape and stale):
-            self._tree_age = 0
-            budget = min(self.plan_settings.tree_budget, len(table))
-            shapes: dict[tuple[int, ...], None] = {}
-            for depth in range(1, len(p) + 1):
-                for t in best_trees(p[:depth], budget)[1:]:
-                    shapes[t.parents] = None
-            self._tree_key, self._tree_shapes = key, [Plan("tree", s) for s in shapes]
-        scored = []
-        # Between searches (and for exploration's sampled α) only the shapes that scored best
-        # at the last search are scored again.
-        full = reshape and self._tree_age == 0
-        for plan in self._tree_shapes if full or not self._tree_top else self._tree_top:
-            if chains_elsewhere and plan.is_chain:
-                continue  # the model chain is the same step
-            scored.append(Candidate(plan, tree_expected(p, plan.parents),
-                                    tree_draft_cost(plan, t_d, table) + table[plan.size] + o))
-        scored.sort(key=lambda c: -c.rate)
-        if full:
-            self._tree_top = [c.plan for c in scored[:8]]
-        return scored[0] if scored else None
 
     # ---------------------------------------------------------------------------- choosing
 
@@ -531,7 +408,7 @@ class Planner(AutoGamma):
 
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
         if plan.drafter == "tree":
-            return tree_expected(self.rank_table(alphas), plan.parents)
+            return self.trees.expected(alphas, plan)
         if plan.drafter in self.others:
             return expected_tokens(self.others[plan.drafter].model.position_alphas(), plan.size)
         return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
@@ -608,7 +485,10 @@ class Planner(AutoGamma):
                                 lam * self._ngram_cost[1] + step.gamma]
             self.lookup.step(step_outcomes(step))
         elif step.gamma > 0 and step.drafter == "tree":
-            self._learn_tree(step)
+            outcomes = self.trees.learn(self.last_plan, step)
+            if outcomes:
+                self.current.model.observe(outcomes)
+                self.overall.observe(outcomes)
         elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
                 and step.drafter not in self._own:
             self._other(step.drafter).observe(step)
@@ -633,47 +513,25 @@ class Planner(AutoGamma):
         # toward (deeper depths learn from the lookup's own steps).
         self.lookup.score(committed, ran, guess(self.settings.gamma_max) if guess else None)
 
-    def _learn_tree(self, step: StepEvent) -> None:
-        """Walk the accepted path of the plan the step ran: per depth, what was offered and
-        which rank (if any) the target took; rank 1's outcomes also feed the depth α."""
-        plan = self.last_plan
-        ranks: tuple[int, ...] = tuple(getattr(step, "accepted_ranks", ()))
-        node, outcomes = -1, []
-        for d in range(plan.depth):
-            kids = plan.children(node)
-            if not kids:
-                break
-            r = ranks[d] if d < len(ranks) and ranks[d] < len(kids) else None
-            self.ranks.add(d, len(kids), r)
-            outcomes.append(1.0 if r == 0 else 0.0)
-            if r is None:
-                break
-            node = kids[r]
-        if outcomes:
-            self.current.model.observe(outcomes)
-            self.overall.observe(outcomes)
-
     # ------------------------------------------------------------------------ persistence
 
     def state(self) -> dict[str, object]:
         d = super().state()
         d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
-                 ranks=self.ranks.state())
+                 ranks=self.trees.ranks.state())
         return d
 
     def load_state(self, d: dict[str, object]) -> None:
-        ps = self.plan_settings
         lookup = LookupEstimate(self.lookup_depth, self.lookup.models[True].prior_alpha,
                                 self.settings.slow_half_life, self.settings.fast_half_life)
         lookup.load_state(d)
         cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
         if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
             raise ValueError("n-gram cost of another shape")
-        ranks = RankStats(ps.tree_depth, ps.tree_ranks, ps.rank_half_life)
-        ranks.load_state(d["ranks"])  # type: ignore[arg-type]
+        ranks = self.trees.read_ranks(d["ranks"])  # type: ignore[arg-type]
         super().load_state(d)
         self.lookup.load_state(d)  # (checked above, before anything changed)
-        self._ngram_cost, self.ranks = cost, ranks
+        self._ngram_cost, self.trees.ranks = cost, ranks
         self.label = "plan"
 
     def begin(self, prompt_text: str) -> None:

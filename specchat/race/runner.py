@@ -21,7 +21,7 @@ from specchat.engine.chat_template import Message
 from specchat.engine.decoding import Decoder
 from specchat.engine.gamma import GammaSetting
 from specchat.engine.machine_load import LoadWatch
-from specchat.engine.planner import Prediction
+from specchat.engine.planner_settings import Prediction
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
