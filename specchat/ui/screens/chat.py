@@ -22,7 +22,6 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widget import Widget
 from textual.widgets import Static
 
 from specchat.engine.chat import ChatEngine
@@ -35,7 +34,6 @@ from specchat.session.live import live_from_record
 from specchat.session.views import Ended, Failed, Figures, Notice, Redraw, SaveState, Streamed
 from specchat.session.worker import ReplyJob, run_reply
 from specchat.store import ReplyStats
-from specchat.store.search import SearchHit
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
@@ -43,13 +41,12 @@ from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
 from specchat.ui.messages import ReplyProgress, WorkerFailed
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.chat_messages import MessageActions
+from specchat.ui.screens.chat_search import ChatSearch
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.presets import PresetPicker, PromptChoice
 from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.race_pickers import PairPicker
-from specchat.ui.screens.search import LIMIT as SEARCH_LIMIT
-from specchat.ui.screens.search import SearchScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
@@ -59,7 +56,6 @@ from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 
 TICK_S = 5.0  # how often unsaved turns are retried (and the chat's ownership renewed)
-REVEAL_TRIES, REVEAL_EVERY_S = 10, 0.1  # keeping a search result in view while laid out
 
 
 def short_name(name: str) -> str:
@@ -93,6 +89,7 @@ class ChatScreen(Screen[None]):
         self.history = ChatHistory(self, self.session, services, self.when_idle,
                                    self._opened, self._retitled)
         self.messages = MessageActions(self, self.session, self.start_reply)
+        self.search = ChatSearch(self, self.session, services, self.history)
         self.view = "markdown"
         self.show_rejected = False
         self.job_widget: AssistantMessage | None = None
@@ -105,8 +102,6 @@ class ChatScreen(Screen[None]):
         self.rescued: Path | None = None  # where unsaved turns went on quitting, if anywhere
         self._saved_on_exit = False
         self._shown_topbar = ""
-        self._reveal: int | None = None  # a message to scroll to once its chat is shown
-        self.search_text = ""  # the last search, offered again by the next Ctrl+F
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -404,9 +399,7 @@ class ChatScreen(Screen[None]):
         self.show_conversation()
         self.render_views(views)
         self._retitled()
-        if self._reveal is not None:
-            message_id, self._reveal = self._reveal, None
-            self.call_after_refresh(self.reveal_message, message_id)
+        self.search.opened()
 
     def show_conversation(self) -> None:
         conversation = self.conversation
@@ -542,49 +535,10 @@ class ChatScreen(Screen[None]):
             return
         self.notify(note or "Settings saved.", timeout=4 if not note else 10, markup=False)
 
-    # --- search across chats (screens/search.py) -------------------------------------------
+    # --- search across chats (chat_search.py) ----------------------------------------------
 
     def action_search(self) -> None:
-        def chosen(hit: SearchHit | None) -> None:
-            if hit is None:
-                self.query_one(ChatInput).focus()
-                return
-            if hit.chat_id == self.conversation.chat_id:
-                self.reveal_message(hit.message_id)
-                return
-            self._reveal = hit.message_id
-            self.history.open(hit.chat_id)
-
-        def search(text: str) -> tuple[list[SearchHit], bool]:
-            self.search_text = text
-            return self.services.store.search(text, SEARCH_LIMIT)
-
-        self.app.push_screen(SearchScreen(search, self.search_text), chosen)
-
-    def _scroll_to_found(self, widget: Widget, tries: int) -> None:
-        """Scroll to ``widget`` until it stays in view: the chat's messages are laid out over
-        a few frames (Markdown sizes itself late) and opening a chat scrolls to its end."""
-        transcript = self.transcript
-        if widget.parent is None:
-            return  # another chat was opened meanwhile
-        region, view = widget.region, transcript.region
-        if not (region.height and view.y <= region.y < view.bottom):
-            transcript.scroll_to_widget(widget, animate=False, top=True)
-        if tries > 1:
-            self.set_timer(REVEAL_EVERY_S, lambda: self._scroll_to_found(widget, tries - 1))
-
-    def reveal_message(self, message_id: int) -> None:
-        """Scroll the transcript to a saved message and mark it (a search result)."""
-        for w in self.transcript.children:
-            turn = getattr(w, "turn", None)
-            if turn is not None and turn.message_id == message_id:
-                for old in self.transcript.query(".-found"):
-                    old.remove_class("-found")
-                w.add_class("-found")
-                self._scroll_to_found(w, REVEAL_TRIES)
-                return
-        self.notify("That message is no longer in this chat's current view.", timeout=4,
-                    markup=False)
+        self.search.open()
 
     # --- the pair: a quick switcher (F8), a chat's own pair (chat_history.py) ---------------
 
