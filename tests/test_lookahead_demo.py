@@ -69,7 +69,7 @@ def test_sampled_lookahead_is_distributed_as_plain_on_the_demo_target(
     a = sample(plain, prompt, lambda seed: s.with_(seed=seed), range(400), cancel)
     dec, d = lookahead(target, LookaheadSettings(2, 3, 4), 6)
     b = sample(dec, prompt, lambda seed: s.with_(seed=seed), range(400, 800), cancel)
-    result = homogeneity(a, b)
+    result = homogeneity(a.counts, b.counts)
     assert result.p_value >= 1e-3, str(result)
     assert result.df >= 3  # the continuations vary enough for the test to say something
     assert d.window_rows > 0 and len(d.pool) > 0

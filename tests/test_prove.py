@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specchat.bench.chi2 import homogeneity
+from specchat.bench.chi2 import detectable_tv, homogeneity
 from specchat.cli.main import main
-from specchat.cli.prove_cmd import sample, verdict
+from specchat.cli.prove_cmd import Tally, sample, verdict
+from specchat.engine import speculative, verify
 from specchat.engine.model import LlamaContext, LlamaModel
 from specchat.engine.model_settings import ContextSettings
 from specchat.engine.plain import PlainDecoder
@@ -43,12 +46,72 @@ def test_prove_on_a_tiny_pair_with_a_tree(tiny_target: Path, tiny_draft: Path, h
     assert "PASS" in out.out and "tree" in out.err
 
 
-def test_prove_says_what_is_wrong(tiny_target: Path, home: AppPaths,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--model", str(tiny_target), "--samples", "5"]) == 1
-    assert "--samples must be ≥ 20" in capsys.readouterr().err
-    assert main(["prove", "--model", str(tiny_target), "--samples", "50"]) == 1
-    assert "nothing to prove" in capsys.readouterr().err
+def sqrt_rule(pd: float, qd: float) -> float:
+    """A wrong rule: min(1, p/q)^0.5 keeps too many of the drafter's tokens."""
+    return min(1.0, pd / qd) ** 0.5
+
+
+# What the tiny target tends to write after "assistant\n" (its greedy reply), twice: the n-gram
+# lookup then has a match on most steps, as it has on a real model asked to repeat a sentence.
+ECHO = "assistant\nb1o'b1v0000 and assistant\nb1o'b1v0000"
+
+
+def prove(target: Path, draft: Path | None, drafter: str, seed: int,
+          capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``specchat prove`` at its defaults (N, tokens, γ) on the tiny models."""
+    args = ["prove", "--model", str(target), "--drafter", drafter, "--seed", str(seed),
+            "--threads", "1", *(["--prompt", ECHO] if drafter == "ngram" else [])]
+    rc = main([*args, "--draft", str(draft)] if draft is not None else args)
+    return rc, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("drafter", ["model", "tree", "ngram"])
+def test_prove_passes_the_rule_and_fails_a_biased_one(
+        drafter: str, tiny_target: Path, tiny_draft: Path, home: AppPaths,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """At the default N, the exact rule passes with drafts made and rejected, and the same run
+    with a biased acceptance fails (the check can fail: it tests the rule, not plain steps)."""
+    draft = None if drafter == "ngram" else tiny_draft
+    rc, out = prove(tiny_target, draft, drafter, 11, capsys)
+    assert rc == 0 and "PASS" in out, out
+    drafted, rejected, share = re.search(
+        r"(\d+) tokens drafted.*?(\d+) rejected.*?\((\d+)%\) went through a rejection", out).groups()
+    assert int(drafted) > 1000 and int(rejected) > 200 and int(share) >= 20, out
+    assert re.search(r"total variation ≥ 0\.\d+", out)
+    monkeypatch.setattr(speculative, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
+    rc, out = prove(tiny_target, draft, drafter, 11, capsys)
+    assert rc == 1 and "FAIL" in out, out
+
+
+def test_prove_will_not_pass_a_run_that_hardly_rejected() -> None:
+    same = homogeneity(Counter({(1,): 500, (2,): 500}), Counter({(1,): 502, (2,): 498}))
+    few = Tally(continuations=1000, drafted=900, through_rejection=150)
+    assert verdict(same, few).startswith("INCONCLUSIVE: only 15%")
+    assert verdict(same, Tally(continuations=1000)).startswith("INCONCLUSIVE: no token")
+    assert verdict(same, Tally(continuations=1000, drafted=900, through_rejection=200)
+                   ).startswith("PASS")
+
+
+def test_detectable_tv_is_what_the_test_catches() -> None:
+    """The printed power is right: a difference of that total variation, spread in proportion
+    to the probabilities (where the bound is tight), is caught ~90 % of the time at the same N;
+    half of it far less often. Four times the samples halve the distance."""
+    k, n = 16, 1000
+    tv = detectable_tv(n, n, k - 1, 1e-3)
+    assert 0.1 < tv < 0.2
+    assert detectable_tv(4 * n, 4 * n, k - 1, 1e-3) == pytest.approx(tv / 2, rel=1e-3)
+    rng = np.random.default_rng(5)
+    a = np.full(k, 1 / k)
+    signs = np.where(np.arange(k) % 2 == 0, 1.0, -1.0)
+
+    def caught(delta: float) -> int:
+        b = a * (1 + 2 * delta * signs)  # total variation exactly delta
+        return sum(homogeneity(Counter(dict(enumerate(rng.multinomial(n, a).tolist()))),
+                               Counter(dict(enumerate(rng.multinomial(n, b).tolist())))
+                               ).p_value < 1e-3 for _ in range(300))
+
+    assert caught(tv) >= 250  # 90 % of 300 is 270, sd 5
+    assert caught(tv / 2) < 150
 
 
 def test_the_verdict_fails_two_different_models(tiny_target: Path, tiny_draft: Path) -> None:
@@ -61,4 +124,4 @@ def test_the_verdict_fails_two_different_models(tiny_target: Path, tiny_draft: P
     cancel = threading.Event()
     a = sample(target, prompt, lambda seed: s.with_(seed=seed), range(400), cancel)
     b = sample(draft, prompt, lambda seed: s.with_(seed=seed), range(400, 800), cancel)
-    assert verdict(homogeneity(a, b)).startswith("FAIL")
+    assert verdict(homogeneity(a.counts, b.counts)).startswith("FAIL")

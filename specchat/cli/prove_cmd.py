@@ -3,8 +3,11 @@ as plain output.
 
 Draws N short continuations of one prompt plainly and N speculatively (different seeds), and
 tests whether the two samples come from the same distribution: Pearson's χ² test of
-homogeneity on the continuations (rare ones pooled), with an exact p-value. A correct
-speculative decoder passes at any seed with probability 1 − α; a biased one fails as N grows.
+homogeneity on the continuations (rare ones pooled), with an exact p-value. The speculative
+side drafts on every step it can (a fixed γ or tree shape, never the planner's plain steps), so
+the verification rule is what is tested: a run where too few continuations went through a
+rejection proves nothing and says so. A correct decoder passes at any seed with probability
+1 − α; a biased one fails as N grows.
 """
 
 from __future__ import annotations
@@ -15,19 +18,31 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from specchat.bench.chi2 import ChiSquare, homogeneity
+from specchat.bench.chi2 import ChiSquare, detectable_tv, homogeneity
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.engine.chat import ChatEngine
 from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder, run_to_end
+from specchat.engine.decoding import Decoder
+from specchat.engine.events import GenerationStats, StepEvent, TokenEvent, TokenOrigin
+from specchat.engine.gamma import GAMMA_CAP
+from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime, drafter_names
 
 PROMPT = "Write one sentence about the sea."
+# The n-gram lookup drafts only where the conversation's last tokens appeared before: a prompt
+# the reply is likely to echo gives it a match on most steps.
+NGRAM_PROMPT = ("Repeat this sentence exactly: the sea is wide, the sea is deep, and the sea "
+                "is cold.")
 ALPHA = 1e-3
+POWER = 0.9
+TREE_NODES = 8  # the default tree: 3 children at the root, 2 under the first (at 3 tokens)
+# Fewer continuations than this share through a rejection and the residual was barely used.
+MIN_REJECTED_SHARE = 0.2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,39 +52,111 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_drafter_args(p)
     p.add_argument("--samples", type=int, default=1000, metavar="N",
                    help="continuations per decoder (default 1000)")
-    p.add_argument("--tokens", type=int, default=2, metavar="K",
-                   help="tokens per continuation (default 2)")
+    p.add_argument("--tokens", type=int, default=3, metavar="K",
+                   help="tokens per continuation (default 3)")
     p.add_argument("--temperature", type=float, default=0.9, help="sampling temperature "
                    "(default 0.9)")
     p.add_argument("--seed", type=int, help="first seed (default: a random one, printed)")
-    p.add_argument("--gamma", type=int, metavar="N", help="draft tokens per step (default: the "
-                   "pair's γ)")
-    p.add_argument("--prompt", default=PROMPT, help=f"the prompt (default: {PROMPT!r})")
+    p.add_argument("--gamma", type=int, metavar="N",
+                   help="draft tokens per step, drafted on every step (default: K − 1 for a "
+                        f"chain, a tree of {TREE_NODES} nodes for --drafter tree)")
+    p.add_argument("--prompt", help=f"the prompt (default: {PROMPT!r}; with the n-gram "
+                   f"drafter {NGRAM_PROMPT!r})")
     p.set_defaults(func=run)
 
 
-def sample(decoder: Decoder, prompt: Sequence[int], settings_for: Callable[[int], object],
-           seeds: range, cancel: threading.Event) -> Counter[tuple[int, ...]]:
-    out: Counter[tuple[int, ...]] = Counter()
+@dataclass
+class Tally:
+    """What the speculative side did: how much of the rule a run exercised."""
+
+    continuations: int = 0
+    steps: int = 0
+    drafting_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0  # draft tokens the rule judged and rejected
+    residual: int = 0  # tokens sampled from a residual (a step whose drafts were all rejected)
+    through_rejection: int = 0  # continuations with at least one rejection
+
+    def add(self, steps: Sequence[StepEvent], corrected: int) -> None:
+        self.continuations += 1
+        self.steps += len(steps)
+        self.drafting_steps += sum(1 for s in steps if s.gamma > 0)
+        self.drafted += sum(s.gamma for s in steps)
+        self.accepted += sum(s.accepted for s in steps)
+        rejected = sum(s.rejected for s in steps)
+        self.rejected += rejected
+        self.residual += corrected
+        self.through_rejection += rejected > 0
+
+    @property
+    def rejected_share(self) -> float:
+        return self.through_rejection / self.continuations if self.continuations else 0.0
+
+    def __str__(self) -> str:
+        return (f"{self.drafted} tokens drafted on {self.drafting_steps} of {self.steps} steps, "
+                f"{self.accepted} accepted, {self.rejected} rejected, {self.residual} sampled "
+                f"from the residual; {self.through_rejection} of {self.continuations} "
+                f"continuations ({self.rejected_share:.0%}) went through a rejection")
+
+
+@dataclass
+class Sample:
+    counts: Counter[tuple[int, ...]] = field(default_factory=Counter)
+    tally: Tally = field(default_factory=Tally)
+
+
+def sample(decoder: Decoder, prompt: Sequence[int],
+           settings_for: Callable[[int], SamplerSettings], seeds: range,
+           cancel: threading.Event) -> Sample:
+    out = Sample()
     for seed in seeds:
         if cancel.is_set():
             break
-        out[tuple(run_to_end(decoder, prompt, settings_for(seed), cancel).tokens)] += 1  # type: ignore[arg-type]
+        tokens: list[int] = []
+        steps: list[StepEvent] = []
+        corrected = 0
+        for ev in decoder.run(prompt, settings_for(seed), cancel):
+            if isinstance(ev, TokenEvent):
+                tokens.append(ev.token_id)
+                corrected += ev.origin is TokenOrigin.CORRECTED
+            elif isinstance(ev, StepEvent):
+                steps.append(ev)
+            elif isinstance(ev, GenerationStats):
+                break
+        out.counts[tuple(tokens)] += 1
+        out.tally.add(steps, corrected)
     return out
 
 
-def verdict(result: ChiSquare, alpha: float = ALPHA) -> str:
+def verdict(result: ChiSquare, tally: Tally | None = None, alpha: float = ALPHA) -> str:
+    """PASS, FAIL, or INCONCLUSIVE when the speculative side hardly ever rejected a draft (it
+    then ran nearly what plain decoding runs, and a pass would prove nothing about the rule)."""
     p = result.p_value
-    if p >= alpha:
-        return (f"PASS: the speculative continuations are distributed as the plain ones "
-                f"(p = {p:.3g} ≥ {alpha:g})")
-    return (f"FAIL: the speculative continuations differ from the plain ones "
-            f"(p = {p:.3g} < {alpha:g})")
+    if p < alpha:
+        return (f"FAIL: the speculative continuations differ from the plain ones "
+                f"(p = {p:.3g} < {alpha:g})")
+    if tally is not None and tally.rejected_share < MIN_REJECTED_SHARE:
+        why = ("no token was drafted" if tally.drafted == 0 else
+               f"only {tally.rejected_share:.0%} of the continuations went through a rejection")
+        return (f"INCONCLUSIVE: {why} (at least {MIN_REJECTED_SHARE:.0%} are needed), so the "
+                "verification rule was barely exercised; try a higher --temperature, a longer "
+                "--gamma and --tokens, or a --prompt the draft guesses less well")
+    return (f"PASS: the speculative continuations are distributed as the plain ones "
+            f"(p = {p:.3g} ≥ {alpha:g})")
+
+
+def exit_code(text: str) -> int:
+    return 0 if text.startswith("PASS") else 1 if text.startswith("FAIL") else 3
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
-    if args.samples < 20 or args.tokens < 1:
-        raise SpecchatError("--samples must be ≥ 20 and --tokens ≥ 1")
+    if args.samples < 20 or args.tokens < 2:
+        raise SpecchatError("--samples must be ≥ 20 and --tokens ≥ 2 (a draft needs a token "
+                            "after it to be checked against)")
+    if args.gamma is not None and not 1 <= args.gamma <= GAMMA_CAP:
+        raise SpecchatError(f"--gamma must be between 1 and {GAMMA_CAP}: prove checks drafts, "
+                            "so every step drafts")
     if not args.temperature > 0:
         raise SpecchatError("--temperature must be > 0 (greedy output is checked token by "
                             "token: specchat ask --temperature 0 --plain, then without --plain)")
@@ -84,18 +171,22 @@ def run(env: Env, args: argparse.Namespace) -> int:
     print_notices(runtime)
     cancel = threading.Event()
     try:
-        drafters = env.drafters(args)
-        if not drafter_names(drafters, env.ngram(args), runtime.draft_ctx is not None):
+        names = drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None)
+        if not names:
             raise SpecchatError("nothing to prove: give a pair (--pair), --model with --draft, "
                                 "or --drafter ngram")
-        spec = runtime.decoder(gamma=args.gamma, ngram=env.ngram(args), drafters=drafters)
+        # A fixed draft on every step: the planner would choose plain steps where drafting does
+        # not pay, and plain steps draw what plain decoding draws — a pass proving nothing.
+        gamma = args.gamma or (TREE_NODES if "tree" in names else args.tokens - 1)
+        spec = runtime.decoder(gamma=gamma, drafters=names)
         plain = runtime.decoder(plain=True)
-        prompt = ChatEngine(plain).tokenize_chat([Message("user", args.prompt)])
+        text = args.prompt or (NGRAM_PROMPT if names[0] == "ngram" else PROMPT)
+        prompt = ChatEngine(plain).tokenize_chat([Message("user", text)])
         n = args.samples
         what = ",".join(d.name for d in getattr(spec, "drafters", [])) or "speculative"
-        print(f"[{selection.label}: {n} plain and {n} speculative ({what}) continuations of "
-              f"{args.tokens} tokens at T = {args.temperature:g}, seeds from {seed}]",
-              file=sys.stderr)
+        print(f"[{selection.label}: {n} plain and {n} speculative ({what}, γ {gamma}) "
+              f"continuations of {args.tokens} tokens at T = {args.temperature:g}, seeds from "
+              f"{seed}]", file=sys.stderr)
         a = sample(plain, prompt, lambda s: settings.with_(seed=s), range(seed, seed + n), cancel)
         b = sample(spec, prompt, lambda s: settings.with_(seed=s),
                    range(seed + n, seed + 2 * n), cancel)
@@ -104,8 +195,14 @@ def run(env: Env, args: argparse.Namespace) -> int:
         return 130
     finally:
         runtime.close()
-    result = homogeneity(a, b)
+    result = homogeneity(a.counts, b.counts)
+    print(f"speculative side: {b.tally}")
     print(f"χ² = {result.statistic:.2f}, df = {result.df}, p-value = {result.p_value:.4g} "
-          f"({len(set(a) | set(b))} distinct continuations, {n} each)")
-    print(verdict(result))
-    return 0 if result.p_value >= ALPHA else 1
+          f"({len(set(a.counts) | set(b.counts))} distinct continuations, {n} each)")
+    tv = detectable_tv(n, n, result.df, ALPHA, POWER)
+    print(f"power: at {n} continuations a side this test catches, {POWER:.0%} of the time, any "
+          f"difference of total variation ≥ {tv:.3f} between the two distributions (of the "
+          f"continuations it compares; four times the samples halve it)")
+    said = verdict(result, b.tally)
+    print(said)
+    return exit_code(said)

@@ -65,6 +65,7 @@ class StepEvent:
     # Rows of the target's verify batch (−1: not told; then gamma + 1). More than gamma + 1
     # when the drafter adds rows of its own (Lookahead's window): what a cost table must key on.
     batch: int = -1
+    rejected: int = 0  # draft tokens the rule judged and rejected (each leaving a residual)
 
     def __post_init__(self) -> None:
         if self.plan_size < 0:

@@ -209,7 +209,8 @@ class SpeculativeDecoder:
             verdict.overlap, self.policy.label, plan_size=plan.size,
             accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
             depth=proposal.depth,
-            batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0))
+            batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
+            rejected=verdict.judged)
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
         self._alive = list(drafters)

@@ -38,7 +38,7 @@ Pure numpy, float64 throughout; no llama.cpp calls.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -77,6 +77,7 @@ class Verdict:
     path: tuple[int, ...] = ()  # the kept nodes, root to deepest
     ranks: tuple[int, ...] = ()  # each kept node's rank among its siblings (0 = the best)
     rejections: tuple[Rejection, ...] = ()  # every child rejected where the path stopped
+    judged: int = 0  # children the rule rejected on the whole path (each left a residual)
 
 
 def one_hot(token: int) -> Distribution:
@@ -134,12 +135,19 @@ def node_output(p: Distribution, children: Sequence[tuple[int, Distribution]]
     return out
 
 
+# The probability of keeping a draft token, given the target's and the drafter's probability
+# of it. Only ``specchat prove``'s controls pass another (a biased rule it must catch).
+KeepRule = Callable[[float, float], float]
+
+
 def verify_tree(p: Rows, tokens: Sequence[int], parents: Sequence[int],
-                q: Sequence[Distribution], rng: np.random.Generator) -> Verdict:
+                q: Sequence[Distribution], rng: np.random.Generator,
+                keep: KeepRule | None = None) -> Verdict:
     """Recursive rejection sampling over a token tree (see the module docstring).
 
     ``p[0]`` is the target's distribution at the root, ``p[i + 1]`` after node i; rows are
     read lazily, only along the path taken. ``q[i]`` is the distribution node i was drawn from.
+    ``keep`` None is the exact rule, min(1, p/q).
     """
     kids = children_of(parents)
     node = -1
@@ -147,6 +155,7 @@ def verify_tree(p: Rows, tokens: Sequence[int], parents: Sequence[int],
     ranks: list[int] = []
     overlap: list[float] = []
     match: list[float] = []
+    judged = 0
     while True:
         pi = p[node + 1]
         rejected: list[Rejection] = []
@@ -157,17 +166,20 @@ def verify_tree(p: Rows, tokens: Sequence[int], parents: Sequence[int],
                 overlap.append(float(np.minimum(pi.probs, q_on_p).sum()))
                 match.append(float(pi.probs @ q_on_p))
             pd, qd = pi.prob(d), qc.prob(d)
-            if rng.random() * qd < pd:  # probability min(1, pd / qd); never when pd = 0
+            # probability min(1, pd / qd); never when pd = 0
+            kept = (rng.random() * qd < pd) if keep is None else (rng.random() < keep(pd, qd))
+            if kept:
                 path.append(c)
                 ranks.append(rank)
                 node = c
                 break
             rejected.append(Rejection(c, d, pd, qd))
+            judged += 1
             pi = next_residual(pi, qc)
         else:
             return Verdict(len(path), pi.sample(rng), rejected[0] if rejected else None,
                            tuple(overlap), tuple(match), tuple(path), tuple(ranks),
-                           tuple(rejected))
+                           tuple(rejected), judged)
 
 
 def verify_tree_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
@@ -180,6 +192,7 @@ def verify_tree_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
     node = -1
     path: list[int] = []
     ranks: list[int] = []
+    judged = 0
     while True:
         best = int(target_argmax[node + 1])
         children = kids.get(node, [])
@@ -187,7 +200,8 @@ def verify_tree_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
         if hit is None:
             rejected = tuple(Rejection(c, int(tokens[c]), 0.0, 1.0) for c in children)
             return Verdict(len(path), best, rejected[0] if rejected else None, path=tuple(path),
-                           ranks=tuple(ranks), rejections=rejected)
+                           ranks=tuple(ranks), rejections=rejected, judged=judged + len(rejected))
+        judged += hit
         node = children[hit]
         path.append(node)
         ranks.append(hit)
@@ -198,9 +212,9 @@ def chain_parents(n: int) -> tuple[int, ...]:
 
 
 def verify_sampled(p: Rows, q: Sequence[Distribution], drafts: Sequence[int],
-                   rng: np.random.Generator) -> Verdict:
+                   rng: np.random.Generator, keep: KeepRule | None = None) -> Verdict:
     """Modified rejection sampling over one chain of drafts (``p`` has len(drafts) + 1 rows)."""
-    return verify_tree(p, drafts, chain_parents(len(drafts)), q, rng)
+    return verify_tree(p, drafts, chain_parents(len(drafts)), q, rng, keep)
 
 
 def verify_greedy(target_argmax: Sequence[int] | npt.NDArray[np.int64],
