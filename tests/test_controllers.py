@@ -22,7 +22,8 @@ from specchat.runtime import Runtime
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.services import runtime_decoder
 
-GREEDY = SamplerSettings(temperature=0.0, max_tokens=24)
+# Long enough for an uncalibrated planner's warm-up (it waits for the reply's 32nd token).
+GREEDY = SamplerSettings(temperature=0.0, max_tokens=48)
 
 
 def _planner(dec: object) -> Planner:

@@ -252,6 +252,7 @@ def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
     p = planner(FLAT, 0.7)
     p._behind = 2  # the usual: the draft missed the last step's tokens
     assert p.next_plan(("model",)).drafter == "model"
+    p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
     p._behind = 20000  # a long plain stretch: re-reading it costs more than 64 tokens gain
     plan = p.next_plan(("model",))
     assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read " \
@@ -259,18 +260,23 @@ def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
     assert p.catch_up_cost(1) == 0.0 < p.catch_up_cost(10) < p.catch_up_cost(100)
 
 
-def test_without_calibration_a_short_warm_up_then_plain_steps_then_the_measured_line() -> None:
+def long_reply(p: Planner, verify_s: float = 0.0100) -> None:
+    """Plain steps until the reply is long enough for a warm-up (they time T(1))."""
+    for _ in range(p.plan_settings.warmup_after):
+        plan = p.next_plan(("model",))
+        assert plan.drafter == "none"
+        p.observe(StepEvent(0, 0, 0.0, verify_s, "none", committed=1))
+
+
+def test_without_calibration_plain_steps_then_a_short_warm_up_then_the_measured_line() -> None:
     p = Planner(CALM, clock=lambda: 0.0)
     p.begin("hi")
+    assert p.next_plan(("model",)).reason == "plain: timing a target step"
+    long_reply(p)  # a short reply never pays for a warm-up
     for draft_s, verify_s in ((0.003, 0.0157), (0.001, 0.0101)):  # the first: new shapes, slow
         plan = p.next_plan(("model",))
         assert (plan.drafter, plan.size, plan.reason) == ("model", 1, "warm-up")
         p.observe(StepEvent(1, 1, draft_s, verify_s, "model", committed=2))
-    # one batch size timed: plain steps time T(1) (the first is a new shape too) before a slope
-    for _ in range(2):
-        plan = p.next_plan(("model",))
-        assert plan.drafter == "none"
-        p.observe(StepEvent(0, 0, 0.0, 0.0100, "none", committed=1))
     assert p.costs.t_draft == pytest.approx(0.001)  # the first, slow observations left out
     assert p.costs.t_verify(2) == pytest.approx(0.0101, rel=0.02)  # not 15.7 ms
     plan = p.next_plan(("model",))  # a flat curve and a cheap draft: now a chain pays
@@ -315,8 +321,10 @@ def test_the_planner_keeps_its_forecast_for_the_reply() -> None:
 def test_warm_up_steps_are_not_forecasts() -> None:
     p = Planner(CALM, AutoGammaSeed(), clock=lambda: 0.0)
     p.begin("hello")
+    long_reply(p)
+    unscored = p.prediction.unscored
     assert p.next_plan(("model",)).reason == "warm-up"
-    assert p.prediction.steps == 0 and p.prediction.unscored == 1
+    assert p.prediction.steps == 0 and p.prediction.unscored == unscored + 1
 
 
 def test_another_chain_drafter_is_timed_by_a_probe_then_judged_on_what_it_showed() -> None:
@@ -356,6 +364,9 @@ def test_a_drafter_that_would_first_read_a_long_prompt_is_not_probed() -> None:
     assert all(pl.drafter == "none" for pl in plans)
     p.begin("a short question")  # the next reply: its cache is close enough
     p.drafter_lags({"layerskip": 40})
+    first = p.next_plan(("layerskip",))  # the first token before it reads the prompt
+    assert first.reason == "plain: the first token before the draft reads the prompt"
+    p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
     assert p.next_plan(("layerskip",)).reason == "probe"
 
 
@@ -388,13 +399,17 @@ def test_a_long_prompt_the_draft_has_not_read_is_paid_for_before_drafting() -> N
     with a good draft that still pays; on the CPU curve with a 0.85 draft it does not."""
     flat = planner(FLAT, 0.8)
     flat.draft_lag(2000)
+    assert flat.next_plan(("model",)).drafter == "none"  # the first token comes first
+    flat.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
     assert flat.next_plan(("model",)).drafter == "model"
     cpu = planner(CostCurve(0.010, QWEN_CPU.verify_s), 0.85)  # a cheap draft: drafting pays
     assert cpu.next_plan(("model",)).drafter == "model"
     cpu.begin("a long document")
     cpu.draft_lag(2000)
+    assert cpu.next_plan(("model",)).drafter == "none"
+    cpu.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
     plan = cpu.next_plan(("model",))
-    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read 1999 tokens"
+    assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read 2000 tokens"
 
 
 def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:

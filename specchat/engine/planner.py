@@ -63,6 +63,9 @@ REPLAN_FAR = 16
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
+# A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
+# reading more (a new prompt) would come before the first token (see next_plan).
+FIRST_STEP_READ = 4
 
 
 class Planner(AutoGamma):
@@ -96,6 +99,8 @@ class Planner(AutoGamma):
         self._probed = ""  # the drafter of the last speculative step when it was a probe
         self._draft_behind = True  # the draft model has not drafted since the last commit
         self._behind = 0  # tokens committed since the draft model last drafted
+        # Tokens this reply has committed (None until a reply begins: driven step by step).
+        self._reply_tokens: int | None = None
         self._timing: dict[int, int] = {}  # chain lengths tried to time their check (by count)
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
@@ -205,6 +210,13 @@ class Planner(AutoGamma):
                 out.append(tree)
         return base, out
 
+    def _lags_behind(self, name: str) -> bool:
+        """Whether drafting with ``name`` now would first read tokens it has not seen (the
+        draft model, or a drafter with a cache of its own, after a new prompt)."""
+        if name in (*MODEL_DRAFTERS, "tree"):
+            return self._draft_behind and self._behind > FIRST_STEP_READ
+        return self._lags.get(name, 0) > FIRST_STEP_READ
+
     def _draft_unpriced(self) -> bool:
         """The draft model's cost was never measured (no calibration, and the warm-up left it
         out because it would first read a long prompt) and it is that far behind: its cost
@@ -251,13 +263,23 @@ class Planner(AutoGamma):
     def next_plan(self, available: tuple[str, ...]) -> Plan:
         self._step_starts()
         s, ps = self.settings, self.plan_settings
+        reply = self._reply_tokens
+        if reply == 0 and any(self._lags_behind(n) for n in available):
+            # The reply's first token comes from a plain step when a drafter would first have
+            # to read the prompt: its time to first token is then plain decoding's, and the
+            # read is paid (if at all) once the planner has chosen to draft.
+            available = tuple(n for n in available if not self._lags_behind(n))
+            if not available:
+                return self._chosen(plain("plain: the first token before the draft reads "
+                                          "the prompt"))
         chains = [d for d in ("model", "ngram") if d in available]
         warm = chains
         if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
             # A warm-up step would first read the whole prompt into the draft: not for a
             # guess (after a long document that costs more than the reply gains).
             warm = chains[1:]
-        if self._warmup_left and warm:
+        if self._warmup_left and warm and (reply is None or reply >= ps.warmup_after
+                                           or warm[0] == "ngram"):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
@@ -498,6 +520,8 @@ class Planner(AutoGamma):
             self.measured[self.last_plan.drafter].observe(step)
         self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
         self._behind = self._behind + step.committed if self._draft_behind else 0
+        if self._reply_tokens is not None:
+            self._reply_tokens += step.committed
         self._after_observe()
 
     def score_guesses(self, committed: Sequence[int], ran: str,
@@ -541,6 +565,7 @@ class Planner(AutoGamma):
         self._draft_behind = True
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
+        self._reply_tokens = 0
 
     def draft_lag(self, tokens: int) -> None:
         """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after

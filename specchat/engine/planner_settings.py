@@ -33,6 +33,10 @@ class PlannerSettings:
     # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
     payback_tokens: int = 64
     warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
+    # With no costs known, a reply runs plain until it has this many tokens before the warm-up
+    # drafts: a short reply cannot repay the draft reading the prompt and the steps that time
+    # it (a 25-token demo reply ran at 0.93× plain with them), and a long one hardly notices.
+    warmup_after: int = 32
     probe_budget: float = 0.05
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
