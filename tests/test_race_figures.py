@@ -15,7 +15,14 @@ from specchat.engine.events import StepEvent
 from specchat.engine.machine_load import LoadWatch, MachineLoad, cpu_times
 from specchat.race.noise import Spread, noise_note
 from specchat.race.result import Divergence
-from specchat.race.why import Costs, alpha_needed, costs_from_race, explain, tokens_per_step
+from specchat.race.why import (
+    Costs,
+    alpha_needed,
+    costs_from_race,
+    explain,
+    lookup_limit,
+    tokens_per_step,
+)
 
 # The field notes' Qwen2.5-Coder 1.5B / 0.5B curve on 2 CPU cores (ms per target pass of n tokens).
 QWEN_CPU = Costs(0.043, {1: 0.043, 2: 0.055, 3: 0.067, 4: 0.095, 5: 0.104, 6: 0.119, 8: 0.188},
@@ -121,6 +128,10 @@ def test_why_line_from_the_measured_cpu_curve() -> None:
                            "costs 59% of the target: ")
     assert "prompt lookup can, on text that repeats the conversation" in line
     assert line.endswith("[calibration]")
+    n, x = max(((n, n * QWEN_CPU.t1 / t) for n, t in QWEN_CPU.verify.items()),
+               key=lambda f: f[1])
+    assert lookup_limit(QWEN_CPU) == (n, x) and n > 1 and x > 1
+    assert f"its limit here, every guess right, is {x:.2f}× plain (a {n}-token check)" in line
     need = alpha_needed(QWEN_CPU, QWEN_CPU.draft)
     assert need is not None and 0.8 < need < 0.95  # only γ 1 breaks even, at high acceptance
 
@@ -130,6 +141,7 @@ def test_why_line_when_nothing_can_pay() -> None:
     line = explain(flat_out)
     assert "the draft model cannot pay, even when every draft is accepted" in line
     assert "nor can prompt lookup: checking a token costs as much as making it" in line
+    assert "its limit" not in line and lookup_limit(flat_out) is None
     gpu = Costs(0.02, {1: 0.02, 5: 0.021}, 0.002, "calibration")
     assert explain(gpu, "GPU").startswith("on this GPU a 5-token check costs 1.1× one token")
     assert "pays when over" in explain(gpu, "GPU")

@@ -90,7 +90,20 @@ def explain(costs: Costs, device: str = "CPU", check: int | None = None) -> str:
     else:
         verdicts.append("prompt lookup can, on text that repeats the conversation"
                         + (f" (over {lookup:.0%} of its guesses right)" if lookup > 0.3 else ""))
+        top = lookup_limit(costs)
+        if top is not None:
+            verdicts.append(f"its limit here, every guess right, is {top[1]:.2f}× plain "
+                            f"(a {top[0]}-token check)")
     return f"{head}: " + "; ".join(verdicts) + f" [{costs.source}]"
+
+
+def lookup_limit(costs: Costs) -> tuple[int, float] | None:
+    """The check size where tokens per cost peak, and its speed-up over plain, when every
+    guess is right (a nearly free draft: n tokens for one pass over n). The most any prompt
+    lookup can reach on this curve; None when no measured check beats one token."""
+    found = [(n, n * costs.t1 / t) for n, t in costs.verify.items() if n > 1 and t > 0]
+    n, x = max(found, key=lambda f: f[1], default=(0, 0.0))
+    return (n, x) if x > 1.0 else None
 
 
 def costs_from_race(plain_t1: float, steps: Sequence[StepEvent]) -> Costs | None:
