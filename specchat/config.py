@@ -39,6 +39,9 @@ class UserConfig:
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
+    # Calibrate a pair the app opens uncalibrated (the first run's), in the background between
+    # replies (session.auto_calibration).
+    auto_calibrate: bool = True
     theme: str | None = None  # the app's Textual theme by name (None: Textual's default)
     # Named system prompts (name → prompt) the app's F9 and `ask --preset` offer, after
     # the built-in ones (BUILTIN_PRESETS; a preset of the same name replaces a built-in).
@@ -166,6 +169,7 @@ SCHEMA: dict[str, Setting] = {
     "n_threads": Setting(int, 0, why="0 = automatic"),
     "ngram": Setting(bool),
     "memory_check": Setting(bool),
+    "auto_calibrate": Setting(bool),
     "theme": Setting(str, optional=True),
     "sampling.temperature": Setting(float, 0, why="0 = greedy"),
     "sampling.top_k": Setting(int, 0, why="0 = off"),

@@ -27,8 +27,10 @@ from specchat.models.calibration import (
     CalibrationOptions,
     CalibrationPrompt,
     CalibrationResult,
+    CalibrationState,
     builtin_prompts,
     calibrate,
+    calibrate_loaded,
     format_result,
     ngram_replay,
     recommend,
@@ -38,6 +40,7 @@ from specchat.models.calibration_store import (
     load_target_curve,
     save_calibration,
 )
+from specchat.models.progress import Progress
 from specchat.paths import AppPaths
 
 PROMPT = [1, 20, 7, 14, 14, 17, 2, 1]  # any tokens will do for teacher forcing
@@ -161,6 +164,38 @@ def test_calibration_can_be_cancelled(tiny_target: Path, tiny_draft: Path) -> No
     with pytest.raises(Cancelled):
         calibrate(tiny_target, tiny_draft, CalibrationOptions(max_tokens=8, gamma_max=2),
                   cancel=cancel)
+
+
+def test_a_cancelled_calibration_goes_on_at_the_prompt_it_reached(tiny_target: Path,
+                                                                  tiny_draft: Path) -> None:
+    """The app pauses a background calibration for a reply: run again with its state, it
+    measures only the prompts left, on the same loaded models, and ends as a whole run does."""
+    opts = CalibrationOptions(max_tokens=12, gamma_max=3, n_ctx=512, n_batch=64, repeats=1,
+                              n_threads=1, cost_points=8,
+                              prompts=(CalibrationPrompt("a", "hello there"),
+                                       CalibrationPrompt("b", "the cat sat on the mat"),
+                                       CalibrationPrompt("c", "def add(a, b):")))
+    target, draft = LlamaModel(tiny_target), LlamaModel(tiny_draft)
+    cancel = threading.Event()
+    seen: list[float] = []
+
+    def report(p: Progress) -> None:
+        seen.append(p.done)
+        if p.done > 0 and not cancel.is_set():
+            cancel.set()  # after the first prompt
+
+    state = CalibrationState()
+    with pytest.raises(Cancelled):
+        calibrate_loaded(target, draft, opts, report, cancel, state)
+    assert len(state.measured) == 1
+    seen.clear()
+    resumed = calibrate_loaded(target, draft, opts, report, threading.Event(), state)
+    assert seen[0] == opts.max_tokens  # it went on where it was, not from 0
+    whole = calibrate_loaded(target, draft, opts)
+    assert resumed.per_prompt == whole.per_prompt and resumed.alpha == whole.alpha
+    assert resumed.target == str(tiny_target) and len(resumed.verify_s) == opts.cost_points
+    for m in (draft, target):
+        m.close()
 
 
 def test_calibration_on_the_demo_pair_is_sane(demo_files: tuple[Path, Path]) -> None:

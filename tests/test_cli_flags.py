@@ -36,6 +36,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "ngram": ("--ngram", "--no-ngram"),
     "drafter": ("--drafter", "--drafter model"),
     "memory_check": ("--memory-check", "--no-memory-check"),
+    "auto_calibrate": ("--auto-calibrate", "--no-auto-calibrate"),
     "theme": ("--theme", "--theme textual-dark"),
     "sampling.temperature": ("--temperature", "--temperature 0"),
     "sampling.top_k": ("--top-k", "--top-k 0"),

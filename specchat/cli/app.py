@@ -90,13 +90,14 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
                        choice_for=label_choice, open_label=open_label)
 
 
-SESSION_KEYS = ("drafter", "ngram", "gamma", "system_prompt", "memory_check", "theme", "sampling")
+SESSION_KEYS = ("drafter", "ngram", "gamma", "system_prompt", "memory_check", "theme", "sampling",
+                "auto_calibrate")
 
 
 def session_config(env: Env, args: argparse.Namespace, config: UserConfig) -> UserConfig:
     """The config file's settings with what the command line changed for this session (until
     changed in the app, whose Ctrl+S saves what it then shows): drafter, n-gram, γ, system
-    prompt, sampling, memory check, theme."""
+    prompt, sampling, memory check, theme, background calibration."""
     changes: dict[str, Any] = {}
     if getattr(args, "drafter", None) or getattr(args, "ngram", None) is not None:
         changes.update(drafter=env.drafter_setting(args, config), ngram=False)
@@ -108,6 +109,8 @@ def session_config(env: Env, args: argparse.Namespace, config: UserConfig) -> Us
         changes["memory_check"] = bool(args.memory_check)
     if getattr(args, "theme", None):
         changes["theme"] = args.theme
+    if getattr(args, "auto_calibrate", None) is not None:
+        changes["auto_calibrate"] = bool(args.auto_calibrate)
     sampling = sampling_changes(args)
     if sampling:
         try:

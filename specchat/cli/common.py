@@ -218,6 +218,10 @@ def add_app_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--theme", metavar="NAME",
                    help="the app's colour theme by name (default: the configured one, else "
                    "Textual's; Ctrl+P → Theme lists them)")
+    p.add_argument("--auto-calibrate", action=argparse.BooleanOptionalAction, default=None,
+                   help="calibrate a pair that was never calibrated on this machine in the "
+                   "background, between replies (default: the config file's auto_calibrate, "
+                   "else on)")
 
 
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens")

@@ -224,7 +224,34 @@ def cmd_pull(env: Env, args: argparse.Namespace) -> int:
                   f"`specchat models pair NAME {entry.id} DRAFT`")
         else:
             print(f"{entry.id}: {path}")
+    for i in args.ids:
+        if i in env.catalog.pairs and i not in env.catalog.models:
+            tip = calibration_tip(env, i)
+            if tip:
+                print(tip)
     return 0
+
+
+def calibration_tip(env: Env, pair_id: str) -> str | None:
+    """A tip for a pair never calibrated on this machine (its files, as pulled), else None."""
+    from specchat.models.calibration_store import load_calibration
+
+    pair = env.catalog.pairs[pair_id]
+    t, d = (env.resolver.state(env.catalog.model(m)).path for m in (pair.target, pair.draft))
+    if t is None or d is None or load_calibration(env.paths, t, d) is not None:
+        return None
+    by_app = ("the app calibrates it in the background, between replies, when it first opens "
+              "it; or " if _auto_calibrate(env) else "")
+    return (f"tip: {pair_id} is not calibrated on this machine yet, so the planner starts from "
+            f"guesses: {by_app}run `specchat models calibrate {pair_id}` (a minute or more) "
+            "to measure what pays here")
+
+
+def _auto_calibrate(env: Env) -> bool:
+    try:
+        return env.config.auto_calibrate
+    except SpecchatError:
+        return True  # a broken settings file: the app then runs on defaults
 
 
 def cmd_rm(env: Env, args: argparse.Namespace) -> int:

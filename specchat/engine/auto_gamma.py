@@ -285,6 +285,23 @@ class AutoGamma(PolicyBase):
                     model.adopt_fast()
                     self.changes += 1
 
+    def reseed(self, seed: AutoGammaSeed) -> None:
+        """Take a calibration that ended while this controller was in use (the app calibrates
+        in the background): its costs join those the steps measured and end the warm-up, its
+        α priors stand where nothing was observed yet. What the steps taught stays."""
+        if seed.costs is not None:
+            self.costs.seed(seed.costs)
+            self.seeded = True
+            self._warmup_left = 0
+        self.topic_priors.update(seed.topic_priors)
+        if self.overall.steps == 0 and seed.prior_alpha is not None:
+            self.overall = self._model(seed.prior_alpha, weight=4.0)
+        if self.confidence.total == 0:
+            self.confidence.seed(seed.confidence)
+        self.current = self._topic(self.current.name)  # unobserved: takes the new prior
+        if self.label.endswith("warm-up"):
+            self.label = f"auto · {self.current.name}"
+
     # ------------------------------------------------------------------------ persistence
 
     def state(self) -> dict[str, object]:

@@ -172,13 +172,14 @@ class OnlineCostModel:
 
     def seed(self, curve: CostCurve, weight: float = 4.0) -> None:
         """Start from a measured curve (calibration): its points as ``weight`` observations in
-        all, and its shape as the anchor for the slope."""
+        all, and its shape as the anchor for the slope. Seeded after steps were observed (a
+        calibration that ended mid-session), it joins them: what they measured stays."""
         ns = [float(n) for n in range(1, len(curve.verify_s) + 1)]
         a0, b0 = fit_line(ns, curve.verify_s)
         self.set_shape(a0, b0)
         for n, y in zip(ns, curve.verify_s, strict=True):
             self._add_verify(n, y, weight / len(ns))
-        self._draft = [curve.draft_s * weight, weight]
+        self._draft = [self._draft[0] + curve.draft_s * weight, self._draft[1] + weight]
         self._fit = None
         self.table.seed(curve.verify_s, weight=1.0)
 

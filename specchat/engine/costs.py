@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,13 +56,17 @@ def draft_step_cost(ctx: LlamaContext, prefix: Sequence[int], tokens: Sequence[i
 
 
 def verify_costs(ctx: LlamaContext, prefix: Sequence[int], tokens: Sequence[int], max_n: int,
-                 repeats: int = 3, cancel: threading.Event | None = None) -> tuple[float, ...]:
+                 repeats: int = 3, cancel: threading.Event | None = None,
+                 progress: Callable[[float], None] | None = None) -> tuple[float, ...]:
     """Seconds of decoding n = 1..max_n tokens at once after ``prefix`` (all logits, as a
-    verification does), rolling the cache back after each: the fastest of ``repeats``."""
+    verification does), rolling the cache back after each: the fastest of ``repeats``.
+    ``progress`` is told the share of the work done (by tokens decoded) after each decode."""
     if len(tokens) < max_n:
         raise ValueError(f"need {max_n} tokens to time, got {len(tokens)}")
     _sync(ctx, prefix)
     best = [float("inf")] * max_n
+    work = repeats * max_n * (max_n + 1) / 2
+    done = 0
     for _ in range(repeats):
         for n in range(1, max_n + 1):
             _check(cancel)
@@ -70,6 +74,9 @@ def verify_costs(ctx: LlamaContext, prefix: Sequence[int], tokens: Sequence[int]
             ctx.decode(tokens[:n], logits="all")
             best[n - 1] = min(best[n - 1], time.perf_counter() - t0)
             ctx.truncate(len(prefix))
+            done += n
+            if progress is not None:
+                progress(done / work)
     return non_decreasing(best)
 
 

@@ -106,6 +106,16 @@ class Planner(AutoGamma):
         self.label = "plan · warm-up" if self._warmup_left else "plan"
         self.prediction = Prediction()  # this reply's, against which its speed is judged
 
+    def reseed(self, seed: AutoGammaSeed) -> None:
+        super().reseed(seed)
+        lookup_seen = any(m.steps for m in self.lookup.models.values())
+        if seed.ngram_alpha is not None and not lookup_seen:
+            a = self.settings
+            self.lookup = LookupEstimate(self.lookup_depth, seed.ngram_alpha, a.slow_half_life,
+                                         a.fast_half_life, a.detect_changes)
+        if self.reason == "warm-up" and not self._warmup_left:
+            self.reason, self.label = "", "plan"
+
     # -------------------------------------------------------------------------- estimates
 
     @property

@@ -45,6 +45,7 @@ from specchat.errors import Cancelled, SpecchatError
 from specchat.models.progress import Progress, ProgressFn, no_progress
 
 ROUNDING_TOKENS = 32  # reply tokens the batch-rounding measurement evaluates (≈ 2 plain passes)
+TASK = "calibrate"  # the progress records' task
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class CalibrationOptions:
     n_gpu_layers: int = -1
     repeats: int = 3  # timing repeats per batch size
     cost_points: int = TABLE_SIZE  # T(n) measured for n = 1..this (as far as replies allow)
+    # Tokens a decode takes at once: at least cost_points and ROUNDING_TOKENS. llama.cpp sizes
+    # a context's compute buffer by it (logits for every row: vocabulary × n_batch floats).
+    n_batch: int = 512
 
 
 @dataclass(frozen=True)
@@ -152,63 +156,106 @@ class CalibrationResult:
 def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions = CalibrationOptions(),
               report: ProgressFn = no_progress, cancel: threading.Event | None = None
               ) -> CalibrationResult:
-    """Measure the pair; raises :class:`Cancelled` if ``cancel`` is set on the way."""
-    cancel = cancel or threading.Event()
-    prompts = list(options.prompts) or builtin_prompts()
+    """Load the pair and measure it; raises :class:`Cancelled` if ``cancel`` is set on the way."""
+    report(Progress(TASK, 0, _total(options), unit="steps"))
     ms = ModelSettings(n_gpu_layers=options.n_gpu_layers)
-    cs = ContextSettings(n_ctx=options.n_ctx, n_threads=options.n_threads)
-    total = len(prompts) * options.max_tokens + 1
-    task = "calibrate"
-    report(Progress(task, 0, total, unit="steps"))
     target = LlamaModel(target_path, ms)
-    draft = LlamaModel(draft_path, ms)
+    try:
+        draft = LlamaModel(draft_path, ms)
+        try:
+            return calibrate_loaded(target, draft, options, report, cancel)
+        finally:
+            draft.close()
+    finally:
+        target.close()
+
+
+@dataclass
+class PromptMeasure:
+    """One prompt measured: its α, the target's greedy reply, the draft's confidences."""
+
+    result: PromptResult
+    prompt: list[int]
+    reply: list[int]
+    tops: list[float]
+    agreed: list[bool]
+
+
+@dataclass
+class CalibrationState:
+    """What a calibration has measured so far. Handed to :func:`calibrate_loaded` again after a
+    cancel, it goes on at the next prompt (the timing, at the end, starts over: a measurement
+    cut in two halves is no measurement)."""
+
+    measured: list[PromptMeasure] = field(default_factory=list)
+
+
+def calibrate_loaded(target: LlamaModel, draft: LlamaModel,
+                     options: CalibrationOptions = CalibrationOptions(),
+                     report: ProgressFn = no_progress, cancel: threading.Event | None = None,
+                     state: CalibrationState | None = None) -> CalibrationResult:
+    """Measure a pair already loaded (the app's own models: no second copy in memory) on
+    contexts of its own, freed before it returns; raises :class:`Cancelled` if ``cancel`` is
+    set on the way, ``state`` then keeping the prompts measured."""
+    cancel = cancel or threading.Event()
+    state = state if state is not None else CalibrationState()
+    prompts = list(options.prompts) or builtin_prompts()
+    cs = ContextSettings(n_ctx=options.n_ctx, n_threads=options.n_threads,
+                         n_batch=options.n_batch)
+    total = _total(options)
+    half = total // 2
+
+    def at(done: float) -> None:
+        report(Progress(TASK, done, total, unit="steps"))
+
+    at(len(state.measured) * options.max_tokens)
     t_ctx = LlamaContext(target, cs)
-    d_ctx = LlamaContext(draft, cs)
+    try:
+        d_ctx = LlamaContext(draft, cs)
+    except BaseException:
+        t_ctx.close()
+        raise
     t_ctx.cancel = d_ctx.cancel = cancel
-    watch = LoadWatch()
     cross = cross_map(target, draft) is not None  # TLI: the draft reads its own tokens
     try:
         chat = ChatEngine(PlainDecoder(t_ctx))
-        results: list[PromptResult] = []
-        agree = 0
-        positions = 0
-        longest: tuple[list[int], list[int]] = ([], [])
-        tops: list[float] = []
-        agreed: list[bool] = []
-        replies: list[tuple[list[int], list[int]]] = []
-        for i, p in enumerate(prompts):
-            report(Progress(task, i * options.max_tokens, total, unit="steps"))
-            prompt = chat.tokenize_chat([Message("user", p.prompt)])
+        for i in range(len(state.measured), len(prompts)):
+            at(i * options.max_tokens)
+            prompt = chat.tokenize_chat([Message("user", prompts[i].prompt)])
             reply = greedy_continuation(t_ctx, prompt, options.max_tokens, cancel)
-            replies.append((prompt, reply))
             trace = (cross_agreement_trace(t_ctx, d_ctx, prompt, reply, cancel) if cross
                      else agreement_trace(t_ctx, d_ctx, prompt, reply, draft_top=True))
-            results.append(PromptResult(p.category, trace.positions, trace.alpha))
-            tops += trace.draft_top or []
-            agreed += trace.agree
-            agree += sum(trace.agree)
-            positions += trace.positions
-            if len(reply) > len(longest[1]):
-                longest = (prompt, reply)
-        prompt, reply = longest
+            state.measured.append(PromptMeasure(
+                PromptResult(prompts[i].category, trace.positions, trace.alpha), prompt, reply,
+                list(trace.draft_top or []), list(trace.agree)))
+        longest = max(state.measured, key=lambda m: len(m.reply))
+        prompt, reply = longest.prompt, longest.reply
         n_verify = options.gamma_max + 1
         if len(reply) < n_verify:
             raise SpecchatError(f"the target's replies were too short to time ({len(reply)} "
                                 f"tokens; {n_verify} needed): is it a chat model?")
-        report(Progress(task, total - 1, total, unit="steps"))
+        at(half)
+        watch = LoadWatch()  # what else ran while the costs were timed
         # A draft of another vocabulary is timed on its own tokens of the same text.
         d_prompt, d_reply = (in_draft_vocab(target, draft, t) for t in (prompt, reply[:16]))
         draft_s = draft_step_cost(d_ctx, d_prompt, d_reply or d_prompt[-1:], cancel)
         points = max(n_verify, min(options.cost_points, len(reply)))
-        verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel)
+        verify_s = verify_costs(t_ctx, prompt, reply, points, options.repeats, cancel,
+                                lambda share: at(half + 0.9 * half * share))
         rounding = batch_rounding.measure(t_ctx, prompt, reply[:ROUNDING_TOKENS], cancel).gap
         load = watch.done()
     except DecodeCancelled:
-        report(Progress(task, failed=True))
+        report(Progress(TASK, failed=True))
         raise Cancelled("calibration cancelled") from None
     finally:
-        for obj in (d_ctx, t_ctx, draft, target):
+        for obj in (d_ctx, t_ctx):
             obj.close()
+    results = [m.result for m in state.measured]
+    positions = sum(r.positions for r in results)
+    agree = sum(sum(m.agreed) for m in state.measured)
+    tops = [t for m in state.measured for t in m.tops]
+    agreed = [a for m in state.measured for a in m.agreed]
+    replies = [(m.prompt, m.reply) for m in state.measured]
     alpha = agree / positions if positions else 0.0
     costs = CostCurve(draft_s, verify_s)
     table = speedup_table(alpha, costs, options.gamma_max)
@@ -225,15 +272,21 @@ def calibrate(target_path: Path, draft_path: Path, options: CalibrationOptions =
                 + text.split(": ", 1)[-1])
     if speedup < PAYS:
         gamma = 0  # the draft model does not pay: the pair's γ says plain
-    report(Progress(task, total, total, unit="steps", finished=True))
+    report(Progress(TASK, total, total, unit="steps", finished=True))
     return CalibrationResult(
-        target=str(target_path), draft=str(draft_path), alpha=alpha, positions=positions,
+        target=str(target.path), draft=str(draft.path), alpha=alpha, positions=positions,
         per_prompt=tuple(results), draft_s=draft_s, verify_s=verify_s, speedups=tuple(table),
         gamma=gamma, speedup=speedup, verdict=text,
         machine=f"{platform.machine()} {platform.node()}", n_threads=t_ctx.n_threads,
         confidence=confidence_counts(tops, agreed), drafter=drafter, ngram_alpha=ng_alpha,
         ngram_gamma=ng_gamma, ngram_speedup=ng_speedup, batch_rounding=rounding,
         load=load.load_before, steal=load.steal, cores=load.cores, others=load.others)
+
+
+def _total(options: CalibrationOptions) -> int:
+    """Progress steps: the replies' tokens, then the timing, which takes about as long on a
+    CPU (half the bar each)."""
+    return 2 * len(options.prompts or builtin_prompts()) * options.max_tokens
 
 
 def recommend(model_speedup: float, ngram_speedup: float) -> str:
@@ -295,12 +348,16 @@ def format_result(r: CalibrationResult) -> str:
         lines.append(f"batch rounding: gaps between the target's top tokens move by up to "
                      f"{r.batch_rounding:.3f} logits with batch shape (a greedy reply may part "
                      "from plain decoding at a closer tie)")
-    what = {"none": "plain decoding", "ngram": f"the n-gram drafter (γ={r.ngram_gamma})"}.get(
-        r.drafter, f"γ = {r.gamma}")
-    lines.append(f"recommended: {what}: {r.verdict}")
+    lines.append(f"recommended: {recommendation(r)}: {r.verdict}")
     if r.busy:
         lines.append(busy_warning(r))
     return "\n".join(lines)
+
+
+def recommendation(r: CalibrationResult) -> str:
+    """What to run, in words: "plain decoding", "the n-gram drafter (γ=4)" or "γ = 3"."""
+    return {"none": "plain decoding", "ngram": f"the n-gram drafter (γ={r.ngram_gamma})"}.get(
+        r.drafter, f"γ = {r.gamma}")
 
 
 def busy_warning(r: CalibrationResult) -> str:

@@ -1,8 +1,10 @@
 """Calibration results on disk, keyed by the identity of the two model files.
 
-``<data>/calibration/<target id>-<draft id>.json``. A file's identity is its size plus a hash of
-its first and last MiB: cheap on a 5 GB file, stable when the file is moved or re-linked, and
-different for another quantization or a re-upload. Results are per machine (the data folder is).
+``<data>/calibration/<target id>-<draft id>.json``; beside it, ``….no-auto`` says why the app
+does not calibrate that pair on its own (the user cancelled it, or it failed). A file's identity
+is its size plus a hash of its first and last MiB: cheap on a 5 GB file, stable when the file is
+moved or re-linked, and different for another quantization or a re-upload. Results are per
+machine (the data folder is).
 """
 
 from __future__ import annotations
@@ -74,3 +76,24 @@ def load_target_curve(paths: AppPaths, target: Path) -> CostCurve | None:
         except (OSError, ValueError, TypeError, KeyError):
             continue
     return None
+
+
+def no_auto_file(paths: AppPaths, target: Path, draft: Path) -> Path:
+    return calibration_file(paths, target, draft).with_suffix(".no-auto")
+
+
+def set_no_auto(paths: AppPaths, target: Path, draft: Path, why: str) -> None:
+    """Remember not to calibrate these files in the background again (``why``: for a reader)."""
+    f = no_auto_file(paths, target, draft)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(why + "\n", encoding="utf-8")
+
+
+def no_auto_reason(paths: AppPaths, target: Path, draft: Path) -> str | None:
+    """Why these files are not calibrated in the background (None: they may be)."""
+    try:
+        return no_auto_file(paths, target, draft).read_text(encoding="utf-8").strip() or "-"
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return "unreadable"

@@ -78,6 +78,8 @@ COMMANDS = (
      "next_alternative"),
     ("Select the previous message", "Move the message cursor up (Ctrl+↑)", "select_previous"),
     ("Select the next message", "Move the message cursor down (Ctrl+↓)", "select_next"),
+    ("Stop calibrating", "Stop measuring this pair in the background (F12); it stays "
+     "uncalibrated", "stop_calibration"),
     ("Help: what the numbers mean, and every key",
      "α, τ, γ, the token colours, the planner; then the keys (F1)", "help"),
 )
@@ -300,8 +302,7 @@ class SpecchatApp(App[int]):
             if isinstance(screen, RaceScreen):
                 screen.close_race(SHUTDOWN_WAIT_S)
         if self.chat is not None:
-            self.chat.cancel_for_exit()
-            self.chat.idle.wait(SHUTDOWN_WAIT_S)
+            self.chat.stop_engine_work(SHUTDOWN_WAIT_S)
             self.chat.save_partial_reply()
             self.rescued = self.chat.rescued or self.rescued
         if self.runtime is not None:

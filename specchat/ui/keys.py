@@ -48,6 +48,9 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("f8", "switch_pair", "Switch",
         "Switch to another pair or model on disk (it loads; this chat stays open)",
         show=False),  # F1 and the palette list it: the footer is full at 80 columns
+    Key("f12", "stop_calibration", "Stop calibrating",
+        "Stop calibrating this pair in the background (shown while it runs); it does not start "
+        "on its own again: `specchat models calibrate PAIR` measures it later"),
     Key("f9", "pick_preset", "Prompt",
         "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
         "its own, or the Settings' one", show=False),

@@ -17,6 +17,7 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
+from specchat.session.auto_calibration import Outcome
 from specchat.session.worker import ReplyFigures, ReplyUpdate
 
 
@@ -82,3 +83,21 @@ class RacePairOpened(Message):
     """Another pair's models are loaded for the race screen (it owns them from now on)."""
 
     runtime: Runtime
+
+
+@dataclass
+class CalibrationProgress(Message, bubble=False):
+    """How far the background calibration of the loaded pair is (for the chat screen)."""
+
+    progress: Progress
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CalibrationProgress) and not (
+            self.progress.finished or self.progress.failed)
+
+
+@dataclass
+class CalibrationEnded(Message, bubble=False):
+    """The background calibration's run ended: done, paused, failed, cancelled, not needed."""
+
+    outcome: Outcome

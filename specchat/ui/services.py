@@ -16,6 +16,7 @@ from typing import Any
 from specchat.config import UserConfig, save_config
 from specchat.engine.decoding import Decoder
 from specchat.errors import ConfigError, SpecchatError
+from specchat.models.calibration import CalibrationOptions
 from specchat.models.choices import Choice
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
@@ -65,6 +66,11 @@ class AppServices:
     # worker thread; never fetches).
     race_pairs: Callable[[], list[str]] = list
     open_race_pair: Callable[[str], Runtime] = field(default=lambda pair: _no_pairs(pair))
+    # The background calibration of a pair opened uncalibrated (config's auto_calibrate): its
+    # sizes (None: session.auto_calibration.OPTIONS; tests pass tiny ones) and how long the chat
+    # must be quiet (open, no reply) before it starts or goes on.
+    calibration_options: CalibrationOptions | None = None
+    calibrate_quiet_s: float = 3.0
     # The config file's values of the settings the command line changed for this session
     # (--no-ngram, --temperature, ...): what is saved keeps them, unless the user changes that
     # very setting in the app, so a flag never leaks into config.yaml.

@@ -28,6 +28,7 @@ from specchat.engine.chat import ChatEngine
 from specchat.engine.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
+from specchat.session.auto_calibration import AutoCalibration
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
@@ -38,7 +39,13 @@ from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
 from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
-from specchat.ui.messages import ReplyProgress, WorkerFailed
+from specchat.ui.messages import (
+    CalibrationEnded,
+    CalibrationProgress,
+    ReplyProgress,
+    WorkerFailed,
+)
+from specchat.ui.screens.chat_calibration import BackgroundCalibration
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.chat_messages import MessageActions
 from specchat.ui.screens.chat_search import ChatSearch
@@ -54,8 +61,10 @@ from specchat.ui.widgets.chat_list import ChatList
 from specchat.ui.widgets.key_footer import NARROW, KeyFooter
 from specchat.ui.widgets.stats_bar import StatsBar
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
+from specchat.ui.widgets.transfers import TransferList
 
 TICK_S = 5.0  # how often unsaved turns are retried (and the chat's ownership renewed)
+CALIBRATION_WAIT_S = 30.0  # a reply waits this long at most for the calibration to stop
 
 
 def short_name(name: str) -> str:
@@ -90,6 +99,7 @@ class ChatScreen(Screen[None]):
                                    self._opened, self._retitled)
         self.messages = MessageActions(self, self.session, self.start_reply)
         self.search = ChatSearch(self, self.session, services, self.history)
+        self.calibration = BackgroundCalibration(self, services, runtime, self.session)
         self.view = "markdown"
         self.show_rejected = False
         self.job_widget: AssistantMessage | None = None
@@ -146,6 +156,7 @@ class ChatScreen(Screen[None]):
                 yield transcript
                 yield Static(legend(self.show_rejected, self.view), id="legend")
                 yield ChatInput(id="input")
+        yield TransferList(id="calibration")  # shown while the pair is calibrated
         yield StatsBar(self.backend, self.models_label(), self.engine.n_ctx,
                        speculative=self.speculative,
                        gamma_mode=self.settings.gamma_label, id="stats")
@@ -200,6 +211,7 @@ class ChatScreen(Screen[None]):
             chat_id, self.reopen = self.reopen, None
             self.history.open_now(chat_id, offer=False)  # the pair was just chosen for it
         self.filled = True
+        self.calibration.quiet()
 
     @property
     def transcript(self) -> Transcript:
@@ -263,6 +275,7 @@ class ChatScreen(Screen[None]):
         if self._after_reply is not None:
             then, self._after_reply = self._after_reply, None
             then()
+        self.calibration.reply_ended()
 
     def _tick(self) -> None:
         self.render_views(self.session.tick())
@@ -311,6 +324,7 @@ class ChatScreen(Screen[None]):
         self._ui_clock = None
         self.query_one(ChatInput).cursor_blink = False  # a redraw twice a second, saved
         self.stats_bar.show(self.stats_bar.stats, busy=True, record=False)
+        self.calibration.pause()  # the reply goes first: its worker waits for the pause
         self.generate(job, self.engine)
         self.render_views(views)
         return True
@@ -319,11 +333,30 @@ class ChatScreen(Screen[None]):
     def generate(self, job: ReplyJob, engine: ChatEngine) -> None:
         """The reply, in a thread: updates go to this screen as messages (thread-safe)."""
         try:
+            self.calibration.wait_stopped(CALIBRATION_WAIT_S)  # never two llama.cpp jobs at once
             run_reply(job, engine, lambda u: self.post_message(ReplyProgress(u)))
         except Exception as e:  # the session says it, in a dialog; never a traceback
             self.post_message(WorkerFailed(job.id, e))
         finally:
             self.idle.set()
+
+    @work(thread=True, exit_on_error=False, group="calibrate")
+    def calibrate_in_background(self, job: AutoCalibration) -> None:
+        """The pair's calibration, in a thread (see :mod:`.chat_calibration`); it never raises."""
+        outcome = job.run(lambda p: self.post_message(CalibrationProgress(p)))
+        self.post_message(CalibrationEnded(outcome))
+
+    def on_calibration_progress(self, msg: CalibrationProgress) -> None:
+        self.calibration.progress(msg.progress)
+
+    def on_calibration_ended(self, msg: CalibrationEnded) -> None:
+        self.calibration.ended(msg.outcome)
+
+    def on_screen_suspend(self) -> None:
+        self.calibration.pause()  # another screen in front (the race, the wizard, a dialog)
+
+    def on_screen_resume(self) -> None:
+        self.calibration.quiet()
 
     def on_reply_progress(self, msg: ReplyProgress) -> None:
         self.render_views(self.session.apply(msg.update))
@@ -341,6 +374,14 @@ class ChatScreen(Screen[None]):
 
     def cancel_for_exit(self) -> None:
         self.session.cancel()
+        self.calibration.pause()
+
+    def stop_engine_work(self, timeout: float) -> None:
+        """Before the models are freed: the reply and the calibration stopped, their threads
+        done."""
+        self.cancel_for_exit()
+        self.idle.wait(timeout)
+        self.calibration.close(timeout)
 
     def save_partial_reply(self) -> None:
         """On quitting (after the worker stopped): keep what was shown, as stopped; whatever
@@ -391,6 +432,14 @@ class ChatScreen(Screen[None]):
             self.notify("Stopping the reply…", timeout=2, markup=False)
         else:
             self.messages.clear()  # nothing to stop: Esc leaves the message cursor
+
+    def action_stop_calibration(self) -> None:
+        self.calibration.stop_by_user()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop_calibration":
+            return self.calibration.shown  # in the footer only while it runs or is paused
+        return True
 
     def action_new_chat(self) -> None:
         self.when_idle(lambda: self._opened(self.session.new_chat()))
@@ -514,7 +563,11 @@ class ChatScreen(Screen[None]):
 
     def action_race(self) -> None:
         """The race screen on this pair (a reply in flight is stopped first: same models)."""
-        self.when_idle(lambda: self.app.push_screen(RaceScreen(self.services, self.runtime)))
+        def race() -> None:
+            self.calibration.pause()  # before the race's worker starts: same models
+            self.app.push_screen(RaceScreen(self.services, self.runtime))
+
+        self.when_idle(race)
 
     def action_settings(self) -> None:
         screen = SettingsScreen(self.settings, self.services.pair_gamma,

@@ -20,6 +20,8 @@ def label_for(p: Progress, elapsed: float) -> str:
     """``download x.gguf · 40.2 MB of 98.4 MB · 12.3 MB/s · 0:05 left`` (the bar shows the %)."""
     if p.finished:
         return describe(p, elapsed)
+    if p.unit == "%":  # the bar shows it; no rate or ETA (a paused task's time would count)
+        return " · ".join(x for x in (p.task, p.detail) if x)
     rate = p.done / elapsed if elapsed > 0 else 0.0
     if p.unit == "B":
         amount = format_bytes(p.done) + (f" of {format_bytes(p.total)}" if p.total else "")

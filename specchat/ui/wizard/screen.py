@@ -322,8 +322,9 @@ class WizardScreen(ModalScreen[PairEntry | None]):
         gamma = r.gamma if r is not None else GAMMA_DEFAULT
         why = (f"Calibrated: γ={r.gamma} — {r.verdict}." if r else
                f"Not calibrated: γ={GAMMA_DEFAULT} is a common starting point (the default "
-               "planner measures costs as it goes); `specchat models calibrate` measures the "
-               "best one later.")
+               "planner measures costs as it goes); the app calibrates the pair in the "
+               "background once it opens it (unless auto_calibrate is off), or `specchat "
+               "models calibrate` measures it later.")
         self.query_one(SaveStep).prepare(
             f"{self.target.id} ← {self.draft.id}\n{why}",
             suggest_pair_name(self.catalog, self.target, self.draft), gamma)
