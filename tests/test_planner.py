@@ -568,6 +568,7 @@ def test_a_calibration_ending_mid_session_seeds_the_running_planner() -> None:
     steps taught it."""
     p = Planner(CALM, clock=lambda: 0.0)
     p.begin("hi")
+    long_reply(p)
     assert p.next_plan(("model",)).reason == "warm-up"
     p.observe(StepEvent(1, 1, 0.003, 0.0157, "model", committed=2))  # a new shape: left out
     p.next_plan(("model",))
