@@ -22,8 +22,8 @@ from specchat.runtime import Runtime
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.services import runtime_decoder
 
-# Long enough for an uncalibrated planner's warm-up (it waits for the reply's 32nd token).
-GREEDY = SamplerSettings(temperature=0.0, max_tokens=48)
+# Long enough for an uncalibrated planner's warm-up (it waits for the reply's 64th token).
+GREEDY = SamplerSettings(temperature=0.0, max_tokens=80)
 
 
 def _planner(dec: object) -> Planner:

@@ -392,8 +392,8 @@ def test_a_second_ask_process_starts_warm(tiny_target: Path, tiny_draft: Path, h
                                           capsys: pytest.CaptureFixture[str], mode: str) -> None:
     """As a CLI user gets it: separate `specchat ask` calls, a fresh controller each time."""
     args = ["ask", "hello", "--model", str(tiny_target), "--draft", str(tiny_draft),
-            "--gamma", mode, "--temperature", "0", "--max-tokens", "48", "--json",
-            "--threads", "1"]  # long enough for the planner's warm-up (from token 32)
+            "--gamma", mode, "--temperature", "0", "--max-tokens", "80", "--json",
+            "--threads", "1"]  # long enough for the planner's warm-up (from token 64)
 
     def modes() -> list[str]:
         assert main(args) == 0
