@@ -68,7 +68,10 @@ def run(env: Env, args: argparse.Namespace) -> int:
     sys.stderr.write(f"specchat: serving {safe_text(serving.host.model_id)} at {serving.url}/v1 "
                      "(OpenAI API; Ctrl-C stops); loading the models…\n")
     sys.stderr.flush()
-    serving.run()
+    try:
+        serving.run()
+    except KeyboardInterrupt:  # uvicorn passes Ctrl-C on once it has stopped: the usual end
+        sys.stderr.write("specchat: server stopped\n")
     return 0
 
 
