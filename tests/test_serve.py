@@ -92,6 +92,10 @@ def test_a_streamed_chat_ends_with_timings_and_matches_the_whole_reply(api: open
     assert last.timings["draft_n"] > 0 and last.usage.completion_tokens == 12
     assert last.specchat["gamma_mode"] == "fixed 3"
     assert text == chat(api, model_id, temperature=0).choices[0].message.content
+    with_usage = list(chat(api, model_id, max_tokens=3, stream=True,
+                           stream_options={"include_usage": True}))
+    assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens == 3
+    assert with_usage[-2].choices[0].finish_reason == "length"
 
 
 def test_fates_on_request_in_every_chunk_and_the_whole_reply(api: openai.OpenAI,
