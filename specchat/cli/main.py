@@ -10,7 +10,16 @@ from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from specchat import __version__
-from specchat.cli import ask, bench_cmd, chats_cmd, doctor, models_cmd, prove_cmd, race_cmd
+from specchat.cli import (
+    ask,
+    bench_cmd,
+    chats_cmd,
+    doctor,
+    models_cmd,
+    prove_cmd,
+    race_cmd,
+    serve_cmd,
+)
 from specchat.cli.common import (
     Env,
     add_app_args,
@@ -46,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     race_cmd.add_parser(sub)
     prove_cmd.add_parser(sub)
     doctor.add_parser(sub)
+    serve_cmd.add_parser(sub)
     chats_cmd.add_parsers(sub)
     share_options(parser)
     return parser

@@ -1,0 +1,176 @@
+"""`specchat serve` against llama-cpp-python's own server on the same model, plain decoding.
+
+Both servers run the demo pair's target (or another pair's, --pair) with the same threads and
+context, side by side; each Spec-Bench prompt goes to one, then the other (greedy, through the
+openai client, the order alternating), and the script prints end-to-end tokens per second for
+each and their ratio, overall and per request pair: a busy moment on the machine weighs on
+both sides of a pair.
+
+It fetches nothing: the model must be in the specchat home already
+(``SPECCHAT_HOME=DIR python -m specchat models pull demo``), and llama-cpp-python's server
+needs its extras (fastapi, sse-starlette, starlette-context, pydantic-settings), importable by
+``--llama-python`` (default: this Python).
+
+    SPECCHAT_HOME=/tmp/servehome python scripts/serve_vs_llama_server.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
+
+from openai import OpenAI  # noqa: E402
+
+from specchat.bench.prompts import load_prompts  # noqa: E402
+from specchat.models.catalog import load_catalog  # noqa: E402
+from specchat.models.resolver import ModelResolver  # noqa: E402
+from specchat.paths import app_paths  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    """Until it answers: specchat's /health is 503 while it loads (its model list is not);
+    llama_cpp.server listens only once loaded, and has no /health."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server at {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"the server at {url} did not come up in {timeout:.0f} s")
+
+
+def commands(name: str, args: argparse.Namespace, model_id: str, path: Path,
+             port: int) -> list[str]:
+    threads, ctx = str(args.threads), str(args.ctx)
+    if name == "specchat":
+        return [sys.executable, "-m", "specchat", "serve", "--model", model_id, "--plain",
+                "--threads", threads, "--ctx-size", ctx, "--port", str(port),
+                "--no-access-log"]
+    # logits_all off: its default computes the output layer on every prompt token, work
+    # specchat does not do; flash attention is off in both (specchat's CPU default).
+    return [args.llama_python, "-m", "llama_cpp.server", "--model", str(path), "--host",
+            "127.0.0.1", "--port", str(port), "--n_ctx", ctx, "--n_threads", threads,
+            "--n_threads_batch", threads, "--logits_all", "False", "--flash_attn", "False",
+            "--verbose", "False"]
+
+
+class Server:
+    """One server process and an openai client for it."""
+
+    def __init__(self, name: str, cmd: Sequence[str], port: int) -> None:
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(list(cmd), cwd=REPO, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.tokens = 0
+        self.seconds = 0.0
+        self.texts: dict[int, str] = {}
+
+    def start(self) -> None:
+        wait_ready(self.url + ("/health" if self.name == "specchat" else "/v1/models"),
+                   self.proc)
+        self.api = OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0,
+                          timeout=600)
+        self.model = self.api.models.list().data[0].id
+        self.ask("Say hello.", 16)  # warm-up: first-call costs are not throughput
+
+    def ask(self, text: str, max_tokens: int) -> tuple[int, float, str]:
+        t0 = time.perf_counter()
+        r = self.api.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": text}],
+            max_tokens=max_tokens, temperature=0,
+            # llama-cpp-python's default repeat penalty (1.1) changes the distribution: off,
+            # as specchat samples the model's own (and ignores the field).
+            extra_body={"repeat_penalty": 1.0})
+        return r.usage.completion_tokens, time.perf_counter() - t0, r.choices[0].message.content or ""
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pair", default="demo", help="whose target to serve (default demo)")
+    p.add_argument("--prompts", type=int, default=5, help="Spec-Bench prompts, one per category")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3, help="times each prompt is sent to each")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--llama-python", default=sys.executable,
+                   help="a Python that can run llama_cpp.server (its extras installed)")
+    args = p.parse_args()
+
+    paths = app_paths()
+    catalog = load_catalog(paths.user_catalog)
+    entry = catalog.model(catalog.pair(args.pair).target)
+    state = ModelResolver(catalog, paths).state(entry)
+    if not state.present or state.path is None:
+        raise SystemExit(f"{entry.id} is not in {paths.data}: run `specchat models pull "
+                         f"{args.pair}` first (with the same SPECCHAT_HOME)")
+    prompts = [q.text for q in load_prompts(per_category=1)[: args.prompts]]
+    print(f"model {entry.id} ({state.path}), {len(prompts)} prompts x {args.rounds} rounds, "
+          f"greedy, max_tokens {args.max_tokens}, {args.threads} threads")
+    servers = []
+    try:
+        for name in ("specchat", "llama-cpp-python"):
+            port = free_port()
+            servers.append(Server(name, commands(name, args, entry.id, state.path, port), port))
+        for s in servers:
+            s.start()
+        ratios = []
+        for r in range(args.rounds):
+            for i, text in enumerate(prompts):
+                # Both are up; each prompt goes to one then the other (the order alternates),
+                # so a busy moment on the machine weighs on both sides of each pair.
+                order = servers if (r + i) % 2 == 0 else servers[::-1]
+                rate = {}
+                for s in order:
+                    n, secs, reply = s.ask(text, args.max_tokens)
+                    s.tokens, s.seconds = s.tokens + n, s.seconds + secs
+                    s.texts.setdefault(i, reply)
+                    rate[s.name] = n / secs
+                ratios.append(rate["specchat"] / rate["llama-cpp-python"])
+    finally:
+        for s in servers:
+            s.stop()
+    for s in servers:
+        print(f"{s.name:17s} {s.tokens:5d} tokens in {s.seconds:7.2f} s = "
+              f"{s.tokens / s.seconds:6.1f} tok/s")
+    same = sum(servers[0].texts[i] == servers[1].texts[i] for i in range(len(prompts)))
+    print(f"identical greedy replies: {same} of {len(prompts)}")
+    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    overall = (servers[0].tokens / servers[0].seconds) / (servers[1].tokens / servers[1].seconds)
+    print(f"specchat serve / llama_cpp.server: {overall:.2f} overall; per request pair median "
+          f"{statistics.median(ratios):.2f} (quartiles {q[0]:.2f}-{q[2]:.2f}, "
+          f"{len(ratios)} pairs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""``specchat serve``: the models behind an OpenAI-compatible HTTP API (see specchat.serve)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from specchat.cli.ask import sampler_from_args
+from specchat.cli.common import (
+    GAMMA_OPTION_HELP,
+    Env,
+    add_drafter_args,
+    add_model_args,
+    add_sampling_args,
+    gamma_arg,
+)
+from specchat.engine.chat import ChatEngine
+from specchat.engine.in_force import in_force
+from specchat.loading import select
+from specchat.models.progress import TextProgress
+from specchat.runtime import Runtime
+from specchat.serve.server import Serving, bind, is_loopback
+from specchat.serve.worker import ModelHost, Served
+from specchat.textsafe import safe_text
+
+
+def port_arg(text: str) -> int:
+    if text.isdigit() and int(text) <= 65535:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"'{text}' is not a port number (0 to 65535; 0: any free one)")
+
+
+def megabytes_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 4096:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size in MB (more than 0, at most 4096)")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the models over an OpenAI-compatible HTTP API",
+                       description="An OpenAI-compatible endpoint (/v1/chat/completions, "
+                       "/v1/completions, /v1/models) over the same engine, sampling and chat "
+                       "template as the app. Sampling options set the defaults a request's own "
+                       "fields override.")
+    add_model_args(p)
+    add_sampling_args(p)
+    p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
+    p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N", help=GAMMA_OPTION_HELP)
+    add_drafter_args(p)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; another "
+                   "one lets anyone who can reach it use the models, with no password)")
+    p.add_argument("--port", type=port_arg, default=8000, help="port (default 8000)")
+    p.add_argument("--max-body-mb", type=megabytes_arg, default=8.0, metavar="MB",
+                   help="largest request body accepted (default 8; larger: 413)")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="do not log each request")
+    p.set_defaults(func=run)
+
+
+def run(env: Env, args: argparse.Namespace) -> int:
+    serving = build(env, args)
+    sys.stderr.write(f"specchat: serving {safe_text(serving.host.model_id)} at {serving.url}/v1 "
+                     "(OpenAI API; Ctrl-C stops); loading the models…\n")
+    sys.stderr.flush()
+    try:
+        serving.run()
+    except KeyboardInterrupt:  # uvicorn passes Ctrl-C on once it has stopped: the usual end
+        sys.stderr.write("specchat: server stopped\n")
+    return 0
+
+
+def build(env: Env, args: argparse.Namespace) -> Serving:
+    """The server the command line asks for, on its bound socket, not yet started."""
+    # Everything that can be wrong with the command is said before the port is taken.
+    defaults = sampler_from_args(env, args)
+    selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
+                       getattr(args, "draft", None))
+    options = env.runtime_options(args)
+    gamma, ngram, drafters = env.gamma(args), env.ngram(args), env.drafters(args)
+    if not is_loopback(args.host):
+        sys.stderr.write(f"specchat: warning: listening on {safe_text(args.host)}: anyone who "
+                         "can reach this machine there can use the models (no password; "
+                         "requests are not encrypted)\n")
+    sock = bind(args.host, args.port)
+
+    def load() -> Served:  # on the server's generation thread, while it already answers 503
+        runtime = Runtime.open(selection, env.resolver, options, TextProgress(),
+                               with_draft=not args.plain)
+        try:
+            notes = [f"note: {w.message}" for w in runtime.pair_warnings] + runtime.notices()
+            decoder = runtime.decoder(plain=args.plain, gamma=gamma, ngram=ngram,
+                                      drafters=drafters)
+            engine = ChatEngine(decoder)
+        except BaseException:
+            runtime.close()
+            raise
+        return Served(engine, in_force(decoder), runtime.close, notes)
+
+    host = ModelHost(load, selection.label, aliases=(selection.target.id,), defaults=defaults)
+    return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log)

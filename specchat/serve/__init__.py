@@ -1,0 +1,8 @@
+"""``specchat serve``: an OpenAI-compatible HTTP endpoint over the same engine as the app.
+
+One model load serves every request; generations run one at a time on a worker thread (the
+one llama.cpp context), in arrival order. The modules, bottom to top: ``api_errors`` (the
+OpenAI error object), ``parse`` (a request body, checked field by field), ``worker`` (the
+loaded models, the queue and the generation thread), ``replies`` (events → OpenAI JSON and
+server-sent events), ``app`` (the Starlette routes) and ``server`` (the socket and uvicorn).
+"""

@@ -1,0 +1,264 @@
+"""A request body, checked field by field into what the engine runs.
+
+Every field this server acts on is checked for its type and range (the sampling ones by the
+config file's own rules, so a temperature the app refuses is refused here too) and a wrong one
+is a 400 naming it. ``null`` is "not given", as in OpenAI's API. Fields of OpenAI's API that
+would change the reply in a way this server does not do (``n`` > 1, penalties, logprobs, tools,
+a JSON response format) are refused rather than ignored: a client must not believe it got what
+it asked for. Anything else unknown is ignored, as OpenAI's servers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specchat.config import check_setting
+from specchat.engine.chat_template import Message
+from specchat.engine.sampling import SamplerSettings
+from specchat.serve.api_errors import ApiError, bad_request
+
+MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+# The request fields that map onto the sampler, checked by the config's rules for the setting.
+SAMPLING_FIELDS = {"temperature": "sampling.temperature", "top_p": "sampling.top_p",
+                   "top_k": "sampling.top_k", "min_p": "sampling.min_p",
+                   "max_tokens": "sampling.max_tokens"}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    kind: Literal["chat", "completion"]
+    settings: SamplerSettings
+    model: str | None = None
+    messages: tuple[Message, ...] = ()  # chat: the conversation
+    prompt: str | tuple[int, ...] = ""  # completion: text or token ids
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a usage chunk before [DONE]
+    fates: bool = False  # specchat.fates: each token's text and fate
+
+
+def _kind_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def wrong_type(param: str, expected: str, value: Any) -> ApiError:
+    return bad_request(f"'{param}' must be {expected}, not {_kind_name(value)}", param,
+                       "invalid_type")
+
+
+def _bool(doc: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    v = doc.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise wrong_type(name, "true or false", v)
+    return v
+
+
+def _sampling_value(name: str, value: Any) -> Any:
+    setting = SAMPLING_FIELDS[name]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        return check_setting(setting, value)
+    except ValueError as e:
+        code = "invalid_value" if number else "invalid_type"
+        raise bad_request(f"'{name}' {e}", name, code) from None
+
+
+def _seed(value: Any) -> int | None:
+    """A seed ≥ 0; -1 is llama.cpp's "a random one", as llama-server takes it."""
+    if value is None or (type(value) is int and value == -1):
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise wrong_type("seed", "a whole number", value)
+    if value < 0:
+        raise bad_request("'seed' must be a whole number ≥ 0 (or -1: a random one)", "seed")
+    return value
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise wrong_type("stop", "a string or an array of strings", value)
+    if len(value) > MAX_STOP:
+        raise bad_request(f"'stop' has {len(value)} strings: at most {MAX_STOP}", "stop")
+    return tuple(value)
+
+
+def sampler(doc: Mapping[str, Any], defaults: SamplerSettings) -> SamplerSettings:
+    """The request's sampler: the server's defaults (config.yaml's, or the command's flags),
+    changed by the fields the request gives."""
+    changes: dict[str, object] = {}
+    for name in SAMPLING_FIELDS:
+        if doc.get(name) is not None:
+            changes[name] = _sampling_value(name, doc[name])
+    # Chat's newer name for max_tokens wins, as in OpenAI's API.
+    if doc.get("max_completion_tokens") is not None:
+        v = doc["max_completion_tokens"]
+        try:
+            changes["max_tokens"] = check_setting("sampling.max_tokens", v)
+        except ValueError as e:
+            raise bad_request(f"'max_completion_tokens' {e}", "max_completion_tokens") from None
+    if "seed" in doc:
+        changes["seed"] = _seed(doc["seed"])
+    changes["stop"] = _stop(doc.get("stop"))
+    try:
+        return defaults.with_(**changes).validate()
+    except ValueError as e:  # a combination the sampler refuses (min_p 1)
+        raise bad_request(str(e)) from None
+
+
+def _unsupported(doc: Mapping[str, Any], kind: str) -> None:
+    """Refuse OpenAI fields that ask for what this server does not do (default values pass)."""
+    n = doc.get("n")
+    if n is not None:
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise wrong_type("n", "a whole number", n)
+        if n != 1:
+            raise bad_request("'n' must be 1: this server writes one choice per request", "n")
+    for name in ("frequency_penalty", "presence_penalty"):
+        v = doc.get(name)
+        if v is None:
+            continue
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise wrong_type(name, "a number", v)
+        if v != 0:
+            raise bad_request(f"'{name}' is not supported: the reply is sampled exactly from the "
+                              "target's distribution, which a penalty would change", name)
+    if doc.get("logit_bias"):
+        raise bad_request("'logit_bias' is not supported: it would change the target's "
+                          "distribution", "logit_bias")
+    if doc.get("logprobs") not in (None, False) or doc.get("top_logprobs") not in (None, 0):
+        param = "logprobs" if doc.get("logprobs") not in (None, False) else "top_logprobs"
+        raise bad_request("log-probabilities are not supported by this server", param)
+    for name in ("tools", "functions"):
+        if doc.get(name):
+            raise bad_request("tool calls are not supported by this server", name)
+    fmt = doc.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type", "text") == "text"):
+        raise bad_request("only the text response format is supported", "response_format")
+    if kind == "completion":
+        if doc.get("echo"):
+            raise bad_request("'echo' is not supported", "echo")
+        if doc.get("suffix"):
+            raise bad_request("'suffix' (fill-in-the-middle) is not supported", "suffix")
+        best_of = doc.get("best_of")
+        if best_of not in (None, 1) or isinstance(best_of, bool):
+            raise bad_request("'best_of' must be 1", "best_of")
+
+
+def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dict[str, Any]:
+    _unsupported(doc, kind)
+    model = doc.get("model")
+    if model is not None and not isinstance(model, str):
+        raise wrong_type("model", "a string", model)
+    stream = _bool(doc, "stream")
+    include_usage = False
+    opts = doc.get("stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise wrong_type("stream_options", "an object", opts)
+        include_usage = _bool(opts, "include_usage")
+    ext = doc.get("specchat")
+    fates = False
+    if ext is not None:
+        if not isinstance(ext, dict):
+            raise wrong_type("specchat", "an object", ext)
+        v = ext.get("fates")
+        if v is not None and not isinstance(v, bool):
+            raise wrong_type("specchat.fates", "true or false", v)
+        fates = bool(v)
+    return dict(settings=sampler(doc, defaults), model=model, stream=stream,
+                include_usage=include_usage, fates=fates)
+
+
+def _content(value: Any, param: str) -> str:
+    """A message's text: a string, or an array of text parts (joined), or null."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise wrong_type(param, "a string or an array of content parts", value)
+    texts = []
+    for j, part in enumerate(value):
+        where = f"{param}[{j}]"
+        if not isinstance(part, dict):
+            raise wrong_type(where, "an object", part)
+        if part.get("type") != "text":
+            raise bad_request(f"'{where}.type' must be 'text': this server reads text only, "
+                              f"not {str(part.get('type'))[:40]!r}", f"{where}.type")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise wrong_type(f"{where}.text", "a string", text)
+        texts.append(text)
+    return "".join(texts)
+
+
+def messages(value: Any) -> tuple[Message, ...]:
+    if value is None:
+        raise bad_request("'messages' is required", "messages", "missing_required_parameter")
+    if not isinstance(value, list):
+        raise wrong_type("messages", "an array of messages", value)
+    if not value:
+        raise bad_request("'messages' is empty: give at least one message", "messages")
+    out = []
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise wrong_type(where, "an object", m)
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise wrong_type(f"{where}.role", "a string", role)
+        if role not in ROLES:
+            raise bad_request(f"'{where}.role' must be system, developer, user or assistant, "
+                              f"not {role[:40]!r} (this server has no tools)", f"{where}.role")
+        if m.get("tool_calls"):
+            raise bad_request("tool calls are not supported by this server",
+                              f"{where}.tool_calls")
+        out.append(Message(ROLES[role], _content(m.get("content"), f"{where}.content")))
+    return tuple(out)
+
+
+def chat_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
+    msgs = messages(doc.get("messages"))
+    return GenerationRequest("chat", messages=msgs, **_common(doc, defaults, "chat"))
+
+
+def _prompt(value: Any) -> str | tuple[int, ...]:
+    """Text, or token ids; OpenAI's batch forms (several prompts) are refused."""
+    if value is None:
+        raise bad_request("'prompt' is required", "prompt", "missing_required_parameter")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if len(value) == 1 and isinstance(value[0], (str, list)):
+            return _prompt(value[0])  # a batch of one
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+            return tuple(value)
+        if all(isinstance(t, (str, list)) for t in value):
+            raise bad_request("one prompt per request: this server writes one choice",
+                              "prompt")
+    raise wrong_type("prompt", "a string or an array of token ids", value)
+
+
+def completion_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
+    prompt = _prompt(doc.get("prompt"))
+    return GenerationRequest("completion", prompt=prompt, **_common(doc, defaults, "completion"))
+

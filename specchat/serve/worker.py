@@ -1,0 +1,315 @@
+"""The loaded models, the queue of requests and the one thread that runs them.
+
+llama.cpp's context holds one conversation's KV cache, so generations run one at a time, in
+arrival order, on a single worker thread (never on the event loop, which keeps answering other
+clients meanwhile). The load runs first on that same thread, so every llama.cpp call of the
+server happens there. Each request is a :class:`Job`: the thread posts its results into the
+job's asyncio queue through the loop's thread-safe call, and the request's handler reads them;
+the job's ``cancel`` event (set when its client goes away) is the engine's own cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specchat.engine.chat import ChatEngine
+from specchat.engine.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from specchat.engine.in_force import InForce
+from specchat.engine.sampling import SamplerSettings
+from specchat.errors import Cancelled, ModelFileError, SpecchatError
+from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
+from specchat.serve.parse import GenerationRequest
+from specchat.textsafe import safe_text
+
+DEFAULT_MAX_QUEUE = 64  # waiting requests; more are refused (503) rather than piled up
+
+
+@dataclass
+class Served:
+    """What a load hands the server: the engine on the one decoder every request shares (its
+    γ planner keeps learning across requests, as across a chat's turns) and how to close it."""
+
+    engine: ChatEngine
+    setup: InForce  # the drafters and γ mode in force, for the responses' extension object
+    close: Callable[[], None]
+    notices: Sequence[str] = ()  # how the models were loaded (printed once at start)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt fits and generation begins (a handler may now answer 200)."""
+
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    stats: GenerationStats
+    last_step: StepEvent | None = None  # the last draft/verify round: the γ mode's label
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+Item = Started | TokenEvent | Finished | Failed
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Job:
+    request: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    cancel: threading.Event = field(default_factory=threading.Event)
+    number: int = field(default_factory=lambda: next(_ids))
+    items: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    why: str = "its client went away"  # what a cancel means, for the log
+    _unread: list[Item] = field(default_factory=list)
+
+    def post(self, item: Item) -> None:
+        """From the worker thread: hand an item to the request's handler."""
+        try:
+            self.loop.call_soon_threadsafe(self.items.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: nobody will read the rest
+            self.cancel.set()
+
+    async def next(self) -> list[Item]:
+        """The next item and whatever else is already waiting (several tokens: one chunk)."""
+        out, self._unread = self._unread or [await self.items.get()], []
+        while not self.items.empty():
+            out.append(self.items.get_nowait())
+        return out
+
+    def unread(self, items: list[Item]) -> None:
+        """Give items back: the next :meth:`next` returns them first."""
+        self._unread = items + self._unread
+
+
+def stderr_log(line: str) -> None:
+    sys.stderr.write(f"specchat serve: {safe_text(line)}\n")
+    sys.stderr.flush()
+
+
+class ModelHost:
+    """The server's one load and its generation thread."""
+
+    def __init__(self, load: Callable[[], Served], model_id: str, aliases: Sequence[str] = (),
+                 defaults: SamplerSettings | None = None,
+                 log: Callable[[str], None] = stderr_log,
+                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+        self.model_id = model_id
+        self.names = {model_id, *aliases}  # what a request's "model" may say
+        self.defaults = defaults or SamplerSettings()
+        self.log = log
+        self.max_queue = max_queue
+        self.state = "loading"  # loading | ready | failed | closed
+        self.error: str | None = None
+        self.served: Served | None = None
+        self.counts = {"served": 0, "cancelled": 0, "failed": 0}
+        self.on_failed: Callable[[str], None] | None = None  # the CLI stops the server
+        self._load = load
+        self._tasks: queue.Queue[Job | Callable[[], None] | None] = queue.Queue()
+        self._pending: set[Job] = set()
+        self._lock = threading.Lock()
+        # A daemon: Ctrl-C during a long first download must not wait for it to end.
+        self._thread = threading.Thread(target=self._work, name="specchat-generate", daemon=True)
+
+    # --------------------------------------------------------------- the request side
+
+    def start(self) -> None:
+        self._tasks.put(self._load_models)
+        self._thread.start()
+
+    def check_ready(self) -> Served:
+        if self.state == "ready" and self.served is not None:
+            return self.served
+        if self.state == "loading":
+            raise loading()
+        if self.state == "failed":
+            raise ApiError(503, f"the model could not be loaded: {self.error}", type=UNAVAILABLE,
+                           code="model_load_failed")
+        raise ApiError(503, "the server is shutting down", type=UNAVAILABLE, code="shutting_down")
+
+    def check_model(self, name: str | None) -> None:
+        """OpenAI's rule: a model the server does not have is a 404 (no name: the served one)."""
+        if name is not None and name not in self.names:
+            raise ApiError(404, f"the model {name[:100]!r} is not served here: this server "
+                           f"serves {self.model_id!r} (GET /v1/models)", type="not_found_error",
+                           param="model", code="model_not_found")
+
+    def submit(self, request: GenerationRequest) -> Job:
+        """Queue a generation (from the event loop); 503 while loading or when full."""
+        self.check_ready()
+        job = Job(request, asyncio.get_running_loop())
+        with self._lock:
+            if len(self._pending) >= self.max_queue:
+                raise ApiError(503, f"the server is busy: {len(self._pending)} requests are "
+                               "waiting; try again shortly", type=UNAVAILABLE,
+                               code="server_busy", retry_after=2)
+            self._pending.add(job)
+        self._tasks.put(job)
+        return job
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            jobs = list(self._pending)
+        for job in jobs:
+            if not job.cancel.is_set():
+                job.why = "the server is stopping"
+                job.cancel.set()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel what runs, then free the models on their own thread (the controllers' state
+        is saved there too). While still loading, nothing is waited for."""
+        was = self.state
+        self.state = "closed"
+        self.cancel_all()
+        if not self._thread.is_alive():
+            return
+        if was != "loading":
+            self._tasks.put(self._close_models)
+        self._tasks.put(None)
+        if was != "loading":
+            self._thread.join(timeout)
+
+    # --------------------------------------------------------------- the worker thread
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            if isinstance(task, Job):
+                try:
+                    last = self._run(task)
+                finally:
+                    with self._lock:  # before its last item: a client told it is done sees
+                        self._pending.discard(task)  # the queue without it
+                task.post(last)
+            else:
+                task()
+
+    def _load_models(self) -> None:
+        try:
+            served = self._load()
+        except SpecchatError as e:
+            self._failed(str(e))
+            return
+        except Exception as e:  # a bug: its traceback in the log, a line for the client
+            traceback.print_exc()
+            self._failed(f"{type(e).__name__}: {e}")
+            return
+        self.served = served
+        if self.state == "closed":  # stopped while loading
+            self._close_models()
+            return
+        self.state = "ready"
+        for notice in served.notices:
+            self.log(notice)
+        self.log(f"ready: {self.model_id} ({served.setup.line()})")
+
+    def _failed(self, message: str) -> None:
+        self.error = message
+        self.state = "failed"
+        self.log(f"error: {message}")
+        if self.on_failed is not None:
+            self.on_failed(message)
+
+    def _close_models(self) -> None:
+        if self.served is not None:
+            served, self.served = self.served, None
+            served.close()
+
+    def _run(self, job: Job) -> Finished | Failed:
+        """Generate, posting the tokens; return the last item (posted once the job is off the
+        queue)."""
+        served = self.served
+        if served is None or job.cancel.is_set():  # gone while it waited: nothing to do
+            return self._finished(job, GenerationStats(stop_reason="cancelled"))
+        try:
+            tokens = prompt_tokens(served.engine, job.request, job.cancel)
+            job.post(Started(len(tokens)))
+            done = generate(served.engine, tokens, job)
+            self._finished(job, done.stats)
+            return done
+        except ApiError as e:
+            return Failed(e)
+        except Cancelled:
+            return self._finished(job, GenerationStats(stop_reason="cancelled"))
+        except SpecchatError as e:  # NaN logits, a model file problem: said, not a traceback
+            return self._fail(job, ApiError(500, str(e), type=SERVER_ERROR,
+                                            code="generation_failed"))
+        except Exception as e:  # a bug: its traceback in the log, a line for the client
+            traceback.print_exc()
+            return self._fail(job, ApiError(500, f"internal error: {type(e).__name__}: {e}",
+                                            type=SERVER_ERROR, code="internal_error"))
+
+    def _finished(self, job: Job, stats: GenerationStats) -> Finished:
+        if stats.stop_reason == "cancelled":
+            self.counts["cancelled"] += 1
+            self.log(f"request {job.number} cancelled ({job.why}) after "
+                     f"{stats.generated_tokens} tokens")
+        else:
+            self.counts["served"] += 1
+        return Finished(stats)
+
+    def _fail(self, job: Job, error: ApiError) -> Failed:
+        self.counts["failed"] += 1
+        self.log(f"request {job.number} failed: {error.message}")
+        return Failed(error)
+
+
+def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
+                  cancel: threading.Event) -> list[int]:
+    """The request's prompt as the target's tokens: a chat through the model's own template
+    (the app's), a completion's text as it is; a 400 when it does not fit in the context."""
+    model = engine.model
+    if request.kind == "chat":
+        try:
+            tokens = engine.tokenize_chat(request.messages, cancel)
+        except ModelFileError as e:  # the template refused this conversation
+            raise bad_request(str(e), "messages") from None
+        param = "messages"
+    elif isinstance(request.prompt, str):
+        tokens = model.tokenize(request.prompt, add_special=model.add_bos, parse_special=True)
+        param = "prompt"
+    else:
+        tokens, param = list(request.prompt), "prompt"
+        bad = next((t for t in tokens if not 0 <= t < model.n_vocab), None)
+        if bad is not None:
+            raise bad_request(f"token id {bad} is not in the model's vocabulary (0 to "
+                              f"{model.n_vocab - 1})", "prompt")
+    if not tokens:
+        raise bad_request("the prompt is empty", param)
+    if len(tokens) >= engine.n_ctx:  # not even one token of room for the reply
+        raise bad_request(f"the prompt is {len(tokens)} tokens and the context holds "
+                          f"{engine.n_ctx}: shorten it, or start the server with a larger "
+                          "--ctx-size", param, "context_length_exceeded")
+    return tokens
+
+
+def generate(engine: ChatEngine, tokens: list[int], job: Job) -> Finished:
+    """Run the shared decoder on the prompt, posting each token as it is committed."""
+    last_step: StepEvent | None = None
+    notices: list[str] = []
+    for ev in engine.decoder.run(tokens, job.request.settings, job.cancel):
+        if isinstance(ev, TokenEvent):
+            job.post(ev)
+        elif isinstance(ev, StepEvent):
+            last_step = ev
+        elif isinstance(ev, NoticeEvent):
+            notices.append(ev.message)
+        elif isinstance(ev, GenerationStats):
+            return Finished(ev, last_step, tuple(notices))
+    raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")
