@@ -34,10 +34,12 @@ from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime, drafter_names
 
 PROMPT = "Write one sentence about the sea."
-# The n-gram lookup drafts only where the conversation's last tokens appeared before: a prompt
-# the reply is likely to echo gives it a match on most steps.
-NGRAM_PROMPT = ("Repeat this sentence exactly: the sea is wide, the sea is deep, and the sea "
-                "is cold.")
+# The n-gram lookup drafts only where the conversation's last tokens appeared before: a reply
+# that repeats an earlier one has a match from its first token (the chat template's opening of
+# a reply appeared before it, followed by that reply).
+NGRAM_PROMPT = "Say it once more."
+NGRAM_HISTORY = (Message("user", "Say this sentence: the sea is wide and deep."),
+                 Message("assistant", "The sea is wide and deep."))
 ALPHA = 1e-3
 POWER = 0.9
 TREE_NODES = 8  # the default tree: 3 children at the root, 2 under the first (at 3 tokens)
@@ -61,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="draft tokens per step, drafted on every step (default: K − 1 for a "
                         f"chain, a tree of {TREE_NODES} nodes for --drafter tree)")
     p.add_argument("--prompt", help=f"the prompt (default: {PROMPT!r}; with the n-gram "
-                   f"drafter {NGRAM_PROMPT!r})")
+                   f"drafter, {NGRAM_PROMPT!r} after a reply to repeat)")
     p.set_defaults(func=run)
 
 
@@ -180,8 +182,10 @@ def run(env: Env, args: argparse.Namespace) -> int:
         gamma = args.gamma or (TREE_NODES if "tree" in names else args.tokens - 1)
         spec = runtime.decoder(gamma=gamma, drafters=names)
         plain = runtime.decoder(plain=True)
-        text = args.prompt or (NGRAM_PROMPT if names[0] == "ngram" else PROMPT)
-        prompt = ChatEngine(plain).tokenize_chat([Message("user", text)])
+        echo = args.prompt is None and names[0] == "ngram"
+        history = NGRAM_HISTORY if echo else ()
+        text = args.prompt or (NGRAM_PROMPT if echo else PROMPT)
+        prompt = ChatEngine(plain).tokenize_chat([*history, Message("user", text)])
         n = args.samples
         what = ",".join(d.name for d in getattr(spec, "drafters", [])) or "speculative"
         print(f"[{selection.label}: {n} plain and {n} speculative ({what}, γ {gamma}) "
