@@ -271,7 +271,7 @@ def long_reply(p: Planner, verify_s: float = 0.0100) -> None:
 def test_without_calibration_plain_steps_then_a_short_warm_up_then_the_measured_line() -> None:
     p = Planner(CALM, clock=lambda: 0.0)
     p.begin("hi")
-    assert p.next_plan(("model",)).reason == "plain: timing a target step"
+    assert p.next_plan(("model",)).reason == "plain: drafting tried from token 64"
     long_reply(p)  # a short reply never pays for a warm-up
     for draft_s, verify_s in ((0.003, 0.0157), (0.001, 0.0101)):  # the first: new shapes, slow
         plan = p.next_plan(("model",))

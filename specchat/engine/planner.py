@@ -319,6 +319,10 @@ class Planner(AutoGamma):
                 # it, a reply whose warm-up lookups found nothing would never leave plain).
                 if "ngram" in available:
                     return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
+                if self._warmup_left and warm and reply is not None:
+                    # The stats bar's words while the warm-up waits for a longer reply.
+                    return self._chosen(plain(f"plain: drafting tried from token "
+                                              f"{ps.warmup_after}"), scored=False)
                 return self._chosen(plain("plain: timing a target step"), scored=False)
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
         left, held, topic = self._hold
