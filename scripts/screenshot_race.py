@@ -25,7 +25,7 @@ from specchat.devtools.demo_home import default_models_dir, linked_home  # noqa:
 async def shoot(args: argparse.Namespace) -> None:
     from specchat.cli.app import build_services
     from specchat.cli.common import make_env
-    from specchat.engine.sampling import SamplerSettings
+    from specchat.engine.decode.sampling import SamplerSettings
     from specchat.race.prompts import prompt_from
     from specchat.race.runner import RaceSetup
     from specchat.ui.app import SpecchatApp

@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from specchat.engine.gamma import GAMMA_HELP, GammaSetting, parse_gamma
-from specchat.engine.offload import OffloadSettings
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.offload import OffloadSettings
+from specchat.engine.policy.gamma import GAMMA_HELP, GammaSetting, parse_gamma
 from specchat.errors import ConfigError
 
 
@@ -198,7 +198,7 @@ def _gamma(value: Any) -> GammaSetting:
 
 def _drafter(value: Any) -> str | None:
     """Drafter names, comma-separated ("ngram,model"), as ``--drafter`` takes them."""
-    from specchat.engine.drafters import parse_names
+    from specchat.engine.decode.registry import parse_names
     from specchat.errors import SpecchatError
 
     if value is None:

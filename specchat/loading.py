@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specchat.engine.hardware import gpu_devices
-from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.memory_plan import LoadPlan, LoadRequest, PairPlan
-from specchat.engine.model_settings import ContextSettings, ModelSettings
+from specchat.engine.llama.hardware import gpu_devices
+from specchat.engine.llama.llama_lib import supports_gpu_offload
+from specchat.engine.llama.memory_plan import LoadPlan, LoadRequest, PairPlan
+from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.formats.gguf_checks import validate
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry

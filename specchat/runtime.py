@@ -12,10 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from specchat.engine import amx
-from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
-from specchat.engine.decoding import Decoder
-from specchat.engine.drafters import Drafter, DrafterEnv, build, usable
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.drafting import Drafter
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.registry import DrafterEnv, build, usable
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
 from specchat.engine.drafters.kangaroo import NAME as KANGAROO
 from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
@@ -23,21 +25,16 @@ from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
 from specchat.engine.drafters.medusa import NAME as MEDUSA
 from specchat.engine.drafters.medusa import OWN_NODES, MedusaHeads
 from specchat.engine.drafters.mtp import NAME as MTP
-from specchat.engine.gamma import GAMMA_DEFAULT, FixedGamma, GammaPolicy, GammaSetting, parse_gamma
-from specchat.engine.hardware import backend_label
-from specchat.engine.memory_plan import (
-    MemoryReadings,
-    PairPlan,
-    check,
-    plan_load,
-)
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ModelSettings
-from specchat.engine.placement import Placement
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.planner import Planner
-from specchat.engine.planner_settings import PlannerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama import amx
+from specchat.engine.llama.hardware import backend_label
+from specchat.engine.llama.memory_plan import MemoryReadings, PairPlan, check, plan_load
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ModelSettings
+from specchat.engine.llama.placement import Placement
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
+from specchat.engine.policy.gamma import GAMMA_DEFAULT, GammaSetting, parse_gamma
+from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.errors import SpecchatError
 from specchat.loading import (
     LoadProgress,

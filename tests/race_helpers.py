@@ -6,8 +6,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import (
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     RejectedEvent,
@@ -15,7 +15,7 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.race.result import RaceResult
 from specchat.race.timeline import RaceTimeline, TimedEvent
 

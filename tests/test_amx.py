@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine import amx
+from specchat.engine.llama import amx
 from specchat.paths import AppPaths
 
 
@@ -51,7 +51,7 @@ def test_what_else_a_child_says() -> None:
 
 def test_the_real_child_on_a_model_without_weights_for_the_kernels(tiny_target: Path) -> None:
     # F32 weights never go to the AMX buffer: the child says so, whatever the build.
-    out = subprocess.run([sys.executable, "-m", "specchat.engine.amx", str(tiny_target)],
+    out = subprocess.run([sys.executable, "-m", "specchat.engine.llama.amx", str(tiny_target)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == amx.UNUSED

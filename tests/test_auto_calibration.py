@@ -21,10 +21,10 @@ from specchat.cli.common import Env
 from specchat.cli.main import build_parser
 from specchat.config import UserConfig
 from specchat.devtools.local_pypi import LocalPypi
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import Event, GenerationStats
-from specchat.engine.planner import Planner
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import Event, GenerationStats
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.policy.planner import Planner
 from specchat.models.calibration import CalibrationOptions, CalibrationPrompt
 from specchat.models.calibration_store import load_calibration, no_auto_reason
 from specchat.models.catalog import load_catalog

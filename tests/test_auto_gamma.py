@@ -8,14 +8,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from specchat.engine.acceptance import AcceptanceModel, ConfidenceBins, step_outcomes
-from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
-from specchat.engine.change_detect import PageHinkley
-from specchat.engine.cost_model import OnlineCostModel
-from specchat.engine.costs import CostCurve
-from specchat.engine.events import StepEvent
-from specchat.engine.gamma import ConfidenceCutoff, FixedGamma, HfHeuristic
-from specchat.engine.replay import (
+from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.policy.acceptance import AcceptanceModel, ConfidenceBins, step_outcomes
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
+from specchat.engine.policy.change_detect import PageHinkley
+from specchat.engine.policy.cost_model import OnlineCostModel
+from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.gamma import ConfidenceCutoff, HfHeuristic
+from specchat.engine.policy.replay import (
     ReplayCosts,
     TurnTrace,
     VirtualClock,
@@ -24,8 +25,8 @@ from specchat.engine.replay import (
     replay_turn,
     segment_oracle,
 )
-from specchat.engine.speedup import expected_tokens
-from specchat.engine.topics import FenceTracker, guess_topic
+from specchat.engine.policy.speedup import expected_tokens
+from specchat.engine.policy.topics import FenceTracker, guess_topic
 
 # A CPU-like machine: a draft token costs 30% of a target pass, and each extra verified token
 # 25% (seconds).

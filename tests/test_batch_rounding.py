@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine import batch_rounding
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
+from specchat.engine.llama import batch_rounding
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from ui_helpers import GREEDY, tiny_runtime
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.plain import PlainDecoder
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.plain import PlainDecoder
 from specchat.runtime import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation, Turn

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine.agreement import agreement_trace, greedy_continuation
-from specchat.engine.costs import CostCurve, draft_step_cost, non_decreasing, verify_costs
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speedup import (
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
+from specchat.engine.policy.costs import CostCurve, draft_step_cost, non_decreasing, verify_costs
+from specchat.engine.policy.speedup import (
     PAYS,
     best_gamma,
     expected_tokens,

@@ -91,7 +91,7 @@ def test_esc_read_as_alt_stops_a_reply_from_the_box_and_from_the_transcript(
         tmp_path: Path, tiny_target: Path) -> None:
     from ui_helpers import GREEDY, GatedDecoder, make_services, tiny_runtime, wait_for
 
-    from specchat.engine.plain import PlainDecoder
+    from specchat.engine.decode.plain import PlainDecoder
     from specchat.runtime import Runtime
     from specchat.ui.app import SpecchatApp
     from specchat.ui.chat_settings import ChatSettings

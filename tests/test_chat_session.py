@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from ui_helpers import GREEDY, GatedDecoder, reference_reply, tiny_runtime
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.plain import PlainDecoder
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import ModelFileError
 from specchat.runtime import Runtime
 from specchat.session.controller import ChatSession
@@ -267,8 +267,8 @@ KILLED = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
     from ui_helpers import GREEDY, GatedDecoder, tiny_runtime
-    from specchat.engine.chat import ChatEngine
-    from specchat.engine.plain import PlainDecoder
+    from specchat.engine.decode.chat import ChatEngine
+    from specchat.engine.decode.plain import PlainDecoder
     from specchat.session.controller import ChatSession
     from specchat.session.worker import run_reply
     from specchat.store import ChatStore, ReplyStats

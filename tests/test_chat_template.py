@@ -14,14 +14,14 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specchat.devtools.tiny_models import CHATML_TEMPLATE, TinySpec, write_tiny_model
-from specchat.engine import chat_template
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import ChatTemplate, Message
-from specchat.engine.events import GenerationStats
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode import chat_template
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import ChatTemplate, Message
+from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled, ModelFileError
 
 CHAT = [Message("system", "Be brief."), Message("user", "hi there"),

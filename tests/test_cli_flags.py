@@ -18,7 +18,7 @@ from specchat.cli.common import Env
 from specchat.cli.main import build_parser
 from specchat.cli.race_cmd import race_setup
 from specchat.config import SCHEMA, UserConfig, load_config
-from specchat.engine.gamma import GammaSetting
+from specchat.engine.policy.gamma import GammaSetting
 from specchat.paths import app_paths
 from specchat.store import ChatStore
 from specchat.ui.services import AppServices

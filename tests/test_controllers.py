@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ui_helpers import tiny_runtime
 
-from specchat.engine.decoding import run_to_end
-from specchat.engine.planner import Planner
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.policy.planner import Planner
 from specchat.loading import select
 from specchat.models.catalog import load_catalog
 from specchat.models.controller_store import controller_file, load_states

@@ -33,15 +33,15 @@ from specchat.devtools.tiny_models import (
     few_shared_vocabulary,
     write_tiny_model,
 )
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, VocabMap, valid_utf8_prefix
 from specchat.engine.drafters.model import ModelDrafter
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import IncompatiblePairError
 from specchat.loading import check_pair
 from specchat.models.compat import check_files
@@ -271,8 +271,8 @@ def test_a_pair_of_two_vocabularies_calibrates_through_the_shared_tokens(
         tiny_target: Path, cross_draft: Path) -> None:
     """Calibration (and bench's cost curve) time and teacher-force the draft on its own tokens
     of the text: fed the target's ids it would fail inside llama.cpp."""
-    from specchat.engine.agreement import agreement_trace, cross_agreement_trace
     from specchat.engine.drafters._cross_vocab import in_draft_vocab
+    from specchat.engine.policy.agreement import agreement_trace, cross_agreement_trace
     from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
 
     tc, dc = contexts(tiny_target, cross_draft)

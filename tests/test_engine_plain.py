@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.events import GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import ContextFullError, ModelFileError
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=24)
@@ -166,7 +166,7 @@ def test_loading_bad_files_gives_clear_errors(tmp_path: Path) -> None:
 
 
 def test_a_long_decode_stops_mid_way_and_short_ones_run_free(model: LlamaModel) -> None:
-    from specchat.engine.model import ABORTABLE_BATCH, DecodeCancelled
+    from specchat.engine.llama.model import ABORTABLE_BATCH, DecodeCancelled
 
     ctx = LlamaContext(model, ContextSettings(n_ctx=512))
     ctx.decode([5, 6, 7])

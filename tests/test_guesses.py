@@ -23,18 +23,18 @@ import pytest
 
 from specchat.bench.chi2 import chi_square, critical_value
 from specchat.devtools.scripted import ScriptedContext
-from specchat.engine.auto_gamma import AutoGammaSeed, AutoGammaSettings
-from specchat.engine.costs import CostCurve
-from specchat.engine.decoding import run_to_end
-from specchat.engine.events import StepEvent
-from specchat.engine.guesses import GuessBook
-from specchat.engine.model import LlamaContext
-from specchat.engine.plan import Plan, plain
-from specchat.engine.planner import Planner
-from specchat.engine.planner_settings import PlannerSettings
-from specchat.engine.sampling import SamplerSettings, distribution
-from specchat.engine.speculative import SpeculativeDecoder
-from specchat.engine.verify import one_hot, verify_tree
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import Plan, plain
+from specchat.engine.decode.sampling import SamplerSettings, distribution
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.verify import one_hot, verify_tree
+from specchat.engine.llama.model import LlamaContext
+from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
+from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.guesses import GuessBook
+from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_settings import PlannerSettings
 
 N = 100_000
 V = 5

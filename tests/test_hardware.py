@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from specchat.devtools import gpu_proof
-from specchat.engine import hardware
-from specchat.engine.hardware import Device, HostMemory, backend_label, devices, gpu_devices
-from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.load_report import LoadReport
-from specchat.engine.placement import ModelPlacement, Placement
+from specchat.engine.llama import hardware
+from specchat.engine.llama.hardware import Device, HostMemory, backend_label, devices, gpu_devices
+from specchat.engine.llama.llama_lib import supports_gpu_offload
+from specchat.engine.llama.load_report import LoadReport
+from specchat.engine.llama.placement import ModelPlacement, Placement
 
 GIB = 1024**3
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine.hidden_states import (
+from specchat.engine.llama.hidden_states import (
     HiddenStateError,
     decode_tree_with_hidden,
     decode_with_hidden,
@@ -16,8 +16,8 @@ from specchat.engine.hidden_states import (
     n_embd,
     states_over,
 )
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled
 from specchat.models.heads.output_matrix import output_rows
 

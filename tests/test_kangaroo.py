@@ -25,18 +25,19 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-import specchat.engine.speculative as spec_mod
+import specchat.engine.decode.speculative as spec_mod
 from specchat.bench.chi2 import chi_square, critical_value
 from specchat.devtools.scripted import ScriptedContext
-from specchat.engine.decoding import run_to_end
-from specchat.engine.drafters import DrafterEnv, DraftRequest, build
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.drafting import DraftRequest
+from specchat.engine.decode.plan import chain
+from specchat.engine.decode.registry import DrafterEnv, build
+from specchat.engine.decode.sampling import SamplerSettings, distribution
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters.kangaroo import KangarooAdapter, KangarooDrafter
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext
-from specchat.engine.plan import chain
-from specchat.engine.sampling import SamplerSettings, distribution
-from specchat.engine.speculative import SpeculativeDecoder
-from specchat.engine.verify import Verdict
+from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 V = 5
@@ -247,9 +248,9 @@ def test_greedy_kangaroo_on_the_demo_target_equals_plain(
     """Train a small adapter for SmolLM2-135M F32 (its first 6 of 30 blocks) on a short text
     (eight Spec-Bench prompts, ~900 tokens), save it, load it back as the runtime does, and
     decode greedily: the output is the target's own greedy output (drafts proposed every step)."""
-    from specchat.engine.model import LlamaModel
-    from specchat.engine.model_settings import ContextSettings
-    from specchat.engine.plain import PlainDecoder
+    from specchat.engine.decode.plain import PlainDecoder
+    from specchat.engine.llama.model import LlamaModel
+    from specchat.engine.llama.model_settings import ContextSettings
     from specchat.models.heads.data import DataSpec, spec_bench_prompts
     from specchat.models.heads.kangaroo import adapter_file, load, train
     from specchat.models.heads.kangaroo_fit import KangarooSpec

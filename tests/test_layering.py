@@ -39,16 +39,16 @@ def test_import_contracts_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> 
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     shutil.copytree(ROOT / "specchat", tmp_path / "specchat",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    plain = tmp_path / "specchat/engine/plain.py"
+    plain = tmp_path / "specchat/engine/decode/plain.py"
     plain.write_text(plain.read_text() + "\nimport specchat.runtime\n")
     paths = tmp_path / "specchat/paths.py"  # the leaf layer importing the engine
-    paths.write_text(paths.read_text() + "\nimport specchat.engine.sampling\n")
+    paths.write_text(paths.read_text() + "\nimport specchat.engine.decode.sampling\n")
     (tmp_path / "specchat/store/cycle_a.py").write_text("import specchat.store.cycle_b\n")
     (tmp_path / "specchat/store/cycle_b.py").write_text("import specchat.store.cycle_a\n")
     out = lint_imports(tmp_path).stdout
     assert "Layers: each imports only from the layers below it BROKEN" in out
-    assert "specchat.engine.plain -> specchat.runtime" in out
-    assert "specchat.paths -> specchat.engine.sampling" in out
+    assert "specchat.engine.decode.plain -> specchat.runtime" in out
+    assert "specchat.paths -> specchat.engine.decode.sampling" in out
     assert "No import cycles between sibling packages or modules, at any depth BROKEN" in out
 
 
@@ -152,7 +152,7 @@ def non_ui_modules() -> list[str]:
 
 def test_non_ui_modules_do_not_import_textual() -> None:
     mods = non_ui_modules()
-    assert "specchat.engine.plain" in mods and "specchat.models.catalog" in mods
+    assert "specchat.engine.decode.plain" in mods and "specchat.models.catalog" in mods
     names = {info.name for info in pkgutil.walk_packages(specchat.__path__, "specchat.")}
     assert set(LAUNCHERS) <= names  # an excluded module that no longer exists is a stale exclusion
     code = (

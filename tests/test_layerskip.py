@@ -23,14 +23,14 @@ import yaml
 
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters.layerskip import LayerSkipDrafter
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import DerivedSource, load_catalog
 from specchat.models.layer_cut import CutError, kept_layers, open_source, parse_layers, write_cut
 from specchat.models.layer_search import SearchOptions, format_layers, search, span_kept

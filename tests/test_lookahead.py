@@ -18,20 +18,20 @@ import pytest
 from test_speculative import EXACT_KV, prompt_of
 from test_tree_exactness import scripted_pair, stale_residual, transition_test, transitions
 
-from specchat.engine import verify
-from specchat.engine.decoding import run_to_end
-from specchat.engine.drafters import DrafterEnv, build
+from specchat.engine.decode import verify
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.registry import DrafterEnv, build
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
-from specchat.engine.events import StepEvent
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.lookahead_pool import JacobiWindow, NgramPool, candidate_tree
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.plan import SideBranch
-from specchat.engine.planner import Planner
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.llama.side_branch import SideBranch
+from specchat.engine.policy.planner import Planner
 from specchat.errors import SpecchatError
 from specchat.paths import AppPaths
 
@@ -255,8 +255,8 @@ def step(lookahead: bool, committed: int, seconds: float) -> StepEvent:
 @pytest.mark.parametrize(("la_rate", "want"), [(0.5, "plain"), (2.0, "lookahead")])
 def test_the_planner_runs_lookahead_where_it_measured_faster_and_probes_it_otherwise(
         la_rate: float, want: str) -> None:
-    from specchat.engine.auto_gamma import AutoGammaSeed
-    from specchat.engine.costs import CostCurve
+    from specchat.engine.policy.auto_gamma import AutoGammaSeed
+    from specchat.engine.policy.costs import CostCurve
 
     d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
     # Calibrated costs, a flat curve (a GPU's): plain is 10 ms a token.
@@ -286,8 +286,8 @@ def test_the_planner_runs_lookahead_where_it_measured_faster_and_probes_it_other
 def test_on_a_steep_curve_lookahead_is_not_even_measured() -> None:
     """3 tokens at best (2 candidates deep and the target's own) for a pass over 9 rows that
     costs 9× one token: it cannot pay, whatever its pool would find."""
-    from specchat.engine.auto_gamma import AutoGammaSeed
-    from specchat.engine.costs import CostCurve
+    from specchat.engine.policy.auto_gamma import AutoGammaSeed
+    from specchat.engine.policy.costs import CostCurve
 
     d = LookaheadDrafter(cast(LlamaContext, scripted_pair(7)[0]))
     planner = Planner(seed=AutoGammaSeed(CostCurve(0.005, tuple(0.01 * n for n in range(1, 17))),

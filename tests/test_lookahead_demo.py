@@ -12,16 +12,16 @@ import pytest
 from specchat.bench.chi2 import homogeneity
 from specchat.bench.prompts import load_prompts
 from specchat.cli.prove_cmd import sample
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 
 pytestmark = pytest.mark.slow
 

@@ -19,14 +19,14 @@ import pytest
 from test_tree_exactness import V, tables, transition_test, transitions
 
 from specchat.devtools.scripted import ScriptedContext
-from specchat.engine import verify
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode import verify
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.sampling import Distribution, SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters import medusa
 from specchat.engine.drafters.medusa import MedusaDrafter, MedusaHeads, default_shape
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext
 
 T09 = SamplerSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
 SEED = 7
@@ -106,9 +106,9 @@ def test_greedy_medusa_is_the_target_argmax_chain() -> None:
 def test_greedy_medusa_equals_plain_on_the_demo_target(demo_files: tuple[object, object]) -> None:
     from pathlib import Path
 
-    from specchat.engine.model import LlamaModel
-    from specchat.engine.model_settings import ContextSettings
-    from specchat.engine.plain import PlainDecoder
+    from specchat.engine.decode.plain import PlainDecoder
+    from specchat.engine.llama.model import LlamaModel
+    from specchat.engine.llama.model_settings import ContextSettings
     from specchat.models.heads.output_matrix import output_rows
 
     path = Path(str(demo_files[0]))

@@ -16,17 +16,11 @@ from pathlib import Path
 import pytest
 from gguf.constants import GGMLQuantizationType as Q
 
-from specchat.engine.hardware import Device, HostMemory
-from specchat.engine.load_report import LoadReport
-from specchat.engine.memory_plan import (
-    Footprint,
-    LoadRequest,
-    MemoryReadings,
-    check,
-    plan_load,
-)
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings, ModelSettings
+from specchat.engine.llama.hardware import Device, HostMemory
+from specchat.engine.llama.load_report import LoadReport
+from specchat.engine.llama.memory_plan import Footprint, LoadRequest, MemoryReadings, check, plan_load
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.errors import NotEnoughMemoryError
 from specchat.formats.gguf_checks import validate
 from specchat.formats.gguf_file import GgufHeader, TensorInfo

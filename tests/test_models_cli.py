@@ -13,7 +13,7 @@ from specchat.config import load_config
 from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.local_pypi import LocalPypi
 from specchat.devtools.tiny_models import TinySpec, few_shared_vocabulary, write_tiny_model
-from specchat.engine.model import LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.models.catalog import load_catalog
 from specchat.models.compat import check_files
 from specchat.models.vocab_compat import Level

@@ -15,16 +15,18 @@ import pytest
 
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model, write_tiny_mtp_model
-from specchat.engine.decoding import run_to_end
-from specchat.engine.drafters import DrafterEnv, DraftRequest, build
-from specchat.engine.drafters.mtp import MtpContext, MtpDrafter, capture_for, hooks_available
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings, ModelSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.plan import chain
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.drafting import DraftRequest
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.plan import chain
+from specchat.engine.decode.registry import DrafterEnv, build
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.drafters.mtp import MtpDrafter
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
+from specchat.engine.llama.mtp import MtpContext, capture_for, hooks_available
 from specchat.errors import SpecchatError
 from specchat.formats.gguf_file import read_header
 from specchat.models.mtp import detect, detect_path
@@ -214,10 +216,10 @@ def test_mtp_sampling_commits_the_targets_distribution(
     """The first committed token after a fixed prompt at T = 0.9, over 2,000 replies, against
     the target's own distribution there (χ² at 1e-6): the MTP chain goes through the one
     verifier. A control that keeps every draft unchecked fails the same test."""
-    import specchat.engine.speculative as spec_mod
+    import specchat.engine.decode.speculative as spec_mod
     from specchat.bench.chi2 import chi_square
-    from specchat.engine.sampling import distribution
-    from specchat.engine.verify import Verdict
+    from specchat.engine.decode.sampling import distribution
+    from specchat.engine.decode.verify import Verdict
 
     model, ctx = loaded
     prompt = model.tokenize("the cat")

@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import Event, GenerationStats, NoticeEvent, TokenEvent
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import BadLogitsError, SpecchatError
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=24)

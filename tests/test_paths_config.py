@@ -79,7 +79,8 @@ def test_gamma_setting_errors_name_the_file_and_the_field(tmp_path: Path, text: 
 
 def test_one_gamma_reader_for_cli_config_and_form() -> None:
     from specchat.cli.common import gamma_arg
-    from specchat.engine.gamma import GAMMA_CAP, GammaSetting, parse_gamma
+    from specchat.engine.decode.step_policy import GAMMA_CAP
+    from specchat.engine.policy.gamma import GammaSetting, parse_gamma
     from specchat.ui.chat_settings import parse_settings
 
     assert parse_gamma("plan") == gamma_arg("plan") == GammaSetting("plan")

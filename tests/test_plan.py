@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specchat.engine.plan import Plan, chain, plain
+from specchat.engine.decode.plan import Plan, chain, plain
 
 
 def test_chain_shape() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.bench.planner_table import ideal_rate, planner_rows
-from specchat.engine.costs import CostCurve
+from specchat.engine.policy.costs import CostCurve
 
 CURVE = CostCurve(0.002, tuple(0.010 + 0.001 * n for n in range(1, 33)))
 

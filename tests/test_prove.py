@@ -14,11 +14,11 @@ import pytest
 from specchat.bench.chi2 import detectable_tv, homogeneity
 from specchat.cli.main import main
 from specchat.cli.prove_cmd import Tally, sample, verdict
-from specchat.engine import speculative, verify
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode import speculative, verify
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.paths import AppPaths
 
 

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from specchat.engine import batch_rounding
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.llama import batch_rounding
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths

@@ -13,8 +13,8 @@ from race_helpers import ChangeOneToken, fixed_result, plain_timeline, spec_time
 from ui_helpers import tiny_runtime
 
 from specchat.cli.main import main
-from specchat.engine.events import GenerationStats, TokenEvent, TokenOrigin
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenOrigin
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.paths import AppPaths
 from specchat.race.prompts import KINDS, builtin_prompts, prompt_from
@@ -226,7 +226,7 @@ def test_a_stored_calibration_gives_the_why_line_and_the_rounding_bound(
 
 
 def _costs_only_ngram(home: AppPaths, tiny_target: Path, tiny_draft: Path) -> object:
-    from specchat.engine.events import StepEvent
+    from specchat.engine.decode.events import StepEvent
     from specchat.models.calibration_store import load_calibration
     from specchat.race.runner import _costs
 

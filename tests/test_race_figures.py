@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from race_helpers import fixed_result, plain_timeline, spec_timeline
 
-from specchat.engine.events import StepEvent
-from specchat.engine.machine_load import LoadWatch, MachineLoad, cpu_times
+from specchat.engine.decode.events import StepEvent
+from specchat.engine.llama.machine_load import LoadWatch, MachineLoad, cpu_times
 from specchat.race.noise import Spread, noise_note
 from specchat.race.result import Divergence
 from specchat.race.why import (

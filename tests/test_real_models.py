@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.model import LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.paths import AppPaths
 
 pytestmark = pytest.mark.slow

@@ -11,14 +11,15 @@ import pytest
 
 from specchat.cli.main import main
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
-from specchat.engine.agreement import agreement_trace, greedy_continuation
-from specchat.engine.events import GenerationStats, StepEvent
-from specchat.engine.gamma import ConfidenceCutoff, FixedGamma, GammaPolicy, HfHeuristic
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.replay import ReplayCosts, TurnTrace, VirtualClock, replay_turn
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.decode.events import GenerationStats, StepEvent
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
+from specchat.engine.policy.gamma import ConfidenceCutoff, HfHeuristic
+from specchat.engine.policy.replay import ReplayCosts, TurnTrace, VirtualClock, replay_turn
 from specchat.errors import SpecchatError
 from specchat.paths import AppPaths
 
@@ -173,7 +174,7 @@ def test_ask_with_gamma_auto_streams_the_mode(tiny_target: Path, tiny_draft: Pat
 
 def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
         tiny_target: Path, tiny_draft: Path, home: AppPaths) -> None:
-    from specchat.engine.auto_gamma import AutoGamma
+    from specchat.engine.policy.auto_gamma import AutoGamma
     from specchat.loading import select
     from specchat.models.calibration import CalibrationOptions, CalibrationPrompt, calibrate
     from specchat.models.calibration_store import save_calibration
@@ -211,9 +212,9 @@ def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
 def test_replay_reproduces_live_step_counts_on_the_demo_pair(
         demo_files: tuple[Path, Path]) -> None:
     from specchat.bench.prompts import load_prompts
-    from specchat.engine.chat import ChatEngine
-    from specchat.engine.chat_template import Message
-    from specchat.engine.plain import PlainDecoder
+    from specchat.engine.decode.chat import ChatEngine
+    from specchat.engine.decode.chat_template import Message
+    from specchat.engine.decode.plain import PlainDecoder
 
     settings = ContextSettings(n_ctx=2048, n_threads=1)
     target = LlamaContext(LlamaModel(demo_files[0]), settings)

@@ -11,7 +11,7 @@ import pytest
 from race_helpers import fixed_result
 
 from specchat.bench.report import summarize
-from specchat.engine.events import SpecDetail
+from specchat.engine.decode.events import SpecDetail
 from specchat.report.bench_report import write_bench_report
 from specchat.report.charts import PALETTE, SPEC_COLOUR, Series, bar_chart, nice_ticks
 from specchat.report.markdown import fence

@@ -8,7 +8,7 @@ import pytest
 
 from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.local_pypi import LocalPypi
-from specchat.engine.model import LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.errors import CatalogError, FetchError
 from specchat.formats.gguf_file import read_header
 from specchat.models.catalog import load_catalog

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.engine.sampling import FLOOR, SamplerSettings, distribution, greedy_token, make_rng
+from specchat.engine.decode.sampling import FLOOR, SamplerSettings, distribution, greedy_token, make_rng
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -73,7 +73,7 @@ def test_invalid_settings(bad: dict[str, float]) -> None:
 def test_top_k_window_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """With top-k, ids are gathered from a narrow window below the max when it holds k of them;
     the distribution must be exactly the one the floor-only path gives."""
-    import specchat.engine.sampling as sampling
+    import specchat.engine.decode.sampling as sampling
 
     rng = np.random.default_rng(0)
     cases = []

@@ -15,9 +15,9 @@ import openai
 import pytest
 
 from specchat.cli.main import main
-from specchat.engine.chat import ChatEngine
-from specchat.engine.in_force import in_force
-from specchat.engine.model_settings import ContextSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.policy.in_force import in_force
 from specchat.loading import RuntimeOptions, select
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver

@@ -16,12 +16,12 @@ from specchat.devtools.tiny_models import (
     vocabulary,
     write_tiny_model,
 )
+from specchat.engine.decode.events import SpecDetail
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.events import SpecDetail
-from specchat.engine.gamma import GAMMA_DEFAULT
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.planner import Planner
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.policy.gamma import GAMMA_DEFAULT
+from specchat.engine.policy.planner import Planner
 from specchat.errors import IncompatiblePairError, SpecchatError
 from specchat.loading import RuntimeOptions, check_pair, select
 from specchat.models.catalog import load_catalog

@@ -13,11 +13,10 @@ import pytest
 
 from specchat.bench.chi2 import chi_square
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.events import (
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     NoticeEvent,
@@ -26,13 +25,14 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings, flash_attention
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.plan import Plan, chain
-from specchat.engine.sampling import SamplerSettings, distribution
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.plan import Plan, chain
+from specchat.engine.decode.sampling import SamplerSettings, distribution
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma, PolicyBase
+from specchat.engine.drafters.ngram import NgramDrafter
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings, flash_attention
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=40)
 T1 = SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)

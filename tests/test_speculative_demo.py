@@ -12,17 +12,17 @@ import pytest
 from specchat.bench.chi2 import homogeneity
 from specchat.bench.prompts import load_prompts
 from specchat.cli.prove_cmd import sample
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import GenerationStats, TokenEvent
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma, PolicyBase
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.events import GenerationStats, TokenEvent
-from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.plan import Plan
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
 from specchat.errors import StoreError
 from specchat.store import (
     ChatStore,
@@ -138,7 +138,7 @@ def test_wal_lets_a_reader_read_while_a_write_is_open(tmp_path: Path) -> None:
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from specchat.engine.events import GenerationStats
+    from specchat.engine.decode.events import GenerationStats
     from specchat.store import ChatStore, ReplyStats
     store = ChatStore.open(Path(sys.argv[1]))
     chat = store.create_chat("crash")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.events import BatchTiming, GenerationStats, SpecDetail
+from specchat.engine.decode.events import BatchTiming, GenerationStats, SpecDetail
 from specchat.store import ChatStore, ReplyStats, chat_to_markdown
 from specchat.store.schema import SCHEMA_VERSION, user_version
 from specchat.store.stats import STATS_VERSION, upgrade_v1

@@ -8,8 +8,8 @@ from functools import cache
 import numpy as np
 import pytest
 
-from specchat.engine.plan import Plan
-from specchat.engine.tree_dp import best_trees, expected_tokens
+from specchat.engine.decode.plan import Plan
+from specchat.engine.policy.tree_dp import best_trees, expected_tokens
 
 
 def _forests(n: int, d: int, depth_max: int, ranks: int) -> Iterator[tuple]:

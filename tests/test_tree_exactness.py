@@ -29,15 +29,15 @@ from hypothesis import strategies as st
 
 from specchat.bench.chi2 import chi_square, critical_value, survival
 from specchat.devtools.scripted import ScriptedContext
-from specchat.engine import verify
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode import verify
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.decode.verify import children_of, node_output, verify_tree
 from specchat.engine.drafters._draft_model import draw_children, without
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution
-from specchat.engine.speculative import SpeculativeDecoder
-from specchat.engine.verify import children_of, node_output, verify_tree
+from specchat.engine.llama.model import LlamaContext
 
 N = 100_000
 V = 5

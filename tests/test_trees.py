@@ -14,17 +14,18 @@ import pytest
 from test_speculative import EXACT_KV, exact_joint, prompt_of, sampled_joint
 
 from specchat.bench.chi2 import chi_square
-from specchat.engine.decoding import run_to_end
-from specchat.engine.drafters import fit_shape, parse_names
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.drafting import fit_shape
+from specchat.engine.decode.events import NoticeEvent, RejectedEvent, StepEvent, TokenEvent
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.registry import parse_names
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma, PolicyBase
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.events import NoticeEvent, RejectedEvent, StepEvent, TokenEvent
-from specchat.engine.gamma import FixedGamma, PolicyBase
-from specchat.engine.model import LlamaContext, LlamaModel, tree_paths
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.plan import Plan
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel, tree_paths
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import SpecchatError
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=40)

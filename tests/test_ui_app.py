@@ -28,8 +28,8 @@ from ui_helpers import (
 )
 
 from specchat.config import UserConfig, load_config
-from specchat.engine.chat_template import Message
-from specchat.engine.plain import PlainDecoder
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import FetchError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress

@@ -14,11 +14,11 @@ from ui_helpers import wait_for as wait_briefly
 
 from specchat.cli.app import opener
 from specchat.config import UserConfig
-from specchat.engine.events import Event
-from specchat.engine.model import LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.events import Event
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.loading import RuntimeOptions, select
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, PathSource
 from specchat.models.choices import Choice

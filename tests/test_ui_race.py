@@ -11,13 +11,13 @@ from race_helpers import ChangeOneToken, fixed_result
 from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.events import TokenEvent
-from specchat.engine.model import LlamaContext
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import TokenEvent
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.race.runner import RaceSetup
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from ui_helpers import make_services, tiny_runtime, wait_for
 
-from specchat.engine.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
 from specchat.store import FateTrace, ReplyStats
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen

@@ -13,9 +13,9 @@ from ui_helpers import GREEDY, SpeculativeStandIn, tiny_runtime
 from specchat.cli.common import make_env
 from specchat.cli.main import main
 from specchat.config import UserConfig
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.events import (
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import (
     GenerationStats,
     NoticeEvent,
     RejectedEvent,
@@ -23,8 +23,8 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.llama_lib import backend_name
-from specchat.engine.plain import PlainDecoder
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.llama.llama_lib import backend_name
 from specchat.paths import AppPaths
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation, Turn

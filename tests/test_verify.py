@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specchat.bench.chi2 import chi_square, critical_value
-from specchat.engine.sampling import Distribution
-from specchat.engine.verify import one_hot, probs_at, verify_greedy, verify_sampled
+from specchat.engine.decode.sampling import Distribution
+from specchat.engine.decode.verify import one_hot, probs_at, verify_greedy, verify_sampled
 
 N = 20_000
 

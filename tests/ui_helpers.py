@@ -20,10 +20,10 @@ from typing import Any
 from rich.console import Console
 
 from specchat.config import UserConfig
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import (
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     RejectedEvent,
@@ -31,10 +31,10 @@ from specchat.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.loading import Selection
 from specchat.models.catalog import ModelEntry, PairEntry, PathSource
 from specchat.models.progress import ProgressFn

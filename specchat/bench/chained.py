@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from specchat.bench.prompts import BenchPrompt, load_prompts
-from specchat.engine.agreement import agreement_trace, greedy_continuation
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder, run_to_end
-from specchat.engine.model import LlamaModel
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.replay import TurnTrace
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
-from specchat.engine.topics import new_text
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder, new_text, run_to_end
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.llama.model import LlamaModel
+from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
+from specchat.engine.policy.replay import TurnTrace
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 

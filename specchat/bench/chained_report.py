@@ -10,7 +10,7 @@ from typing import Any
 
 from specchat.bench.chained import PLAIN
 from specchat.bench.policies import AUTO, HF, fixed_gamma_of
-from specchat.engine.machine_load import load_text
+from specchat.engine.llama.machine_load import load_text
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specchat.engine.acceptance import expected_tokens
-from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
-from specchat.engine.decoding import run_to_end
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.drafters._cross_vocab import in_draft_vocab
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.policy.acceptance import expected_tokens
+from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.runtime import Runtime
 
 PLAN = "plan"

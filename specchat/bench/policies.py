@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.gamma import ConfidenceCutoff, FixedGamma, GammaPolicy, HfHeuristic
+from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.policy.gamma import ConfidenceCutoff, HfHeuristic
 
 Clock = Callable[[], float]
 PolicyFactory = Callable[[Clock], GammaPolicy]

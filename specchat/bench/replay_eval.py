@@ -19,18 +19,18 @@ import numpy as np
 
 from specchat.bench.chained import RecordedTurn
 from specchat.bench.policies import AUTO, PolicyFactory, fixed_gamma_of
-from specchat.engine.costs import draft_step_cost, verify_costs
-from specchat.engine.decoding import run_to_end
-from specchat.engine.gamma import FixedGamma
-from specchat.engine.replay import (
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.speculative import SpeculativeDecoder
+from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.policy.costs import draft_step_cost, verify_costs
+from specchat.engine.policy.replay import (
     ReplayCosts,
     TurnReplay,
     clairvoyant_seconds,
     replay_conversation,
     segment_oracle,
 )
-from specchat.engine.sampling import SamplerSettings
-from specchat.engine.speculative import SpeculativeDecoder
 from specchat.runtime import Runtime
 
 

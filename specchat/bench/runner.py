@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specchat.bench.prompts import BenchPrompt
-from specchat.engine import batch_rounding
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder, run_to_end
-from specchat.engine.events import GenerationStats
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder, run_to_end
+from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama import batch_rounding
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from specchat.cli.common import Env, sampling_changes
 from specchat.config import UserConfig
-from specchat.engine.gamma import GammaSetting
+from specchat.engine.policy.gamma import GammaSetting
 from specchat.errors import ConfigError, SpecchatError
 from specchat.loading import LOAD_TASK, RuntimeOptions, Selection, select, select_label
 from specchat.models.catalog import Catalog, load_catalog

@@ -20,9 +20,9 @@ from specchat.cli.common import (
     print_notices,
     sampling_changes,
 )
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.events import (
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     NoticeEvent,
@@ -30,8 +30,8 @@ from specchat.engine.events import (
     StepEvent,
     TokenEvent,
 )
-from specchat.engine.in_force import InForce, in_force
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress

@@ -31,12 +31,12 @@ from specchat.bench.policies import AUTO, PLAN, PolicyFactory, roster
 from specchat.bench.prompts import BenchPrompt
 from specchat.bench.replay_eval import evaluate, measure_costs
 from specchat.cli.common import Env, print_notices
-from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
-from specchat.engine.costs import CostCurve
 from specchat.engine.drafters._cross_vocab import cross_map
-from specchat.engine.machine_load import LoadWatch, load_fields
-from specchat.engine.planner import Planner
-from specchat.engine.replay import ReplayCosts, TurnTrace
+from specchat.engine.llama.machine_load import LoadWatch, load_fields
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed
+from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress

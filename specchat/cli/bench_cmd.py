@@ -19,9 +19,9 @@ from specchat.bench.report import ALL, markdown, summarize
 from specchat.bench.runner import BenchConfig, render_prompt, run_bench
 from specchat.cli import bench_chained
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
-from specchat.engine.gamma import GAMMA_HELP, parse_gamma
-from specchat.engine.llama_lib import system_info
-from specchat.engine.machine_load import LoadWatch, load_fields, load_text
+from specchat.engine.llama.llama_lib import system_info
+from specchat.engine.llama.machine_load import LoadWatch, load_fields, load_text
+from specchat.engine.policy.gamma import GAMMA_HELP, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specchat.config import UserConfig, cap_threads, check_setting, load_config
-from specchat.engine.drafters import names as drafter_names
-from specchat.engine.drafters import parse_names
-from specchat.engine.gamma import GammaSetting, parse_gamma
-from specchat.engine.model_settings import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
-from specchat.engine.offload import OffloadSettings, parse_gpu_layers
+from specchat.engine.decode.registry import names as drafter_names
+from specchat.engine.decode.registry import parse_names
+from specchat.engine.llama.model_settings import FLASH_ATTN_MODES, KV_CACHE_TYPES, ContextSettings
+from specchat.engine.llama.offload import OffloadSettings, parse_gpu_layers
+from specchat.engine.policy.gamma import GammaSetting, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.loading import RuntimeOptions
 from specchat.models.catalog import Catalog, load_catalog

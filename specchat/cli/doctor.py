@@ -30,7 +30,7 @@ def _version(dist: str) -> str:
 
 def run(env: Env, args: argparse.Namespace) -> int:
     from specchat.cli.doctor_hardware import write_hardware, write_load_plan
-    from specchat.engine.llama_lib import system_info
+    from specchat.engine.llama.llama_lib import system_info
 
     def w(text: str) -> None:  # names and paths come from files: shown, never obeyed
         sys.stdout.write(safe_text(text))

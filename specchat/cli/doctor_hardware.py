@@ -8,10 +8,10 @@ import os
 from collections.abc import Callable
 
 from specchat.cli.common import Env
-from specchat.engine.hardware import backend_label, device_api_available, devices, host_memory
-from specchat.engine.llama_lib import supports_gpu_offload
-from specchat.engine.memory_plan import MemoryReadings, fmt_bytes, plan_load
-from specchat.engine.model_settings import default_threads
+from specchat.engine.llama.hardware import backend_label, device_api_available, devices, host_memory
+from specchat.engine.llama.llama_lib import supports_gpu_offload
+from specchat.engine.llama.memory_plan import MemoryReadings, fmt_bytes, plan_load
+from specchat.engine.llama.model_settings import default_threads
 from specchat.errors import SpecchatError
 from specchat.loading import check_main_gpu, load_requests, select
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from specchat.cli.common import Env
 from specchat.config import cap_threads
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.progress import TextProgress
 
 

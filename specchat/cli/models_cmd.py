@@ -70,8 +70,8 @@ def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
     import threading
 
     from specchat.config import cap_threads
-    from specchat.engine.model import LlamaContext, LlamaModel
-    from specchat.engine.model_settings import ContextSettings
+    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.model_settings import ContextSettings
     from specchat.models.heads import data as heads_data
     from specchat.models.heads import medusa
     from specchat.models.heads.output_matrix import output_rows, output_type

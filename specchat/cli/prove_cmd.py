@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 from specchat.bench.chi2 import ChiSquare, detectable_tv, homogeneity
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import GenerationStats, StepEvent, TokenEvent, TokenOrigin
-from specchat.engine.gamma import GAMMA_CAP
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import GenerationStats, StepEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress

@@ -24,7 +24,7 @@ from specchat.cli.common import (
     print_notices,
     sampling_changes,
 )
-from specchat.engine.events import TokenEvent
+from specchat.engine.decode.events import TokenEvent
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress

@@ -15,8 +15,8 @@ from specchat.cli.common import (
     add_sampling_args,
     gamma_arg,
 )
-from specchat.engine.chat import ChatEngine
-from specchat.engine.in_force import in_force
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.policy.in_force import in_force
 from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime

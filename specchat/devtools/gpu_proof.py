@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder, run_to_end
-from specchat.engine.events import GenerationStats
-from specchat.engine.hardware import backend_label, devices
-from specchat.engine.memory_plan import fmt_bytes
-from specchat.engine.model_settings import ContextSettings, ModelSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder, run_to_end
+from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.hardware import backend_label, devices
+from specchat.engine.llama.memory_plan import fmt_bytes
+from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.loading import RuntimeOptions, Selection
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.plan import SideBranch
+from specchat.engine.llama.side_branch import SideBranch
 
 
 class ScriptedModel:

@@ -9,7 +9,7 @@ its best γ, the n-gram drafter, or — when neither is predicted to pay — pla
 
 The prompts are six Spec-Bench questions (Apache-2.0; coding, writing, maths, translation, QA)
 in ``specchat/data/calibration_prompts.jsonl``. α is measured by teacher forcing
-(:mod:`specchat.engine.agreement`), independent of any speculative decoder.
+(:mod:`specchat.engine.policy.agreement`), independent of any speculative decoder.
 """
 
 from __future__ import annotations
@@ -23,24 +23,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specchat.engine import batch_rounding
-from specchat.engine.acceptance import CONF_EDGES, confidence_counts
-from specchat.engine.agreement import (
-    agreement_trace,
-    cross_agreement_trace,
-    greedy_continuation,
-)
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.cost_model import TABLE_SIZE
-from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.drafters._cross_vocab import cross_map, in_draft_vocab
 from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.machine_load import LoadWatch, MachineLoad
-from specchat.engine.model import DecodeCancelled, LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings, ModelSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.speedup import PAYS, best_gamma, speedup_table, verdict
+from specchat.engine.llama import batch_rounding
+from specchat.engine.llama.machine_load import LoadWatch, MachineLoad
+from specchat.engine.llama.model import DecodeCancelled, LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
+from specchat.engine.policy.acceptance import CONF_EDGES, confidence_counts
+from specchat.engine.policy.agreement import agreement_trace, cross_agreement_trace, greedy_continuation
+from specchat.engine.policy.cost_model import TABLE_SIZE
+from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.policy.speedup import PAYS, best_gamma, speedup_table, verdict
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.progress import Progress, ProgressFn, no_progress
 

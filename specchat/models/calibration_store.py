@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from specchat.engine.costs import CostCurve
+from specchat.engine.policy.costs import CostCurve
 from specchat.formats.gguf_checks import split_parts
 from specchat.models.calibration import CalibrationResult
 from specchat.paths import AppPaths

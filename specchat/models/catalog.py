@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from specchat.engine.gamma import GAMMA_CAP
+from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import CatalogError
 
 QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q4_K_M",

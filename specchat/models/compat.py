@@ -238,8 +238,8 @@ def calibration_mass(target: GgufHeader, draft: GgufHeader) -> float | None:
     tk, dk = token_keys(target), token_keys(draft)
     if tk is None or dk is None or not Path(target.path).is_file():
         return None
-    from specchat.engine.model import LlamaModel
-    from specchat.engine.model_settings import ModelSettings
+    from specchat.engine.llama.model import LlamaModel
+    from specchat.engine.llama.model_settings import ModelSettings
     from specchat.models.calibration import builtin_prompts
 
     try:

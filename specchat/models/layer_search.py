@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specchat.engine.agreement import agreement_trace, greedy_continuation
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.costs import CostCurve, draft_step_cost, verify_costs
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.model_settings import ContextSettings
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.speedup import best_gamma, speedup_table
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
+from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
+from specchat.engine.policy.speedup import best_gamma, speedup_table
 from specchat.models.calibration import builtin_prompts
 from specchat.models.layer_cut import CutSource, write_cut
 

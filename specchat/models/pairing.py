@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.config import load_config, save_config
-from specchat.engine.gamma import GAMMA_CAP
+from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import Cancelled, CatalogError, FetchError, ModelFileError
 from specchat.models.catalog import Catalog, DerivedSource, HfSource, ModelEntry, PairEntry
 from specchat.models.compat import (

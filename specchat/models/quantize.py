@@ -41,9 +41,9 @@ def quantize(src: Path, dest: Path, quant: str, report: ProgressFn, n_threads: i
     llama.cpp's quantizer cannot be interrupted: on ``cancel`` we wait for it, then delete its
     output and raise :class:`Cancelled`, so nothing half-written is ever left under ``dest``.
     """
-    import llama_cpp  # heavy: only when a model is actually derived
-
-    from specchat.engine.llama_lib import ensure_backend, last_error
+    # heavy: only when a model is actually derived
+    from specchat.engine.llama.llama_lib import ensure_backend, last_error
+    from specchat.engine.llama.quantize import quantize_file
 
     if quant not in FTYPES:
         raise ModelFileError(f"unknown quantization type {quant}; known: {', '.join(FTYPES)}")
@@ -51,16 +51,12 @@ def quantize(src: Path, dest: Path, quant: str, report: ProgressFn, n_threads: i
     ensure_backend()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.partial")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = FTYPES[quant][0]
-    params.allow_requantize = True
-    params.nthread = n_threads
     total = estimated_size(header.n_params, quant)
     task = f"derive {dest.name} ({quant})"
     result: list[int] = []
 
     def work() -> None:
-        result.append(llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params))
+        result.append(quantize_file(src, tmp, FTYPES[quant][0], n_threads))
 
     t = threading.Thread(target=work, daemon=True)
     t.start()

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specchat.engine.machine_load import MachineLoad
+from specchat.engine.llama.machine_load import MachineLoad
 
 WIDE_SPREAD = 0.10  # (max - min) / median of a side's speeds
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specchat.engine.events import Event
+from specchat.engine.decode.events import Event
 from specchat.race.timeline import TimedEvent
 
 LEFT, RIGHT = 0, 1

@@ -6,11 +6,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from specchat.engine.batch_rounding import Parting, first_difference
-from specchat.engine.decoding import Decoder
-from specchat.engine.in_force import in_force
-from specchat.engine.machine_load import MachineLoad
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.batch_rounding import Parting, first_difference
+from specchat.engine.llama.machine_load import MachineLoad
+from specchat.engine.policy.in_force import in_force
 from specchat.race.noise import Spread, noise_note
 from specchat.race.timeline import RaceTimeline
 from specchat.race.why import Costs, explain

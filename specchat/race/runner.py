@@ -6,7 +6,7 @@ runs ``runs`` times, alternating (plain, spec, plain, spec…), so a burst of ot
 alike; the result keeps every run and reports medians and spreads, with the machine's load.
 Before each timed run both KV caches are cleared, so neither profits from the other's prompt.
 A greedy divergence is examined at once: how close the target's two choices were there,
-against this build's measured batch rounding (:mod:`specchat.engine.batch_rounding`).
+against this build's measured batch rounding (:mod:`specchat.engine.llama.batch_rounding`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from specchat.engine import batch_rounding
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import Decoder
-from specchat.engine.gamma import GammaSetting
-from specchat.engine.machine_load import LoadWatch
-from specchat.engine.planner_settings import Prediction
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama import batch_rounding
+from specchat.engine.llama.machine_load import LoadWatch
+from specchat.engine.policy.gamma import GammaSetting
+from specchat.engine.policy.planner_settings import Prediction
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
 from specchat.models.calibration_store import load_calibration
@@ -163,7 +163,7 @@ def _device(runtime: Runtime) -> str:
 
 
 def _offloads() -> bool:
-    from specchat.engine.llama_lib import supports_gpu_offload
+    from specchat.engine.llama.llama_lib import supports_gpu_offload
 
     return bool(supports_gpu_offload())
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from specchat.engine.decoding import Decoder
-from specchat.engine.events import (
+from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     NoticeEvent,
@@ -24,7 +24,7 @@ from specchat.engine.events import (
     StepEvent,
     TokenEvent,
 )
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
 
 
 @dataclass(frozen=True, slots=True)

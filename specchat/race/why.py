@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specchat.engine.events import StepEvent
+from specchat.engine.decode.events import StepEvent
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from specchat.engine.events import TokenEvent
+from specchat.engine.decode.events import TokenEvent
 from specchat.serve.api_errors import NOT_FOUND, ApiError, bad_request
 from specchat.serve.parse import GenerationRequest, chat_request, completion_request
 from specchat.serve.replies import DONE, ReplyWriter, dumps, error_event, sse

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specchat.config import check_setting
-from specchat.engine.chat_template import Message
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.engine.events import GenerationStats, TokenEvent
-from specchat.engine.in_force import InForce
+from specchat.engine.decode.events import GenerationStats, TokenEvent
+from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
 

@@ -19,10 +19,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
-from specchat.engine.in_force import InForce
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
 from specchat.serve.parse import GenerationRequest

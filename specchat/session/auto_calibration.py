@@ -18,7 +18,7 @@ import contextlib
 import threading
 from dataclasses import dataclass, field, replace
 
-from specchat.engine.auto_gamma import AutoGamma, AutoGammaSeed
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.calibration import (
     CalibrationOptions,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.errors import SpecchatError, StoreError
 from specchat.session.conversation import Conversation, Deletion, Turn
 from specchat.session.views import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specchat.engine.chat_template import Message
+from specchat.engine.decode.chat_template import Message
 from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage
 
 

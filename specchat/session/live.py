@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from specchat.engine.events import (
+from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     NoticeEvent,

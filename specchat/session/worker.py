@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.events import GenerationStats
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
 from specchat.store.fates import FateTrace, Segment
 

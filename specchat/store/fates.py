@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specchat.engine.events import RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.events import RejectedEvent, TokenEvent, TokenOrigin
 
 REJECTED = "x"
 BRANCH = "t"  # a losing branch of a token tree (drafted, never on the accepted path)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specchat.engine.events import BatchTiming, GenerationStats, SpecDetail
+from specchat.engine.decode.events import BatchTiming, GenerationStats, SpecDetail
 
 STATS_VERSION = 2
 

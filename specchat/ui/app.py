@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.worker import get_current_worker
 
-from specchat.engine.llama_lib import backend_name
+from specchat.engine.llama.llama_lib import backend_name
 from specchat.errors import SpecchatError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress

@@ -1,6 +1,6 @@
 """What the settings screen edits, and how it maps to the user's config file. No Textual here.
 
-γ (the draft length) has four modes, those of :class:`specchat.engine.gamma.GammaSetting`:
+γ (the draft length) has four modes, those of :class:`specchat.engine.policy.gamma.GammaSetting`:
 ``plan`` (the planner: chain, tree or plain each step, from measured costs — the default),
 ``auto`` (a chain length tuned while generating), ``pair`` (the pair's calibrated γ) and
 ``fixed`` (a number the user chose). The config file stores them as ``"plan"``, ``"auto"``,
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specchat.config import UserConfig
-from specchat.engine.drafters import parse_names
-from specchat.engine.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.registry import parse_names
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.policy.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
 from specchat.errors import SpecchatError
 from specchat.runtime import DEFAULT_PAIR_DRAFTERS
 

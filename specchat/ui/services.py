@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.config import UserConfig, save_config
-from specchat.engine.decoding import Decoder
+from specchat.engine.decode.decoding import Decoder
 from specchat.errors import ConfigError, SpecchatError
 from specchat.models.calibration import CalibrationOptions
 from specchat.models.choices import Choice

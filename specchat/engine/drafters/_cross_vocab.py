@@ -14,39 +14,28 @@ prefix reuse. A trailing incomplete UTF-8 character waits for the next step.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.drafters import DraftFailed, DraftRequest, Proposal, fit_shape
+from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape
+from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
+from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.model import LlamaContext, LlamaModel
-from specchat.engine.sampling import Distribution, distribution, greedy_token
-from specchat.engine.verify import Verdict, children_of, one_hot
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.vocab import is_special, piece, tokenize_bytes
 
-_SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
 Key = tuple[bool, bytes]  # (special, bytes)
-
-
-def _piece(model: LlamaModel, token: int, special: bool) -> bytes:
-    buf = ctypes.create_string_buffer(64)
-    n = llama_cpp.llama_token_to_piece(model.vocab, token, buf, 64, 0, special)
-    if n < 0:
-        buf = ctypes.create_string_buffer(-n)
-        n = llama_cpp.llama_token_to_piece(model.vocab, token, buf, -n, 0, special)
-    return buf.raw[:n]
 
 
 def token_keys(model: LlamaModel) -> list[Key | None]:
     """What each id of a loaded model's vocabulary is (None: an empty or unusable token)."""
     out: list[Key | None] = []
     for t in range(model.n_vocab):
-        special = bool(llama_cpp.llama_vocab_get_attr(model.vocab, t) & _SPECIAL)
-        b = _piece(model, t, special)
+        special = is_special(model, t)
+        b = piece(model, t, special)
         out.append((special, b) if b else None)
     return out
 
@@ -151,16 +140,16 @@ class CrossVocabDraft(DraftModel):
         tm, dm = target.model, ctx.model
         if target_piece is None:
             specials = {t for t in range(tm.n_vocab)
-                        if llama_cpp.llama_vocab_get_attr(tm.vocab, t) & _SPECIAL}
+                        if is_special(tm, t)}
             cache: dict[int, bytes] = {}
 
             def target_piece(t: int) -> bytes:
                 b = cache.get(t)
                 if b is None:
-                    b = cache[t] = _piece(tm, t, t in specials)
+                    b = cache[t] = piece(tm, t, t in specials)
                 return b
         self._target_piece = target_piece
-        self._tokenize = tokenize or (lambda data: _tokenize_bytes(dm, data))
+        self._tokenize = tokenize or (lambda data: tokenize_bytes(dm, data))
         if bos is None and isinstance(dm, LlamaModel) and dm.add_bos and dm.bos >= 0:
             bos = dm.bos
         self._bos = bos
@@ -267,18 +256,7 @@ def in_draft_vocab(target: LlamaModel, draft: LlamaModel, tokens: Sequence[int])
     text; a drafting step re-syncs through :class:`CrossVocabDraft`)."""
     if cross_map(target, draft) is None:
         return list(tokens)
-    return _tokenize_bytes(draft, b"".join(target.piece(int(t)) for t in tokens))
-
-
-def _tokenize_bytes(model: LlamaModel, data: bytes) -> list[int]:
-    n_max = len(data) + 8
-    buf = (llama_cpp.llama_token * n_max)()
-    n = llama_cpp.llama_tokenize(model.vocab, data, len(data), buf, n_max, False, True)
-    if n < 0:
-        n_max = -n
-        buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(model.vocab, data, len(data), buf, n_max, False, True)
-    return list(buf[:max(0, n)])
+    return tokenize_bytes(draft, b"".join(target.piece(int(t)) for t in tokens))
 
 
 def _softmax_top(row: npt.NDArray[np.float32], ids: npt.NDArray[np.int64]

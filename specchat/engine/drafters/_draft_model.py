@@ -9,7 +9,7 @@ depth, each node carrying the sequence ids of the plan's paths through it (see
 Children of a node are the draft's candidates there: its top k under greedy decoding, else k
 draws *without replacement* from its distribution q (the i-th from q with the earlier ones
 removed and renormalised), each stored with the distribution it was drawn from — what the
-verification rule (:mod:`specchat.engine.verify`) needs to be exact.
+verification rule (:mod:`specchat.engine.decode.verify`) needs to be exact.
 """
 
 from __future__ import annotations
@@ -19,18 +19,12 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.drafters import (
-    DraftFailed,
-    DraftRequest,
-    Proposal,
-    depths,
-    fit_shape,
-    path_to,
-)
+from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape, path_to
+from specchat.engine.decode.plan import depths
+from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
+from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._pick import TokenPicker
-from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, distribution, greedy_token
-from specchat.engine.verify import Verdict, children_of, one_hot
+from specchat.engine.llama.model import LlamaContext
 
 
 def without(q: Distribution, token: int) -> Distribution | None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.sampling import Distribution, SamplerSettings, distribution, greedy_token
-from specchat.engine.verify import one_hot
+from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution, greedy_token
+from specchat.engine.decode.verify import one_hot
 
 
 class TokenPicker:

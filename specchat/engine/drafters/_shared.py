@@ -4,10 +4,10 @@ the shared tokens when the vocabularies differ (see :mod:`._cross_vocab`)."""
 
 from __future__ import annotations
 
-from specchat.engine.drafters import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaContext, LlamaModel
 
 
 def shared_draft(env: DrafterEnv) -> DraftModel | None:

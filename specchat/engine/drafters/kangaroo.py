@@ -15,7 +15,7 @@ what the shallow model's own head computes, so a draft token costs the shallow m
 It drafts autoregressively on the shallow model and stops early, as Kangaroo does, at the first
 token whose top-1 probability under the adapter's distribution is below ``eta`` (that token is
 not proposed): a draft the target will likely reject is not worth its verification row, which
-on a CPU costs real time. The chain goes to the one verifier (:mod:`specchat.engine.verify`),
+on a CPU costs real time. The chain goes to the one verifier (:mod:`specchat.engine.decode.verify`),
 so the output is exact whatever the adapter predicts: under sampling each token is drawn from
 q (the adapter's logits after the target's sampler transform) and q is what the rule reads.
 
@@ -31,11 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftFailed, DraftRequest, Proposal
-from specchat.engine.hidden_states import decode_with_hidden
-from specchat.engine.model import LlamaContext
-from specchat.engine.sampling import Distribution, distribution, greedy_token
-from specchat.engine.verify import Verdict, one_hot
+from specchat.engine.decode.drafting import ChainDefault, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
+from specchat.engine.decode.verify import Verdict, one_hot
+from specchat.engine.llama.hidden_states import decode_with_hidden
+from specchat.engine.llama.model import LlamaContext
 
 NAME = "kangaroo"
 SHARED_KEY = "kangaroo"

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
+from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.model import LlamaContext
-from specchat.engine.verify import Verdict
+from specchat.engine.llama.model import LlamaContext
 
 NAME = "layerskip"
 SHARED_KEY = "layerskip"

@@ -10,7 +10,7 @@ What runs per step, in ONE target decode (``LlamaContext.decode_tree`` with a si
   verifier (``verify.verify_tree``; greedy: ``verify_tree_greedy``) decides what is kept, so
   the output is exactly the target's distribution (greedy: token-identical to plain greedy);
 - the *lookahead branch*: the Jacobi window of W columns × (N − 1) levels
-  (:class:`~specchat.engine.lookahead_pool.JacobiWindow`), one more sequence per column, laid
+  (:class:`~specchat.engine.drafters._lookahead_pool.JacobiWindow`), one more sequence per column, laid
   out with sequence ids as in llama.cpp's examples/lookahead (level 0 of column c is seen by
   columns c…W − 1; level j of column c only by its column). The root belongs to every
   sequence, tree and window alike, so each row attends to the cached prefix, the root and its
@@ -45,11 +45,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
-from specchat.engine.lookahead_pool import JacobiWindow, NgramPool, candidate_tree
-from specchat.engine.model import LlamaContext
-from specchat.engine.plan import Plan, SideBranch
-from specchat.engine.verify import Verdict, one_hot
+from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.verify import Verdict, one_hot
+from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
+from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import SpecchatError
 
 NAME = "lookahead"

@@ -2,7 +2,7 @@
 
 Head k (k = 1 … K) is a residual SiLU block on the target's post-norm final hidden state h
 followed by the target's own output matrix: ``logits_k = W_out · (h + SiLU(A_k h + b_k))``
-(:mod:`specchat.engine.hidden_states` says why no final norm is applied again). Trained by
+(:mod:`specchat.engine.llama.hidden_states` says why no final norm is applied again). Trained by
 ``specchat models train-heads TARGET --kind medusa`` (:mod:`specchat.models.heads`) to predict
 the target's token k + 1 positions after h's.
 
@@ -18,7 +18,7 @@ j's top candidates under greedy decoding, else draws without replacement from he
 distribution after the sampler transform (the q each is verified against). The heads' softmax
 covers a subset of the vocabulary (the tokens the target produced on the training text), so q is
 zero elsewhere: still exact, since q is what the tokens were drawn from, and the one tree
-verifier (:func:`specchat.engine.verify.verify_tree`) decides.
+verifier (:func:`specchat.engine.decode.verify.verify_tree`) decides.
 
 Whoever loads models puts a loader for the target's heads in ``env.shared["medusa"]`` (a
 zero-argument callable returning :class:`MedusaHeads`, raising a clear error when there are
@@ -33,22 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.blas import blas_threads
-from specchat.engine.drafters import (
-    DrafterEnv,
-    DraftFailed,
-    DraftRequest,
-    Proposal,
-    depths,
-    fit_shape,
-)
+from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape
+from specchat.engine.decode.plan import Plan, depths
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.sampling import Distribution, distribution
+from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.hidden_states import decode_with_hidden, last_hidden, n_embd
-from specchat.engine.model import LlamaContext
-from specchat.engine.plan import Plan
-from specchat.engine.sampling import Distribution, distribution
-from specchat.engine.verify import Verdict, children_of, one_hot
+from specchat.engine.llama.blas import blas_threads
+from specchat.engine.llama.hidden_states import decode_with_hidden, last_hidden, n_embd
+from specchat.engine.llama.model import LlamaContext
 
 NAME = "medusa"
 SHARED_KEY = "medusa"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
+from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
-from specchat.engine.verify import Verdict
 
 NAME = "model"
 

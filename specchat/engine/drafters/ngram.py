@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
-from specchat.engine.verify import Verdict, one_hot
+from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.verify import Verdict, one_hot
 
 NAME = "ngram"
 # Tokens after a changed one that must repeat the matched text before the change counts as an

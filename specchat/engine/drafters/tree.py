@@ -3,7 +3,7 @@
 The plan's shape says how many children each node gets; the draft model fills it level by level
 with its candidates there (top k under greedy decoding, k draws without replacement otherwise;
 see ``_draft_model``), and the target checks the whole tree in one batch. Verification is
-recursive rejection sampling over each node's children (:mod:`specchat.engine.verify`).
+recursive rejection sampling over each node's children (:mod:`specchat.engine.decode.verify`).
 
 Without a planner (a γ policy that gives only a length), the tree of γ nodes is the one with
 the most expected accepted tokens under a fixed guess of how often a node's k-th best child is
@@ -15,11 +15,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from specchat.engine.drafters import ChainDefault, DrafterEnv, DraftRequest, Proposal
+from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
-from specchat.engine.plan import Plan
-from specchat.engine.verify import Verdict
 
 NAME = "tree"
 

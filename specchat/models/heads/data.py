@@ -6,7 +6,7 @@ names. Replies are generated once and appended to ``replies.jsonl`` in the targe
 one at a time, so a cancelled run keeps what it finished and the next one resumes there.
 
 Then every sequence is evaluated from an empty cache in chunks
-(:func:`specchat.engine.hidden_states.states_over`), keeping per position the post-norm hidden
+(:func:`specchat.engine.llama.hidden_states.states_over`), keeping per position the post-norm hidden
 state and the target's top tokens for the next position with their probabilities. Head k learns,
 at position t, the target's distribution at position t + k (its token k + 1 ahead). The arrays
 are cached as ``data-<key>.npz`` (the key names the text and its settings), written atomically:
@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.chat_template import Message
-from specchat.engine.decoding import run_to_end
-from specchat.engine.hidden_states import states_over
-from specchat.engine.model import LlamaContext
-from specchat.engine.plain import PlainDecoder
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.plain import PlainDecoder
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.hidden_states import states_over
+from specchat.engine.llama.model import LlamaContext
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.store import load_npz, save_npz
 from specchat.models.progress import Progress, ProgressFn, no_progress

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.blas import blas_threads
 from specchat.engine.drafters.medusa import MedusaHeads
+from specchat.engine.llama.blas import blas_threads
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.adam import Adam
 from specchat.models.heads.data import TrainingData

@@ -24,8 +24,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static
 
-from specchat.engine.chat import ChatEngine
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.session.auto_calibration import AutoCalibration

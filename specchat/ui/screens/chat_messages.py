@@ -19,7 +19,7 @@ from typing import Any
 from rich.text import Text
 from textual.screen import Screen
 
-from specchat.engine.sampling import SamplerSettings
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.clipboard import clipboard_text, code_blocks
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Turn

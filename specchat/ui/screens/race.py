@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Static
 
-from specchat.engine.decoding import Decoder
+from specchat.engine.decode.decoding import Decoder
 from specchat.errors import SpecchatError
 from specchat.race.prompts import DEFAULT_KIND, builtin_prompts, prompt_from
 from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule

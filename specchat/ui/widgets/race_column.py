@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from specchat.engine.events import Event, GenerationStats, RejectedEvent, StepEvent, TokenEvent
+from specchat.engine.decode.events import Event, GenerationStats, RejectedEvent, StepEvent, TokenEvent
 from specchat.store import FateTrace
 from specchat.textsafe import safe_text
 from specchat.ui.widgets.fate_text import FateText

@@ -27,7 +27,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.widgets import Markdown, Static
 
-from specchat.engine.events import GenerationStats
+from specchat.engine.decode.events import GenerationStats
 from specchat.session.conversation import Turn
 from specchat.store.fates import Segment
 from specchat.store.stats import ReplyStats

@@ -21,7 +21,7 @@ from textual.widgets import Button, ContentSwitcher, Static
 
 import specchat.ui.wizard.jobs as jobs  # the module, not via the package (which imports this one)
 from specchat.config import load_config
-from specchat.engine.gamma import GAMMA_DEFAULT
+from specchat.engine.policy.gamma import GAMMA_DEFAULT
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationOptions, CalibrationResult
 from specchat.models.catalog import Catalog, ModelEntry, PairEntry, load_catalog

@@ -55,7 +55,7 @@ class Advice:
 def read_machine(resolver: ModelResolver) -> Machine:
     """This computer, as the engine sees it (never raises: unknowns stay None)."""
     try:
-        from specchat.engine.hardware import gpu_devices, host_memory
+        from specchat.engine.llama.hardware import gpu_devices, host_memory
 
         mem = host_memory().available
         gpus = gpu_devices()

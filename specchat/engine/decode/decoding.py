@@ -1,0 +1,92 @@
+"""What every decoder shares: the interface, prompt prefill with KV-prefix reuse, the clock, and
+the text of a prompt's new part (for the γ policy's `begin`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.decode.events import Event, GenerationStats, StepEvent, TokenEvent
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.model import LlamaContext
+
+
+class Decoder(Protocol):
+    """Generates a reply to a tokenised prompt, streaming events; the last is GenerationStats."""
+
+    name: str
+    target: LlamaContext
+
+    def run(self, prompt: Sequence[int], settings: SamplerSettings,
+            cancel: threading.Event) -> Iterator[Event]: ...
+
+
+def hold_prefix(ctx: LlamaContext, seq: Sequence[int], known: int = 0) -> int:
+    """Bring the cache to exactly ``seq[:-1]``: every decoder's invariant between steps (the
+    last token is evaluated by the next batch, whose first row is the next token's distribution).
+
+    Evaluates only what differs from what the cache holds; ``known`` leading tokens are trusted
+    to match already. Returns how many tokens were reused.
+    """
+    want = len(seq) - 1
+    reuse = min(want, known or ctx.common_prefix(seq[:want]))
+    ctx.truncate(reuse)
+    if reuse < want:
+        ctx.decode(seq[reuse:want], logits="none")
+    return reuse
+
+
+def prefill(ctx: LlamaContext, prompt: Sequence[int]) -> tuple[npt.NDArray[np.float32], int]:
+    """Bring the cache to exactly ``prompt``, evaluating only what differs from what it holds.
+
+    Returns the logits row for the prompt's last token and how many tokens were reused. The
+    last token is evaluated on its own, as a speculative decoder's first step does, so both
+    see the same first row.
+    """
+    reuse = hold_prefix(ctx, prompt)
+    return ctx.decode(prompt[-1:], logits="last")[0], reuse
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """What a decoder produced, run to its end: the token ids, the steps, the stats."""
+
+    tokens: list[int]
+    steps: list[StepEvent]
+    stats: GenerationStats
+
+
+def run_to_end(decoder: Decoder, prompt: Sequence[int], settings: SamplerSettings,
+               cancel: threading.Event | None = None) -> FinishedRun:
+    tokens: list[int] = []
+    steps: list[StepEvent] = []
+    for ev in decoder.run(prompt, settings, cancel or threading.Event()):
+        if isinstance(ev, TokenEvent):
+            tokens.append(ev.token_id)
+        elif isinstance(ev, StepEvent):
+            steps.append(ev)
+        elif isinstance(ev, GenerationStats):
+            return FinishedRun(tokens, steps, ev)
+    raise RuntimeError(f"the {decoder.name} decoder ended without its stats")
+
+
+def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], head: int = 160,
+             tail: int = 96) -> str:
+    """``tokens`` as text, the middle left out when there are more than ``head + tail``."""
+    if len(tokens) <= head + tail:
+        return detokenize(tokens)
+    return detokenize(tokens[:head]) + " … " + detokenize(tokens[-tail:])

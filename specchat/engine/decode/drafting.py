@@ -1,0 +1,165 @@
+"""The seam between the decoder and its drafters: what a drafter is asked and answers.
+
+Every drafter is a plug-in behind the ``Drafter`` protocol: asked with a ``DraftRequest`` (the
+committed sequence, the step's ``Plan`` — drafter name and tree shape —, the sampler settings
+and the step's random generator), it returns a ``Proposal``: tokens as a chain or a tree whose
+parent indices are a sub-tree of the plan's shape, with the distribution q each token was drawn
+from (a point mass for deterministic proposals). It is told what the target committed
+(``commit``), when a reply starts (``reset``) and ends or is cancelled (``settle``).
+
+A drafter that can tell cheaply that it has nothing to propose this step (the n-gram lookup
+without a match) may define ``can_propose(seq) -> bool``; :func:`can_propose` asks it, so the
+planner scores only the drafters that can draft now (an n-gram chain planned without a match
+is a plain step that kept the draft model from drafting).
+
+A drafter whose step has a shape of its own (Lookahead's window and candidate trie, Medusa's
+heads' tree) defines ``own_plan() -> Plan``: the planner runs that step and keeps it only while
+its measured rate beats plain's (:mod:`specchat.engine.policy.planner_arms`); chain drafters are sized
+by the planner instead.
+
+A drafter with a KV cache of its own (the layer-skip cut, Kangaroo's shallow model) defines
+``lag(seq) -> int``, the tokens its cache lacks: the planner does not probe it when its first
+step would read a long prompt first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from specchat.engine.decode.plan import Plan, chain, depths
+from specchat.engine.decode.sampling import Distribution, SamplerSettings
+from specchat.engine.decode.verify import Verdict
+from specchat.engine.llama.side_branch import SideBranch
+from specchat.errors import SpecchatError
+
+
+class DraftFailed(SpecchatError):
+    """A drafter cannot go on for this reply (its message says why, for a notice)."""
+
+    def __init__(self, message: str, drafter: str | None = None) -> None:
+        super().__init__(message)
+        self.drafter = drafter  # which drafter failed, when a combination reports it
+
+
+def _always(drafted: int, top_prob: Callable[[], float]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    seq: Sequence[int]  # the committed sequence (prompt + reply so far)
+    plan: Plan
+    settings: SamplerSettings
+    rng: np.random.Generator
+    # The γ policy's early stop, asked after each drafted token of a chain (see GammaPolicy).
+    keep_drafting: Callable[[int, Callable[[], float]], bool] = _always
+
+
+@dataclass(frozen=True)
+class Proposal:
+    drafter: str  # the name of the drafter that proposed it
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()  # node i hangs under parents[i] (−1: the root), parents first
+    q: tuple[Distribution, ...] = ()  # the distribution each token was drawn from
+    # Rows the drafter wants evaluated in the same target batch, apart from the tree (its
+    # own work, e.g. Lookahead's Jacobi window); their logits go back to it, never to the rule.
+    side: SideBranch | None = None
+
+    @property
+    def kind(self) -> str:
+        if not self.tokens:
+            return "none"
+        return "chain" if all(p == i - 1 for i, p in enumerate(self.parents)) else "tree"
+
+    @property
+    def depth(self) -> int:
+        return max(depths(self.parents), default=0)
+
+
+def path_to(parents: Sequence[int], node: int) -> list[int]:
+    """The nodes from the root's child down to ``node`` (empty for −1)."""
+    out: list[int] = []
+    while node >= 0:
+        out.append(node)
+        node = parents[node]
+    out.reverse()
+    return out
+
+
+class Drafter(Protocol):
+    name: str
+
+    def default_plan(self, gamma: int) -> Plan:
+        """The step to take when the γ policy gives only a length (no ``next_plan``)."""
+        ...
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        """A reply starts on ``prompt``."""
+        ...
+
+    def propose(self, req: DraftRequest) -> Proposal:
+        """Tokens for the target to check (none is a valid answer); may raise DraftFailed."""
+        ...
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        """The step's outcome: ``seq`` is the committed sequence now."""
+        ...
+
+    def settle(self, seq: Sequence[int]) -> None:
+        """The reply ended (or was cancelled): leave any cache holding a prefix of ``seq``."""
+        ...
+
+
+def can_propose(drafter: Drafter, seq: Sequence[int]) -> bool:
+    """Whether ``drafter`` may propose something after ``seq`` (True unless it says not)."""
+    ask: Callable[[Sequence[int]], bool] | None = getattr(drafter, "can_propose", None)
+    return True if ask is None else bool(ask(seq))
+
+
+class ChainDefault:
+    """Mix-in: a chain of γ tokens is the default step."""
+
+    name: str
+
+    def default_plan(self, gamma: int) -> Plan:
+        return chain(self.name, gamma)
+
+    def reset(self, prompt: Sequence[int]) -> None:
+        return None
+
+    def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
+        return None
+
+    def settle(self, seq: Sequence[int]) -> None:
+        return None
+
+
+def fit_shape(parents: Sequence[int], max_nodes: int, max_depth: int,
+              max_leaves: int) -> tuple[int, ...]:
+    """The shape within the limits: nodes too deep, past the node budget or adding a leaf past
+    ``max_leaves`` are left out with their subtrees (so a tree that does not fit the batch, the
+    context or the sequences is shrunk, never refused). Node order is kept."""
+    new_index: dict[int, int] = {}
+    out: list[int] = []
+    depth: list[int] = []
+    has_child: set[int] = set()
+    leaves = 0
+    for i, p in enumerate(parents):
+        if p >= 0 and p not in new_index:
+            continue
+        d = 1 if p < 0 else depth[new_index[p]] + 1
+        np_ = new_index[p] if p >= 0 else -1
+        grows = np_ < 0 or np_ in has_child  # a new leaf, unless it extends one
+        if len(out) >= max_nodes or d > max_depth or leaves + grows > max_leaves:
+            continue
+        new_index[i] = len(out)
+        out.append(np_)
+        depth.append(d)
+        leaves += grows
+        if np_ >= 0:
+            has_child.add(np_)
+    return tuple(out)

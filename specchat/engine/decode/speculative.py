@@ -1,0 +1,361 @@
+"""Speculative decoding: drafters propose, the target checks everything in one forward pass.
+
+Per step: a plan (the γ policy's ``next_plan`` when it has one, else the default drafter's
+step for ``next_gamma()``) names the drafter and the shape — a chain or a token tree; the
+drafter proposes tokens with the distribution q each was drawn from (:mod:`.drafters`); the
+target evaluates ``[last, proposal…]`` in one batched decode with logits on every row (a tree
+with one sequence id per root-to-leaf path, see ``LlamaContext.decode_tree``); ``verify``
+decides what to keep; the reply commits the kept tokens plus the target's own; both caches
+keep only the committed path; and the events are emitted.
+
+Invariant between steps (``decoding.hold_prefix``): the committed sequence is ``seq`` (prompt +
+reply); the target's cache holds ``seq[:-1]``; the last token is evaluated by the next step's
+batch, whose first row is the distribution of the next token. A draft model's cache is brought
+up to ``seq`` only when a step first asks it.
+
+A drafter that fails (say, the draft model cannot read a token the target produced) drops out
+for the rest of the reply with a notice; the reply goes on with the others, or plainly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.decode.decoding import Clock, hold_prefix, new_text
+from specchat.engine.decode.drafting import (
+    Drafter,
+    DraftFailed,
+    DraftRequest,
+    Proposal,
+    can_propose,
+    fit_shape,
+)
+from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, StepEvent, TokenOrigin
+from specchat.engine.decode.fallback import Fallback
+from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.registry import DrafterEnv, build
+from specchat.engine.decode.rejected import rejected_events
+from specchat.engine.decode.reply import Reply
+from specchat.engine.decode.sampling import (
+    Distribution,
+    SamplerSettings,
+    distribution,
+    greedy_token,
+    greedy_tokens,
+    make_rng,
+)
+from specchat.engine.decode.spec_stats import SpecTally
+from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
+from specchat.engine.llama.hidden_states import decode_tree_with_hidden, decode_with_hidden
+from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.errors import SpecchatError
+
+
+class _TargetRows:
+    """The target's distributions for a verify batch, computed only for the rows consulted."""
+
+    def __init__(self, rows: npt.NDArray[np.float32], settings: SamplerSettings) -> None:
+        self.rows = rows
+        self.settings = settings
+        self._done: dict[int, Distribution] = {}
+
+    def __getitem__(self, i: int) -> Distribution:
+        d = self._done.get(i)
+        if d is None:
+            d = self._done[i] = distribution(self.rows[i], self.settings)
+        return d
+
+
+class SpeculativeDecoder:
+    """Speculation with any drafters, exact under the target's sampler settings.
+
+    ``drafters``: names ("model", "ngram", "tree", …) or drafter objects; several are tried in
+    turn when the policy does not choose (``ngram,model``: the n-gram lookup when it has a
+    match, else the draft model). Default: the draft model.
+    """
+
+    def __init__(self, target: LlamaContext, draft: LlamaContext | None = None,
+                 policy: GammaPolicy | None = None,
+                 drafters: Sequence[str | Drafter] | None = None, *,
+                 stepwise_draft: bool = False) -> None:
+        if drafters is None:
+            drafters = ("model",) if draft is not None else ()
+        if not drafters:
+            raise ValueError("speculation needs a draft model or an n-gram drafter")
+        self.target = target
+        self.draft = draft
+        self.policy: GammaPolicy = policy if policy is not None else FixedGamma(4)
+        env = DrafterEnv(target, draft, stepwise_draft)
+        self.drafters: list[Drafter] = [build(d, env) if isinstance(d, str) else d
+                                        for d in drafters]
+        own: Callable[[dict[str, Callable[[], Plan]]], None] | None = getattr(
+            self.policy, "own_plans", None)
+        if own is not None:  # the planner scores self-planning drafters on what they do
+            own({d.name: d.own_plan for d in self.drafters if hasattr(d, "own_plan")})
+        self.name = "speculative" if draft is not None else "ngram"
+        self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
+        self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
+        self._default: Drafter | None = None
+        self._last_seq: list[int] = []  # the previous reply's committed sequence
+
+    @property
+    def n_shared(self) -> int:
+        """Token ids both models know: the only ones a draft model may propose."""
+        d = self.draft
+        return min(self.target.n_vocab, d.n_vocab) if d is not None else self.target.n_vocab
+
+    # ---------------------------------------------------------------------------- the loop
+
+    def run(self, prompt: Sequence[int], settings: SamplerSettings,
+            cancel: threading.Event) -> Iterator[Event]:
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        tgt, clock = self.target, Clock()
+        reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
+        reused = self._start(seq, cancel)
+        if reused is None:
+            yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
+                                  stop_reason="cancelled")
+            return
+        prompt_s = t_first = t_last = clock.now()
+        rng = make_rng(settings.seed)
+        reason = "length"
+        while reason == "length":
+            if cancel.is_set() or len(seq) > tgt.n_ctx:
+                reason = "cancelled" if cancel.is_set() else "context"
+                break
+            t0, llama0, n0 = time.perf_counter(), self._llama_s(), len(seq)
+            try:  # propose → verify
+                plan = self._plan(seq, settings, reply.n_generated)
+                proposal, notices = self._propose(seq, plan, settings, rng)
+                t1 = time.perf_counter()
+                verdict, forward_s = self._verify(seq, proposal, settings, rng)
+            except DecodeCancelled:
+                reason = "cancelled"
+                break
+            t3 = time.perf_counter()
+            position, text_at, now = reply.n_generated, len(reply.text), clock.now()
+            out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
+            step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
+                                    reply.n_generated - position)
+            tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
+                      self._llama_s() - llama0)
+            self.policy.committed(reply.text[text_at:])
+            self.policy.observe(step)
+            self._score_guesses(seq, n0, step.drafter)
+            t_first, t_last = (now if position == 0 else t_first), now
+            yield from out  # emit
+            yield step
+            if reply.done:
+                reason = reply.stop_reason or "eos"
+            elif reply.n_generated >= settings.max_tokens:
+                break
+        if reason == "context":
+            yield NoticeEvent(f"the context window is full ({tgt.n_ctx} tokens): reply cut short")
+        self._settle(seq)
+        yield from reply.flush()
+        yield GenerationStats(
+            prompt_tokens=len(prompt), cached_tokens=reused, generated_tokens=reply.n_generated,
+            prompt_s=prompt_s, ttft_s=t_first, decode_s=t_last - t_first, total_s=clock.now(),
+            stop_reason=reason, **tally.fields(),
+        )
+
+    # ------------------------------------------------------------------------ the parts
+
+    def _start(self, seq: list[int], cancel: threading.Event) -> int | None:
+        """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
+        policy and the drafters told. None when cancelled."""
+        for c in (self.target, self.draft):
+            if c is not None:
+                c.cancel = cancel
+        try:
+            reused = hold_prefix(self.target, seq)
+        except DecodeCancelled:
+            self._settle(seq)
+            return None
+        self.policy.begin(self._new_prompt_text(seq))
+        lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
+        if lag is not None and self.draft is not None:
+            # What the draft model must read before it can draft (its cache is brought up
+            # only when a step first asks it): a planner weighs that against what drafting
+            # would gain — after a long pasted document it can outweigh the whole reply.
+            lag(len(seq) - self.draft.common_prefix(seq))
+        self._set_alive(self.drafters, seq)
+        lags: Callable[[dict[str, int]], None] | None = getattr(self.policy, "drafter_lags", None)
+        if lags is not None:  # drafters with a cache of their own (layer-skip, Kangaroo)
+            lags({d.name: d.lag(seq) for d in self._alive if hasattr(d, "lag")})
+        return reused
+
+    def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
+                    verify_s: float, position: int, committed: int) -> StepEvent:
+        return StepEvent(
+            len(proposal.tokens), verdict.accepted, draft_s, verify_s,
+            proposal.drafter if proposal.tokens else "none", position, committed,
+            verdict.overlap, self.policy.label, plan_size=plan.size,
+            accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
+            depth=proposal.depth,
+            batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
+            rejected=verdict.judged)
+
+    def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
+        self._alive = list(drafters)
+        if seq is not None:
+            for d in self._alive:
+                d.reset(seq)
+        self._guessers = [d for d in self._alive if hasattr(d, "guess")]  # free proposals
+        n = len(self._alive)
+        self._default = None if n == 0 else self._alive[0] if n == 1 else Fallback(self._alive)
+
+    def _plan(self, seq: Sequence[int], settings: SamplerSettings, generated: int) -> Plan:
+        """The step to take, shrunk to what fits the context, the batch and the sequences."""
+        default = self._default
+        if default is None:
+            return Plan("none")
+        next_plan: Callable[[tuple[str, ...]], Plan] | None = getattr(
+            self.policy, "next_plan", None)
+        if next_plan is not None:
+            plan = next_plan(tuple(d.name for d in self._alive if can_propose(d, seq)))
+        else:
+            plan = default.default_plan(self.policy.next_gamma())
+        if plan.drafter == "none":
+            return plan if not plan.parents else Plan("none", (), plan.reason)
+        tgt = self.target
+        shape = fit_shape(plan.parents, min(tgt.n_ctx - len(seq), tgt.n_batch - 1),
+                          settings.max_tokens - generated - 1, tgt.n_seq_max)
+        if not shape:
+            return Plan("none", (), plan.reason)
+        return Plan(plan.drafter, shape, plan.reason)
+
+    def _propose(self, seq: Sequence[int], plan: Plan, settings: SamplerSettings,
+                 rng: np.random.Generator) -> tuple[Proposal, list[Event]]:
+        if plan.drafter == "none" or self._default is None:
+            return Proposal("none"), []
+        named = {d.name: d for d in self._alive}
+        drafter = named.get(plan.drafter, self._default)
+        req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting)
+        try:
+            return drafter.propose(req), []
+        except DecodeCancelled:
+            raise
+        except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
+            # token it cannot read) drops it for this reply: a broken draft must not end a
+            # healthy target's reply. This step is the target's alone.
+            failed = (e.drafter if isinstance(e, DraftFailed) else None) or drafter.name
+            for d in self._alive:
+                d.settle(seq)
+            self._set_alive([d for d in self._alive if d.name != failed])
+            who = "the draft" if failed in ("model", "tree") else f"the {failed} drafter"
+            return Proposal("none"), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
+                                                  "without it")]
+
+    def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
+                rng: np.random.Generator) -> tuple[Verdict, float]:
+        """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
+        tgt = self.target
+        # A drafter that drafts from the target's hidden states (medusa) reads this pass's
+        # when it ran this step, even with nothing to propose: it is likely to draft the next
+        # (else it re-reads a token first). Not on other steps: hidden states cost every pass
+        # they are on, and a plain step must be plain.
+        hidden = proposal.drafter != "none" and any(
+            getattr(d, "reads_hidden", False) for d in self._alive if d.name == proposal.drafter)
+        if not proposal.tokens and proposal.side is None and not hidden:
+            # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
+            # model the general path's Python was a measurable share of the step.
+            t0 = time.perf_counter()
+            row = tgt.decode((seq[-1],), logits="last")[0]
+            forward_s = time.perf_counter() - t0
+            token = greedy_token(row) if settings.greedy else \
+                distribution(row, settings).sample(rng)
+            return Verdict(0, token, None), forward_s
+        tokens = [seq[-1], *proposal.tokens]
+        # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
+        tree = proposal.kind == "tree" or proposal.side is not None
+        shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
+        t0 = time.perf_counter()
+        if proposal.side is not None:
+            rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
+        elif hidden:
+            rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
+                       else decode_with_hidden(tgt, tokens))
+        else:
+            rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
+                    else tgt.decode(tokens, logits="all"))
+        forward_s = time.perf_counter() - t0
+        if settings.greedy:
+            v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
+        else:
+            v = verify_tree(_TargetRows(rows, settings), proposal.tokens, proposal.parents,
+                            proposal.q, rng)
+        if tree:
+            tgt.keep_branch(shape, v.path[-1] + 1 if v.path else 0,
+                            [seq[-1], *(proposal.tokens[i] for i in v.path)])
+        return v, forward_s
+
+    def _commit(self, seq: list[int], reply: Reply, proposal: Proposal, verdict: Verdict,
+                settings: SamplerSettings, now: float) -> list[Event]:
+        """The kept drafts, then the target's own token; the caches follow."""
+        if not proposal.tokens:  # a plain step: the cache already holds seq[:-1] once appended
+            out: list[Event] = [*reply.add(verdict.token, TokenOrigin.PLAIN, now)]
+            seq.append(verdict.token)
+            for d in self._alive:
+                d.commit(seq, proposal, verdict)
+            return out
+        out = []
+        position = reply.n_generated
+        kept = [proposal.tokens[i] for i in verdict.path]
+        main, branches = rejected_events(proposal, verdict, position, self.target.model.piece)
+        for j, token in enumerate([*kept, verdict.token]):
+            origin = TokenOrigin.ACCEPTED
+            if j == len(kept):
+                out.extend(main)
+                origin = (TokenOrigin.CORRECTED if verdict.rejected is not None else
+                          TokenOrigin.BONUS if proposal.tokens else TokenOrigin.PLAIN)
+            out.extend(reply.add(token, origin, now))
+            seq.append(token)
+            if reply.done or reply.n_generated >= settings.max_tokens:
+                break
+        out.extend(branches)
+        hold_prefix(self.target, seq, known=len(seq) - 1)
+        for d in self._alive:
+            d.commit(seq, proposal, verdict)
+        return out
+
+    def _settle(self, seq: list[int]) -> None:
+        """Leave every cache holding only tokens of the committed sequence."""
+        for d in self.drafters:
+            d.settle(seq)
+        self.target.drop_tree()
+        self.target.truncate(min(len(self.target.tokens), len(seq) - 1))
+        self._last_seq = seq
+
+    def _score_guesses(self, seq: Sequence[int], start: int, ran: str) -> None:
+        """Let a planner score the guesses of drafters whose proposals cost nothing (the
+        n-gram lookup) against what this step committed, and take their next ones: it learns
+        their acceptance on steps that did not run them (:mod:`specchat.engine.policy.guesses`)."""
+        score: Callable[..., None] | None = getattr(self.policy, "score_guesses", None)
+        if score is None:
+            return
+        if self._guessers:
+            score(seq[start:], ran, {d.name: partial(d.guess, seq)  # type: ignore[attr-defined]
+                                     for d in self._guessers})
+
+    def _llama_s(self) -> float:
+        return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)
+
+    def _new_prompt_text(self, prompt: Sequence[int], head: int = 160, tail: int = 96) -> str:
+        """The text of what the prompt adds to the previous reply's sequence (in a chat, the
+        user's new turn): its first ``head`` and last ``tail`` tokens, where a request's
+        instruction and question usually are."""
+        last = self._last_seq
+        n = min(len(last), len(prompt))
+        i = 0
+        while i < n and last[i] == prompt[i]:
+            i += 1
+        return new_text(self.target.model.detokenize, prompt[i:], head, tail)

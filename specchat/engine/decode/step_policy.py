@@ -1,0 +1,92 @@
+"""The seam between the decoder and its γ policy: what the decoder asks before and after each step.
+
+The speculative decoder tells the policy when a reply starts (``begin``, with the text of the
+new part of the prompt — in a chat, the user's new turn), asks ``next_gamma()`` before each
+step, asks ``keep_drafting`` after each drafted token (an early stop when the drafter is
+unsure), and reports every finished step to ``committed`` (the text it added) and ``observe``.
+``label`` names what the policy is doing, for status lines ("fixed", "auto · code"). A policy
+that also answers ``next_plan(available)`` chooses the drafter and the tree shape per step
+(the planner, :mod:`specchat.engine.policy.planner`). The policies live in
+:mod:`specchat.engine.policy`; the decoder knows only this interface and the fixed length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from specchat.engine.decode.events import StepEvent
+
+GAMMA_CAP = 32  # the longest draft any setting may ask for (the planner's cost table's reach)
+
+
+class GammaPolicy(Protocol):
+    @property
+    def label(self) -> str:
+        """What the policy is doing, in a few words ("fixed", "auto · code")."""
+        ...
+
+    def begin(self, prompt_text: str) -> None:
+        """A reply starts; ``prompt_text`` is the new part of its prompt (the user's turn)."""
+        ...
+
+    def next_gamma(self) -> int:
+        """Draft length for the next step (0 = a plain step)."""
+        ...
+
+    def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
+        """After ``drafted`` tokens of this step (draft model only): draft another one?
+
+        Asked after every drafted token, even at the step's γ (where the answer is ignored), so
+        a policy sees the confidence of every token it drafted. ``top_prob()`` is the draft
+        model's probability of its most likely token at the position just drafted (after the
+        sampler transform). It is computed only when called: under greedy decoding it costs a
+        softmax over the vocabulary.
+        """
+        ...
+
+    def committed(self, text: str) -> None:
+        """The text a step added to the reply (before ``observe`` of that step)."""
+        ...
+
+    def observe(self, step: StepEvent) -> None:
+        """The outcome of a finished step."""
+        ...
+
+
+class PolicyBase:
+    """No-op hooks, so a policy only writes what it uses."""
+
+    label = "fixed"
+
+    def begin(self, prompt_text: str) -> None:
+        return None
+
+    def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:
+        return True
+
+    def committed(self, text: str) -> None:
+        return None
+
+    def observe(self, step: StepEvent) -> None:
+        return None
+
+
+def check_gamma(gamma: int) -> int:
+    if not 0 <= gamma <= GAMMA_CAP:
+        raise ValueError(f"γ must be between 0 and {GAMMA_CAP}")
+    return gamma
+
+
+class FixedGamma(PolicyBase):
+    """Always the same draft length."""
+
+    def __init__(self, gamma: int, label: str = "fixed") -> None:
+        self.gamma = check_gamma(gamma)
+        self.label = label  # "pair" when it is the pair's recommended γ
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def __repr__(self) -> str:
+        return f"FixedGamma({self.gamma})"

@@ -1,0 +1,478 @@
+"""A loaded GGUF model and its context, on llama.cpp's low-level batch API.
+
+``LlamaContext.decode`` evaluates tokens at the end of the cached sequence and returns a
+zero-copy view of the logits rows it asked for; ``truncate`` rolls the KV cache back. These two
+are all that plain and speculative decoding need. The context tracks which tokens its KV cache
+holds, so a new prompt only evaluates what differs from the last one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.llama import amx
+from specchat.engine.llama.llama_lib import (
+    capture_log,
+    clear_log,
+    ensure_backend,
+    last_error,
+    supports_gpu_offload,
+)
+from specchat.engine.llama.load_report import LoadReport
+from specchat.engine.llama.model_settings import (
+    FLASH_TYPES,
+    KV_CACHE_TYPES,
+    ContextSettings,
+    ModelSettings,
+    default_threads,
+    flash_attention,
+)
+from specchat.engine.llama.side_branch import SideBranch
+from specchat.errors import ContextFullError, ModelFileError, SpecchatError
+from specchat.formats.gguf_checks import validate
+from specchat.formats.gguf_file import GgufHeader
+
+# Batches longer than this (prompt prefill) run with llama.cpp's abort callback installed, so
+# ``cancel`` stops them mid-way. Shorter ones (generation steps) run without it: the callback is
+# a Python call per graph node (~500 per forward pass for a 30-layer model, ~0.5 ms in all),
+# and cancel is checked between steps anyway.
+ABORTABLE_BATCH = 16
+_NO_ABORT = llama_cpp.ggml_abort_callback(0)
+
+
+class DecodeCancelled(SpecchatError):
+    """A decode was aborted through the context's cancel event."""
+
+
+class LlamaModel:
+    """Weights and vocabulary of one GGUF file."""
+
+    def __init__(self, path: Path | str, settings: ModelSettings = ModelSettings(),
+                 progress: Callable[[float], None] | None = None) -> None:
+        """``progress``: called from this thread with the share of the weights loaded so far
+        (0 … 1), as llama.cpp reports it while it reads the tensors."""
+        ensure_backend()
+        self.path = Path(path).expanduser()
+        self.header: GgufHeader = validate(self.path)
+        self.settings = settings
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = settings.n_gpu_layers if supports_gpu_offload() else 0
+        if settings.main_gpu is not None:
+            params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
+            params.main_gpu = settings.main_gpu
+        params.use_mmap = settings.use_mmap
+        params.vocab_only = settings.vocab_only
+        callback = None
+        if progress is not None:
+            def on_progress(share: float, _user_data: object) -> bool:
+                with contextlib.suppress(Exception):  # a report that fails never stops a load
+                    progress(min(1.0, max(0.0, float(share))))
+                return True  # go on loading
+
+            # Held in a local for the whole load: ctypes must not free it while C calls it.
+            callback = llama_cpp.llama_progress_callback(on_progress)
+            params.progress_callback = callback
+        params.load_mtp = settings.load_mtp
+        types = {t.ggml_type for t in self.header.tensors} or None  # (None: not listed)
+        if not settings.vocab_only and not amx.extra_buffers_allowed(self.path, types):
+            params.use_extra_bufts = False  # this build's AMX kernels crash here (see amx)
+        clear_log()
+        with capture_log() as lines:
+            ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            why = last_error() or "no reason given"
+            raise ModelFileError(f"llama.cpp could not load {self.path.name}: {why}")
+        self.ptr = ptr
+        self.n_layer: int = llama_cpp.llama_model_n_layer(ptr)
+        # Where the weights went, as llama.cpp reported it (offloaded layers, buffers per device).
+        self.load_report = LoadReport.parse(lines)
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train: int = llama_cpp.llama_model_n_ctx_train(ptr)
+        self.n_params: int = llama_cpp.llama_model_n_params(ptr)
+        self.size_bytes: int = llama_cpp.llama_model_size(ptr)
+        self.bos: int = llama_cpp.llama_vocab_bos(self.vocab)
+        self.eos: int = llama_cpp.llama_vocab_eos(self.vocab)
+        self.add_bos: bool = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._eog_ids = frozenset(
+            t for t in self._special_candidates() if llama_cpp.llama_vocab_is_eog(self.vocab, t)
+        )
+        tmpl = llama_cpp.llama_model_chat_template(ptr, None)
+        self.chat_template: str | None = tmpl.decode("utf-8", errors="replace") if tmpl else None
+
+    def _special_candidates(self) -> list[int]:
+        # End-of-generation tokens are control or user-defined tokens (plus EOS/EOT themselves).
+        ids = []
+        for t in range(self.n_vocab):
+            attr = llama_cpp.llama_vocab_get_attr(self.vocab, t)
+            special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            if attr & special:
+                ids.append(t)
+        for t in (self.eos, llama_cpp.llama_vocab_eot(self.vocab)):
+            if t >= 0:
+                ids.append(t)
+        return ids
+
+    @property
+    def name(self) -> str:
+        return str(self.header.metadata.get("general.name") or self.path.stem)
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog_ids
+
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special,
+                                     parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special,
+                                         parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token adds to the text (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry itself (as stored in the GGUF), for comparing vocabularies."""
+        return self.token_bytes(token).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token: int) -> bytes:
+        """The vocabulary entry's bytes: compared without decoding (two models' 150k entries
+        each, at every pair load)."""
+        return llama_cpp.llama_vocab_get_text(self.vocab, token) or b""
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class LlamaContext:
+    """A KV cache (one sequence) over a model, and a reusable batch."""
+
+    def __init__(self, model: LlamaModel, settings: ContextSettings = ContextSettings()) -> None:
+        self.model = model
+        self.settings = settings
+        n_ctx = settings.n_ctx or model.n_ctx_train
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = min(settings.n_batch, n_ctx)
+        params.n_seq_max = max(1, settings.n_seq_max)
+        params.kv_unified = True  # else each sequence gets only n_ctx / n_seq_max cells
+        # Never more threads than CPUs: it only slows decoding, and llama.cpp asked for
+        # 100,000 crashes the process (the CLI says so when it caps a setting).
+        cpus = os.cpu_count() or 1
+        params.n_threads = min(settings.n_threads or default_threads(), cpus)
+        params.n_threads_batch = min(settings.n_threads_batch or params.n_threads, cpus)
+        for name, value, known in (("flash attention", settings.flash_attn, FLASH_TYPES),
+                                   ("K cache type", settings.type_k, KV_CACHE_TYPES),
+                                   ("V cache type", settings.type_v, KV_CACHE_TYPES)):
+            if value not in known:
+                raise SpecchatError(f"unknown {name} '{value}' (choose from {', '.join(known)})")
+        params.flash_attn_type = FLASH_TYPES[flash_attention(settings.flash_attn, settings.type_v)]
+        params.type_k = KV_CACHE_TYPES[settings.type_k]
+        params.type_v = KV_CACHE_TYPES[settings.type_v]
+        params.swa_full = True  # sliding-window models (Gemma 3) must be able to roll back
+        params.no_perf = True
+        clear_log()
+        with capture_log() as lines:
+            ctx = llama_cpp.llama_init_from_model(model.ptr, params)
+        if not ctx:
+            why = last_error() or "out of memory?"
+            raise ModelFileError(f"could not create a {n_ctx}-token context for "
+                                 f"{model.path.name}: {why}")
+        self.ptr = ctx
+        # Flash attention as resolved ("auto" becomes on or off per device), KV/compute buffers.
+        self.load_report = LoadReport.parse(lines)
+        self.n_ctx: int = llama_cpp.llama_n_ctx(ctx)
+        self.n_batch: int = llama_cpp.llama_n_batch(ctx)
+        self.n_threads: int = llama_cpp.llama_n_threads(ctx)
+        self.n_threads_batch: int = llama_cpp.llama_n_threads_batch(ctx)
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.n_seq_max: int = max(1, settings.n_seq_max)
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
+        b = self.batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        self._n_seq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._linear_batch()
+        self.tokens: list[int] = []  # what the KV cache holds, in order (sequence 0)
+        # A token tree beyond ``tokens`` (see decode_tree): its shape, and the sequences
+        # 1..n that its paths other than the first occupy.
+        self._tree_shape: tuple[int, ...] | None = None
+        self._tree_seqs = 0
+        self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
+        self.cancel = threading.Event()  # set from any thread to abort a long decode
+        me = weakref.ref(self)  # no reference cycle: the context is freed as soon as it is dropped
+        self._abort_cb = llama_cpp.ggml_abort_callback(
+            lambda _data: (ctx := me()) is not None and ctx.cancel.is_set())
+        self._abortable = False
+        # Told after each batch this context evaluates: (first position, its tokens), or
+        # (first position, None) for a token tree (the positions from there on are not a
+        # linear sequence). A drafter that reads the target's hidden states keeps up this way.
+        self.on_decode: Callable[[int, Sequence[int] | None], None] | None = None
+        # Called before the context is freed: what was built on it (an MTP context) goes first.
+        self.on_close: list[Callable[[], None]] = []
+
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
+        """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row), ``all``, or
+        ``none`` (0 rows: the tokens only fill the cache).
+
+        The returned array is a view into llama.cpp's buffer, valid until the next decode.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        self.drop_tree()
+        start = len(self.tokens)
+        if start + n > self.n_ctx:
+            raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
+        rows = 0
+        for off in range(0, n, self.n_batch):
+            chunk = tokens[off : off + self.n_batch]
+            m = len(chunk)
+            last_chunk = off + m == n
+            self._tok[:m] = chunk
+            self._pos[:m] = np.arange(start + off, start + off + m)
+            self._out[:m] = 1 if (logits == "all" and last_chunk) else 0
+            if last_chunk and logits == "last":
+                self._out[m - 1] = 1
+            rows = m if logits == "all" else 1 if logits == "last" else 0
+            self.batch.n_tokens = m
+            self._run_batch(m, start + off)
+            self.tokens.extend(chunk)
+            if self.on_decode is not None:
+                self.on_decode(start + off, chunk)
+        if logits == "all" and n > self.n_batch:
+            raise ValueError("logits for every row need the tokens to fit in one batch")
+        if rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = llama_cpp.llama_get_logits(self.ptr)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+
+    def _linear_batch(self) -> None:
+        self._n_seq[:] = 1
+        for i in range(self.n_batch):
+            self.batch.seq_id[i][0] = 0
+
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
+                    side: SideBranch | None = None) -> npt.NDArray[np.float32]:
+        """Evaluate nodes of a token tree after the cache's tokens in one batch; logits for each.
+
+        ``shape`` is the whole tree as parent indices (−1: the node follows the cached tokens;
+        parents come first); ``nodes`` are the ones to evaluate now, with their ``tokens``.
+        Their ancestors must have been evaluated by earlier calls on the same shape, so a tree
+        can be grown level by level (a drafter) or evaluated at once (the target). Each
+        root-to-leaf path of ``shape`` is a sequence of its own: a node carries the ids of
+        every path through it and the cached tokens are shared by all, so llama.cpp's
+        attention mask (keyed on a token's first sequence, and causal in position) gives each
+        node exactly its ancestors. ``tokens`` stays the linear part; :meth:`keep_branch` or
+        :meth:`drop_tree` end the tree.
+
+        ``side``: rows in sequences numbered after the tree's (the root, node 0, joins them
+        all), evaluated in the same batch; their wanted logits go to ``side.receive``. They
+        need a tree whose node 0 is its only root, evaluated in this call; ending the tree
+        drops them.
+        """
+        n = len(nodes)
+        if n == 0 or n != len(tokens):
+            raise ValueError("a tree decode needs one token per node")
+        n_side = side.size if side is not None else 0
+        if n + n_side > self.n_batch:
+            raise ValueError(f"{n + n_side} tree nodes do not fit a batch of {self.n_batch}")
+        shape = tuple(shape)
+        start = len(self.tokens)
+        depth: list[int] = []
+        for p in shape:
+            depth.append(0 if p < 0 else depth[p] + 1)
+        reach = max(depth[i] for i in nodes)
+        if side is not None:
+            if 0 not in nodes or sum(1 for p in shape if p < 0) != 1:
+                raise ValueError("a side branch needs the tree's single root in the batch")
+            reach = max(reach, side.reach)
+        if start + reach + 1 > self.n_ctx or start + n + n_side > self.n_ctx:
+            raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
+        seqs = tree_paths(shape)
+        n_paths = 1 + max(max(s) for s in seqs)
+        n_all = n_paths + (side.n_seqs if side is not None else 0)
+        if n_all > self.n_seq_max:
+            raise ValueError(f"a tree of {n_all} sequences needs more than {self.n_seq_max}")
+        if side is not None or shape != self._tree_shape:
+            self.drop_tree()
+            for s in range(1, n_all):
+                llama_cpp.llama_memory_seq_cp(self.mem, 0, s, -1, -1)
+            self._tree_seqs, self._tree_shape = n_all - 1, shape
+        b = self.batch
+        for i, (node, tok) in enumerate(zip(nodes, tokens, strict=True)):
+            self._tok[i] = tok
+            self._pos[i] = start + depth[node]
+            ids = seqs[node] if side is None or node != 0 else (
+                *seqs[node], *range(n_paths, n_all))
+            self._n_seq[i] = len(ids)
+            for j, sid in enumerate(ids):
+                b.seq_id[i][j] = sid
+        self._out[:n] = 1
+        wanted = sorted(set(side.logits)) if side is not None else []
+        if side is not None:
+            self._out[n : n + n_side] = 0
+            for r, (tok, off, ids) in enumerate(zip(side.tokens, side.offsets, side.seqs,
+                                                    strict=True)):
+                i = n + r
+                self._tok[i] = tok
+                self._pos[i] = start + off
+                self._n_seq[i] = len(ids)
+                for j, sid in enumerate(ids):
+                    b.seq_id[i][j] = n_paths + sid
+            for r in wanted:
+                self._out[n + r] = 1
+        b.n_tokens = n + n_side
+        try:
+            self._run_batch(n + n_side, start)
+        finally:
+            self._linear_batch()
+        if self.on_decode is not None:
+            self.on_decode(start, None)
+        ptr = llama_cpp.llama_get_logits(self.ptr)
+        rows = np.ctypeslib.as_array(ptr, shape=(n + len(wanted), self.n_vocab))
+        if side is not None and wanted:
+            at = {r: n + k for k, r in enumerate(wanted)}
+            side.receive(rows[[at[r] for r in side.logits]])
+        return rows[:n]
+
+    def keep_branch(self, shape: Sequence[int], node: int, path_tokens: Sequence[int]) -> None:
+        """End a tree (see :meth:`decode_tree`) keeping the path from its root to ``node``
+        (−1: none of it), whose tokens are ``path_tokens``: the cache then holds ``tokens``
+        plus that path, as sequence 0."""
+        if node < 0 or self._tree_shape is None:
+            self.drop_tree()
+            return
+        start = len(self.tokens)
+        sid = tree_paths(shape)[node][0]  # the first path through ``node`` holds its ancestors
+        if self._tree_seqs:
+            llama_cpp.llama_memory_seq_keep(self.mem, sid)
+            if sid != 0:
+                llama_cpp.llama_memory_seq_cp(self.mem, sid, 0, -1, -1)
+                llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
+        self._tree_seqs, self._tree_shape = 0, None
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, start + len(path_tokens), -1)
+        self.tokens.extend(int(t) for t in path_tokens)
+
+    def drop_tree(self) -> None:
+        """Forget any token tree: the cache holds exactly ``tokens`` again."""
+        if self._tree_shape is not None:
+            for s in range(1, self._tree_seqs + 1):
+                llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, 0, len(self.tokens), -1)
+            self._tree_seqs, self._tree_shape = 0, None
+
+    def _run_batch(self, m: int, start: int) -> None:
+        abortable = m > ABORTABLE_BATCH
+        if abortable != self._abortable:
+            cb = self._abort_cb if abortable else _NO_ABORT
+            llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
+            self._abortable = abortable
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.ptr, self.batch)
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            self._after_failed_decode(start)
+            if rc == 2:
+                raise DecodeCancelled("cancelled")
+            if rc == 1:
+                raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
+            raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
+
+    def _after_failed_decode(self, committed: int) -> None:
+        # A fatal error or abort can leave part of the batch in the cache: drop it.
+        del self.tokens[committed:]
+        self.drop_tree()
+        llama_cpp.llama_memory_seq_rm(self.mem, 0, committed, -1)
+
+    def truncate(self, n: int) -> None:
+        """Roll the cache back so it holds exactly its first ``n`` tokens."""
+        self.drop_tree()
+        if n < len(self.tokens):
+            llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
+            del self.tokens[n:]
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        n = min(len(tokens), len(self.tokens))
+        i = 0
+        while i < n and self.tokens[i] == tokens[i]:
+            i += 1
+        return i
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+        self.tokens.clear()
+        self._tree_seqs, self._tree_shape = 0, None
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            for hook in self.on_close:
+                hook()
+            self.on_close.clear()
+            llama_cpp.llama_batch_free(self.batch)
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def tree_paths(parents: Sequence[int]) -> list[tuple[int, ...]]:
+    """For each node of a tree (parent indices, parents first), the ids of the root-to-leaf
+    paths through it, numbered by leaf in node order (the first leaf's path is 0)."""
+    n = len(parents)
+    has_child = [False] * n
+    for p in parents:
+        if p >= 0:
+            has_child[p] = True
+    seqs: list[list[int]] = [[] for _ in range(n)]
+    leaf = 0
+    for i in range(n):
+        if not has_child[i]:
+            j = i
+            while j >= 0:
+                seqs[j].append(leaf)
+                j = parents[j]
+            leaf += 1
+    return [tuple(sorted(s)) for s in seqs]

@@ -1,0 +1,594 @@
+"""The planner: per step, the drafter, the shape (chain or tree) and its size — or a plain step —
+that maximise expected tokens per second on this machine's measured costs (Sequoia's
+hardware-aware rule, Chen et al. 2024, arXiv:2402.12374, §3.3).
+
+For each candidate the expected tokens per step E (a chain: 1 + Σ_i Π_{j ≤ i} α_j; a tree: the
+F(T) of :mod:`specchat.engine.policy.tree_dp`, whose dynamic programme gives the best tree for every
+node budget) are set against the step's cost,
+
+    rate = E / (draft cost + T(n + 1) + o),        plain: 1 / (T(1) + o),
+
+where T is the target's verify-cost *table* (n = 1..32, :class:`~specchat.engine.policy.cost_model.
+VerifyTable`: calibrated, then updated from every step's measured verify time by batch size),
+o the loop's overhead, and the draft cost γ·t_d for a draft-model chain (t_d measured per token),
+γ·t_ng for an n-gram chain (a lookup: nearly free, measured too), and for a draft-model tree one
+batched draft decode per level, priced as t_d scaled by the table's shape at the level's width.
+Speculation must beat plain by ``margin`` (estimates are noisy; losing to plain is the one
+outcome the planner must not risk), so on a steep CPU curve with a costly draft it plans plain
+steps, and says why.
+
+Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position estimate (per
+topic, with change detection and Thompson-sampling exploration — :mod:`specchat.engine.
+auto_gamma`, which this extends); a tree's lower ranks, and the tree search and scoring, are
+:mod:`specchat.engine.policy.planner_trees`. The n-gram drafter keeps its own acceptance estimates,
+and so does every other chain drafter (the layer-skip self-draft, …): its α and its cost per
+drafted token are learnt from its own steps, starting from a cautious prior, after a first probe
+has timed it. A drafter that plans its own shape (Lookahead, Medusa: ``own_plan``) is scored on
+what its steps did — tokens per step over seconds per step — after a few measuring steps
+(:mod:`specchat.engine.policy.planner_arms`).
+
+``next_plan(available)`` answers the decoder's question for the drafters usable this step;
+``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
+``drafters`` (0 = plain).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import Plan, chain, plain
+from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
+from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
+from specchat.engine.policy.lookup_estimate import HOT_STREAK, LookupEstimate
+from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
+from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
+from specchat.engine.policy.planner_trees import TreePlans
+from specchat.engine.policy.tree_stats import tree_draft_cost
+
+NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
+SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
+REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
+# ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain: plain
+# steps teach no acceptance, so only the costs' drift could change the answer, and scoring costs
+# a sizeable share of a small model's plain step.
+NEAR_PLAIN = 0.85
+REPLAN_FAR = 16
+# A chain whose check size was never timed is tried when its guessed rate is at least this × the
+# best's (see candidates), so many times (a size's estimate trusts one timing only partly).
+TRY_UNTIMED = 0.8
+TIMINGS_TRIED = 2
+# A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
+# reading more (a new prompt) would come before the first token (see next_plan).
+FIRST_STEP_READ = 4
+
+
+class Planner(AutoGamma):
+    skip_first_shapes = True
+
+    def __init__(self, settings: PlannerSettings = PlannerSettings(),
+                 seed: AutoGammaSeed | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 drafters: Sequence[str] = ("model",)) -> None:
+        super().__init__(settings.auto, seed, clock)
+        self.plan_settings = ps = settings
+        self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
+        ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
+            else ps.ngram_prior_alpha
+        self.lookup = LookupEstimate(self.lookup_depth, ng_alpha,
+                                     settings.auto.slow_half_life, settings.auto.fast_half_life,
+                                     settings.auto.detect_changes)
+        self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
+        self.trees = TreePlans(ps)
+        self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
+        # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
+        # for its step, and what its steps did.
+        self._own: dict[str, Callable[[], Plan]] = {}
+        self.measured: dict[str, MeasuredDrafter] = {}
+        self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
+        # (plain steps left to take unscored, for these drafters, this topic): see next_plan
+        self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
+        self._held_step = (1.0, 0.0)  # a plain step's (tokens, seconds) when the hold was set
+        self.last_plan: Plan = plain()
+        self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
+        self._probed = ""  # the drafter of the last speculative step when it was a probe
+        self._draft_behind = True  # the draft model has not drafted since the last commit
+        self._behind = 0  # tokens committed since the draft model last drafted
+        # Tokens this reply has committed (None until a reply begins: driven step by step).
+        self._reply_tokens: int | None = None
+        self._timing: dict[int, int] = {}  # chain lengths tried to time their check (by count)
+        self.reason = "warm-up" if self._warmup_left else ""
+        self.label = "plan · warm-up" if self._warmup_left else "plan"
+        self.prediction = Prediction()  # this reply's, against which its speed is judged
+
+    def reseed(self, seed: AutoGammaSeed) -> None:
+        super().reseed(seed)
+        lookup_seen = any(m.steps for m in self.lookup.models.values())
+        if seed.ngram_alpha is not None and not lookup_seen:
+            a = self.settings
+            self.lookup = LookupEstimate(self.lookup_depth, seed.ngram_alpha, a.slow_half_life,
+                                         a.fast_half_life, a.detect_changes)
+        if self.reason == "warm-up" and not self._warmup_left:
+            self.reason, self.label = "", "plan"
+
+    # -------------------------------------------------------------------------- estimates
+
+    @property
+    def lookup_depth(self) -> int:
+        return self.plan_settings.lookup_depth
+
+    @property
+    def lookup_hot(self) -> bool:
+        return self.lookup.hot
+
+    @lookup_hot.setter
+    def lookup_hot(self, hot: bool) -> None:
+        self.lookup.streak = HOT_STREAK if hot else 0
+
+    @property
+    def ngram(self) -> AcceptanceModel:
+        """The lookup's acceptance estimates in the state the next step starts in."""
+        return self.lookup.current
+
+    def ngram_model(self, hot: bool) -> AcceptanceModel:
+        return self.lookup.models[hot]
+
+    @property
+    def t_ngram(self) -> float:
+        return self._ngram_cost[0] / self._ngram_cost[1]
+
+    def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
+        """Drafters that plan their own shape (``own_plan`` of :mod:`specchat.engine.drafters`):
+        the decoder registers them; the planner scores them on their measured rate."""
+        self._own = dict(plans)
+        self.measured = {n: self.measured.get(n) or MeasuredDrafter() for n in self._own}
+
+    def _own_plan(self, name: str, why: str = "") -> Plan:
+        plan = self._own[name]()
+        if plan.drafter == "none":
+            return plan
+        return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
+
+    def candidates(self, available: Sequence[str], alphas: Sequence[float],
+                   ngram_alphas: Sequence[float], reshape: bool = True
+                   ) -> tuple[Candidate, list[Candidate]]:
+        """Plain's candidate and the best of each drafter's shapes, on the current costs.
+        ``reshape`` False scores the tree shapes found last time instead of running the DP
+        again (exploration's sampled α: a new score, not a new search)."""
+        c, ps = self.costs, self.plan_settings
+        table = c.verify_table()
+        o = c.overhead
+        t_d = c.t_draft
+        top = min(self.settings.gamma_max, len(table) - 1)
+        base = Candidate(plain(), 1.0, table[0] + o)
+        out: list[Candidate] = []
+        scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
+        if self._draft_unpriced():
+            available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, "tree"))
+        for name in available:
+            if name in self._own:
+                got = self.measured[name].per_step()
+                plan = self._own[name]() if got is not None else Plan("none")
+                if got is not None and plan.drafter != "none":
+                    out.append(Candidate(plan, got[0], got[1] + o))
+            elif name not in SCORED:
+                other = self._other(name)
+                if other.tried == 0 and self._lags.get(name, 0) > self.plan_settings.warmup_max_lag:
+                    continue  # never timed, and it would first read a long prompt
+                scored.append((name, other.model.position_alphas(), other.t(table[0])))
+        for name, alph, per_token in scored:
+            if name not in available:
+                continue
+            # Every chain length in one pass, E(γ) grown term by term (this runs each step:
+            # plans are built for the winner only).
+            best_g, best_rate = 0, -1.0
+            e, run = 1.0, 1.0
+            deepest = min(self.lookup_depth, len(table) - 1) if name == "ngram" else top
+            steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
+            for g in range(1, min(deepest, len(alph)) + 1):
+                run *= alph[g - 1]
+                e += run
+                sec = g * per_token + table[g] + o
+                steps.append((e, sec))
+                rate = e / sec if sec > 0 else 0.0
+                if rate > best_rate * 1.0001:
+                    best_g, best_rate = g, rate
+            explore = False
+            for g in range(len(steps) - 1, best_g, -1) if best_g else ():
+                # A longer check this machine never timed is priced by a guess: a line through
+                # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
+                # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so
+                # the best chain on the guesses can be far too short. Try the longest such
+                # check whose guessed rate costs little and still beats plain (twice: one
+                # timing moves the estimate a third of the way).
+                if not self._untimed(g):
+                    continue
+                e_g, s_g = steps[g]
+                if e_g / s_g >= max(TRY_UNTIMED * best_rate, ps.margin * base.rate):
+                    best_g, explore = g, True
+                    break
+            if best_g:
+                out.append(Candidate(chain(name, best_g), *steps[best_g], explore))
+        if "tree" in available:
+            tree = self.trees.best(alphas, table, t_d, o, "model" in available, reshape)
+            if tree is not None:
+                out.append(tree)
+        return base, out
+
+    def _lags_behind(self, name: str) -> bool:
+        """Whether drafting with ``name`` now would first read tokens it has not seen (the
+        draft model, or a drafter with a cache of its own, after a new prompt)."""
+        if name in (*MODEL_DRAFTERS, "tree"):
+            return self._draft_behind and self._behind > FIRST_STEP_READ
+        return self._lags.get(name, 0) > FIRST_STEP_READ
+
+    def _draft_unpriced(self) -> bool:
+        """The draft model's cost was never measured (no calibration, and the warm-up left it
+        out because it would first read a long prompt) and it is that far behind: its cost
+        reads 0, not unknown. Priced free it would win, and then read the whole prompt (a
+        2,000-token RAG prompt: 4 s on 2 CPU cores), so it is neither scored nor probed."""
+        return not self.costs.draft_known and self._behind > self.plan_settings.warmup_max_lag
+
+    def _untimed(self, g: int) -> bool:
+        """Whether a chain of ``g`` (a check of g + 1 tokens) is one the planner should time:
+        never timed here (nor calibrated), or tried fewer than TIMINGS_TRIED times so far."""
+        tried = self._timing.get(g, 0)
+        return 0 < tried < TIMINGS_TRIED or (tried == 0 and self.costs.table.weight[g] == 0.0)
+
+    def _other(self, name: str) -> OtherDrafter:
+        got = self.others.get(name)
+        if got is None:
+            got = self.others[name] = OtherDrafter(self.settings.gamma_max,
+                                                   self.settings.slow_half_life)
+        return got
+
+    def _own_can_pay(self, name: str) -> bool:
+        """Whether a self-planning drafter's step could beat plain at all: every node of its
+        deepest path accepted (1 + depth tokens) for a pass over its nodes, on the verify
+        table. On a steep CPU curve Lookahead's and Medusa's batches cannot, so they are not
+        even measured; with the costs unknown yet, they are."""
+        if not self.seeded and self.costs.ratio is None:
+            return True
+        plan = self._own[name]()
+        if plan.drafter == "none":
+            return False
+        table, o = self.costs.verify_table(), self.costs.overhead
+        n = min(plan.size, len(table) - 1)
+        return (1 + plan.depth) / (table[n] + o) >= self.plan_settings.margin / (table[0] + o)
+
+    def _tried(self, name: str) -> int:
+        return self.measured[name].tried if name in self._own else self._other(name).tried
+
+    # ---------------------------------------------------------------------------- choosing
+
+    def next_gamma(self) -> int:
+        plan = self.next_plan(self.drafters)
+        return plan.size if plan.drafter in ("model", "ngram") else 0
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan:
+        self._step_starts()
+        s, ps = self.settings, self.plan_settings
+        reply = self._reply_tokens
+        if reply == 0 and any(self._lags_behind(n) for n in available):
+            # The reply's first token comes from a plain step when a drafter would first have
+            # to read the prompt: its time to first token is then plain decoding's, and the
+            # read is paid (if at all) once the planner has chosen to draft.
+            available = tuple(n for n in available if not self._lags_behind(n))
+            if not available:
+                return self._chosen(plain("plain: the first token before the draft reads "
+                                          "the prompt"))
+        chains = [d for d in ("model", "ngram") if d in available]
+        warm = chains
+        if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
+            # A warm-up step would first read the whole prompt into the draft: not for a
+            # guess (after a long document that costs more than the reply gains).
+            warm = chains[1:]
+        if self._warmup_left and warm and (reply is None or reply >= ps.warmup_after
+                                           or warm[0] == "ngram"):
+            gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
+            self._warmup_left -= 1
+            self.planned = gamma
+            return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
+        if not available:
+            return self._chosen(plain("plain: no drafter can propose here"))
+        for n in available:
+            if n in self._own and self.measured[n].measuring and self._own_can_pay(n):
+                # A drafter of its own shape: its first steps measure what it yields here.
+                own = self._own_plan(n, "measuring")
+                if own.drafter != "none":
+                    self._plain_run = 0
+                    self.measured[n].tried += 1
+                    return self._chosen(own, scored=False)
+        unseen = [n for n in available if n not in SCORED and n not in self._own
+                  and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
+        if unseen:  # a drafter never timed here: one short chain measures its cost and α
+            self._plain_run = 0
+            self._other(unseen[0]).tried += 1
+            return self._chosen(chain(unseen[0], min(s.probe_gamma, s.gamma_max), "probe"),
+                                scored=False)
+        if not self.seeded and self.costs.ratio is None:
+            if sum(1 for w in self.costs.table.weight if w > 0) < 2:
+                # One batch size timed: the curve's slope is unknown, so a plain step (which
+                # times T(1)) rather than a guess — or an n-gram lookup, which is a plain step
+                # when it finds nothing and otherwise times a check of several tokens (without
+                # it, a reply whose warm-up lookups found nothing would never leave plain).
+                if "ngram" in available:
+                    return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
+                if self._warmup_left and warm and reply is not None:
+                    # The stats bar's words while the warm-up waits for a longer reply.
+                    return self._chosen(plain(f"plain: drafting tried from token "
+                                              f"{ps.warmup_after}"), scored=False)
+                return self._chosen(plain("plain: timing a target step"), scored=False)
+            self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+        left, held, topic = self._hold
+        self._hold = (0, (), 0)
+        if left > 0 and held == available and topic == id(self.current) \
+                and self._plain_run + 1 < self._probe_wait:
+            self._hold = (left - 1, held, topic)
+            self._plain_run += 1
+            # Predicted on the costs of the scoring that chose it (the table is not worked
+            # out again for a plain step: on a small model that was a sizeable share of it).
+            return self._chosen(plain(self.reason), got=self._held_step)
+        model = self.current.model
+        mean = model.alpha()
+        self._alphas = model.position_alphas(mean)
+        self._mean = mean
+        ng = self.ngram.position_alphas()
+        base, cands = self.candidates(available, self._alphas, ng)
+        planned = max(cands, key=lambda c: c.rate, default=base)
+        if planned.rate < base.rate * ps.margin:
+            planned = base
+        self.planned = planned.plan.size if planned.plan.drafter == "model" else 0
+        self._rate = max(planned.rate, base.rate)
+        chosen = planned
+        sampled_best = 0.0  # the best speculative rate on exploration's sampled α
+        if s.explore:
+            sampled = model.position_alphas(model.sample_alpha(self.rng))
+            ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
+                if "ngram" in available else ng
+            s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
+            pick = max(s_cands, key=lambda c: c.rate, default=s_base)
+            sampled_best = max((c.rate for c in s_cands), default=0.0)
+            if pick.rate < s_base.rate * ps.margin:
+                pick = s_base
+            # What the mean estimates say of the sampled pick: explore, but not at any price.
+            if pick.plan.drafter == "none":
+                chosen = base
+            else:
+                at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
+                                    pick.seconds, pick.explore)
+                if at_mean.rate >= base.rate * ps.explore_floor:
+                    chosen = at_mean
+        catch = self.catch_up_cost(self._behind)
+        if chosen.plan.drafter in ("model", "tree") and catch > 0:
+            # Worth switching back to the draft only if the faster steps repay its catch-up.
+            gain = (1 / base.rate - 1 / chosen.rate) * ps.payback_tokens
+            if gain < catch:
+                self._plain_run += 1
+                return self._chosen(plain(f"plain: the draft would first re-read "
+                                          f"{self._behind} tokens"))
+        if chosen.plan.drafter == "none":
+            if self._probed and self._probed != "ngram":
+                # The probe found nothing: wait longer before the next one. Not for an n-gram
+                # probe: one token checked costs little, and a reply that copies its prompt
+                # must not lose its lookups to an unlucky first guess at a changed word.
+                self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
+            self._probed = ""
+            self._plain_run += 1
+            if self._plain_run < self._probe_wait or not (
+                    chains or any(n not in SCORED for n in available)):
+                # Nothing pays: the next few plain steps keep this answer unscored (scoring
+                # costs a few ms of Python, a tenth of a small model's step).
+                best = max([c.rate for c in cands] + [sampled_best])
+                every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
+                self._hold = (every - 1, available, id(self.current))
+                self._held_step = (base.expected, base.seconds)
+                return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
+            # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
+            # draft model only if re-reading what it missed is cheap here.)
+            affordable = catch <= ps.probe_budget * self._behind * base.seconds \
+                and not self._draft_unpriced()
+            others = sorted((self._tried(n), n) for n in available if n not in SCORED
+                            and self._lags.get(n, 0) <= ps.warmup_max_lag
+                            and (n not in self._own or self._own_can_pay(n)))
+            probe = "ngram" if "ngram" in chains else (
+                "model" if "model" in chains and affordable else others[0][1] if others else "")
+            self._plain_run = 0
+            if not probe:
+                return self._chosen(plain(self._plain_reason(base, cands)))
+            self._probed = probe
+            if probe in self._own:
+                self.measured[probe].tried += 1
+                return self._chosen(self._own_plan(probe, "probe"))
+            if probe in self.others:
+                self.others[probe].tried += 1
+            return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
+        self._plain_run = 0
+        self._probed = ""
+        self._probe_wait = s.probe_every
+        plan = chosen.plan
+        if plan.drafter in self.others:
+            self.others[plan.drafter].tried += 1
+        if plan.drafter in self._own:
+            self.measured[plan.drafter].tried += 1
+            return self._chosen(Plan(plan.drafter, plan.parents,
+                                     f"{plan.reason} · {chosen.rate / base.rate:.2f}× plain"))
+        if plan.drafter == "tree":
+            return self._chosen(Plan("tree", plan.parents,
+                                     f"tree {plan.size} · depth {plan.depth}"))
+        reason = f"{'chain' if plan.drafter == 'model' else plan.drafter} {plan.size}"
+        if chosen.explore:
+            self._timing[plan.size] = self._timing.get(plan.size, 0) + 1
+            reason += " · timing a longer check"
+        if plan.drafter == "model" and s.early_stop and self._confident():
+            # The confidence rule (keep_drafting) decides where the step stops; the
+            # prediction stays the planned chain's.
+            return self._chosen(chain("model", s.gamma_max, reason), predict=plan)
+        return self._chosen(Plan(plan.drafter, plan.parents, reason))
+
+    def catch_up_cost(self, tokens: int) -> float:
+        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode:
+        a draft step scaled by the target table's shape at that batch (same machine, same
+        kind of curve), beyond the one token every draft step reads anyway."""
+        if tokens <= 1:
+            return 0.0
+        table = self.costs.verify_table()
+        n = len(table)
+        shape = (table[tokens - 1] if tokens <= n else table[-1] * tokens / n) / table[0]
+        return self.costs.t_draft * max(shape - 1.0, 0.0)
+
+    def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
+        if plan.drafter == "tree":
+            return self.trees.expected(alphas, plan)
+        if plan.drafter in self.others:
+            return expected_tokens(self.others[plan.drafter].model.position_alphas(), plan.size)
+        return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
+
+    def predict(self, plan: Plan) -> tuple[float, float] | None:
+        """(expected tokens, seconds) of ``plan`` on the current estimates and costs, the draft
+        model's catch-up included; None for a drafter the planner does not score."""
+        c = self.costs
+        table = c.verify_table()
+        o = c.overhead
+        n = min(plan.size, len(table) - 1)
+        if plan.drafter == "none" or n == 0:
+            return 1.0, table[0] + o
+        if plan.drafter in self._own:
+            got = self.measured[plan.drafter].per_step()
+            return (got[0], got[1] + o) if got is not None else None
+        alphas = self.current.model.position_alphas(self.current.model.alpha())
+        expected = self._expected(plan, alphas, self.ngram.position_alphas())
+        if plan.drafter == "ngram":
+            return expected, n * self.t_ngram + table[n] + o
+        catch = self.catch_up_cost(self._behind)
+        if plan.drafter == "model":
+            return expected, catch + n * c.t_draft + table[n] + o
+        if plan.drafter == "tree":
+            return expected, catch + tree_draft_cost(plan, c.t_draft, table) + table[n] + o
+        if plan.drafter in self.others and plan.is_chain:
+            return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
+        return None
+
+    def _chosen(self, plan: Plan, predict: Plan | None = None, scored: bool = True,
+                got: tuple[float, float] | None = None) -> Plan:
+        # Warm-up and timing steps run before the costs are known: not predictions.
+        if got is None and scored:
+            got = self.predict(predict or plan)
+        p = self.prediction
+        self.prediction = p.add(*got) if got is not None else Prediction(
+            p.tokens, p.seconds, p.steps, p.unscored + 1)
+        self.last_plan = plan
+        self.reason = plan.reason
+        self.label = f"plan · {plan.reason}" if plan.reason else "plan"
+        return plan
+
+    def _plain_reason(self, base: Candidate, cands: Sequence[Candidate]) -> str:
+        """Why nothing pays, in a few words, from the measured costs."""
+        table = self.costs.verify_table()
+        ratio = self.costs.t_draft / table[0] if table[0] > 0 else 0.0
+        model = next((c for c in cands if c.plan.drafter == "model"), None)
+        if model is not None and ratio >= 0.3:
+            return f"plain: a draft token costs {ratio:.0%} of a target step"
+        n = 5  # a typical chain's check: the last token and four drafts
+        growth = table[n - 1] / table[0] if table[0] > 0 else 0.0
+        if growth > 0.4 * n:  # far from the nearly flat curve speculation counts on
+            return f"plain: a {n}-token check costs {growth:.1f}× one token here"
+        if model is not None:
+            return f"plain: the draft agrees on only {self._mean:.0%}"
+        return "plain: no draft pays here"
+
+    # ------------------------------------------------------------------------- observing
+
+    def observe(self, step: StepEvent) -> None:
+        self._step_s = step.draft_s + step.verify_s
+        self.costs.add_verify(step.batch, step.verify_s)
+        if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
+            if self._draft_behind:
+                # After plain or n-gram steps (or a new prompt) the draft first catches up on
+                # what they committed, a batched decode: that time is not a draft token's.
+                self.costs.draft_seen()
+            else:
+                self.costs.add_draft(step.gamma, step.draft_s)
+            self._learn(step)
+        elif step.gamma > 0 and step.drafter == "ngram":
+            lam = self.ngram._lam_slow
+            self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
+                                lam * self._ngram_cost[1] + step.gamma]
+            self.lookup.step(step_outcomes(step))
+        elif step.gamma > 0 and step.drafter == "tree":
+            outcomes = self.trees.learn(self.last_plan, step)
+            if outcomes:
+                self.current.model.observe(outcomes)
+                self.overall.observe(outcomes)
+        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
+                and step.drafter not in self._own:
+            self._other(step.drafter).observe(step)
+        if self.last_plan.drafter in self._own:
+            # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
+            # still paid for its window (its drafter then reads "none").
+            self.measured[self.last_plan.drafter].observe(step)
+        self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
+        self._behind = self._behind + step.committed if self._draft_behind else 0
+        if self._reply_tokens is not None:
+            self._reply_tokens += step.committed
+        self._after_observe()
+
+    def score_guesses(self, committed: Sequence[int], ran: str,
+                      guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
+        """The decoder, after each step: ``committed`` are the tokens it added, ``ran`` the
+        drafter that proposed them ("none": a plain step), ``guessers`` what the drafters whose
+        proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
+        acceptance is learnt from its guesses on every step this way, not only from its own
+        steps and probes (:mod:`specchat.engine.policy.guesses`)."""
+        guess = guessers.get("ngram")
+        # Guesses as long as the draft model's chains: scored deeper, a copy's long runs of
+        # right tokens would outweigh the first token in the pooled α that every depth shrinks
+        # toward (deeper depths learn from the lookup's own steps).
+        self.lookup.score(committed, ran, guess(self.settings.gamma_max) if guess else None)
+
+    # ------------------------------------------------------------------------ persistence
+
+    def state(self) -> dict[str, object]:
+        d = super().state()
+        d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
+                 ranks=self.trees.ranks.state())
+        return d
+
+    def load_state(self, d: dict[str, object]) -> None:
+        lookup = LookupEstimate(self.lookup_depth, self.lookup.models[True].prior_alpha,
+                                self.settings.slow_half_life, self.settings.fast_half_life)
+        lookup.load_state(d)
+        cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
+        if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
+            raise ValueError("n-gram cost of another shape")
+        ranks = self.trees.read_ranks(d["ranks"])  # type: ignore[arg-type]
+        super().load_state(d)
+        self.lookup.load_state(d)  # (checked above, before anything changed)
+        self._ngram_cost, self.trees.ranks = cost, ranks
+        self.label = "plan"
+
+    def begin(self, prompt_text: str) -> None:
+        super().begin(prompt_text)
+        self.prediction = Prediction()
+        self.lookup.begin()
+        self._draft_behind = True
+        self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+        self._lags = {}
+        self._reply_tokens = 0
+
+    def draft_lag(self, tokens: int) -> None:
+        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
+        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
+        self._draft_behind = True
+
+    def drafter_lags(self, lags: dict[str, int]) -> None:
+        """What each drafter with a cache of its own lacks of the prompt (the decoder says so
+        after ``begin``): one that would first read more than ``warmup_max_lag`` tokens is not
+        probed this reply — on a CPU that read costs more than a short reply gains (a layer-skip
+        cut reads a prompt nearly as slowly as the target)."""
+        self._lags = dict(lags)
+
+    def describe(self) -> str:
+        return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"

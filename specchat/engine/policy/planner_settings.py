@@ -1,0 +1,83 @@
+"""The planner's knobs, and what it reasons with: a scored candidate step and a reply's forecast
+(:mod:`specchat.engine.policy.planner`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specchat.engine.decode.plan import Plan
+from specchat.engine.policy.auto_gamma import AutoGammaSettings
+from specchat.engine.policy.cost_model import TABLE_SIZE
+
+
+def _planner_auto() -> AutoGammaSettings:
+    # The shortest warm-up (when neither calibration nor a saved state gave costs): two steps
+    # of γ 1 time a draft token and T(2) (the first of each is not counted: see
+    # OnlineCostModel's skip_first); plain steps time T(1). Each warm-up step is paid in full
+    # where drafting cannot pay, but γ 1 loses little (on 2 CPU cores, a 0.5B draft at 59 % of a
+    # 1.5B target: 80 ms for 1.9 tokens against 43 ms a token).
+    return AutoGammaSettings(warmup=(1, 1))
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    auto: AutoGammaSettings = field(default_factory=_planner_auto)
+    margin: float = 1.03  # speculation must promise this × plain's rate
+    # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
+    # this × plain: trying is how estimates recover, but not at any price.
+    explore_floor: float = 0.97
+    probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
+    # After plain (or n-gram) steps the draft model must first read what they committed: a
+    # switch to it must pay that back within this many tokens, and a probe with it may cost at
+    # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
+    # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
+    payback_tokens: int = 64
+    warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
+    # With no costs known, a reply runs plain until it has this many tokens before the warm-up
+    # drafts: a short reply cannot repay the draft reading the prompt and the first batches of
+    # new shapes (on the demo pair, 2 cores: +140 ms, 17 % of a 35-token reply). What the
+    # warm-up measures is kept for the pair, so it is paid once, not per reply.
+    warmup_after: int = 64
+    probe_budget: float = 0.05
+    tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
+    tree_depth: int = 8
+    tree_ranks: int = 4  # children per node at most
+    rank_prior: float = 0.35  # P(rank k + 1 kept | ranks ≤ k not), before trees are seen
+    rank_prior_weight: float = 4.0
+    ngram_prior_alpha: float = 0.4
+    # Longest prompt-lookup chain (γ): a lookup costs nothing to draft, and a passage the
+    # reply copies runs on for dozens of tokens, where a check's cost per token keeps falling
+    # (on 2 CPU cores 16 tokens cost 9.6× one, 32 cost 15×).
+    lookup_depth: int = TABLE_SIZE - 1
+    rank_half_life: float = 200.0  # tree steps
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner expected of one reply's steps: Σ expected tokens over Σ predicted
+    seconds, on the estimates and costs it held when it chose each step."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+    unscored: int = 0  # steps of a drafter the planner does not score (not in the sums)
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 and self.steps else None
+
+    def add(self, tokens: float, seconds: float) -> Prediction:
+        return Prediction(self.tokens + tokens, self.seconds + seconds, self.steps + 1,
+                          self.unscored)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    plan: Plan
+    expected: float
+    seconds: float
+    explore: bool = False  # chosen to time a check size never timed (Planner.candidates)
+
+    @property
+    def rate(self) -> float:
+        return self.expected / self.seconds if self.seconds > 0 else 0.0
