@@ -39,6 +39,8 @@ class UserConfig:
     target_offload: OffloadSettings = field(default_factory=OffloadSettings)
     draft_offload: OffloadSettings = field(default_factory=OffloadSettings)
     memory_check: bool = True  # refuse to load what would not fit in free memory
+    # llama.cpp RPC servers ("HOST:PORT") the target's layers spread over (engine.llama.rpc).
+    rpc: tuple[str, ...] = ()
     # Calibrate a pair the app opens uncalibrated (the first run's), in the background between
     # replies (session.auto_calibration).
     auto_calibrate: bool = True
@@ -55,6 +57,7 @@ class UserConfig:
         d = asdict(self)
         d["gamma"] = self.gamma.to_config()
         d["sampling"] = {k: v for k, v in d["sampling"].items() if k != "stop"}
+        d["rpc"] = list(self.rpc)
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
 
     def with_(self, **changes: Any) -> UserConfig:
@@ -211,6 +214,19 @@ def _drafter(value: Any) -> str | None:
         raise ValueError(f"is wrong: {e}") from None
 
 
+def _rpc(value: Any) -> tuple[str, ...]:
+    """RPC servers: "HOST:PORT" or a list of them (``--rpc`` takes them comma-separated)."""
+    from specchat.engine.llama.rpc import parse_endpoints
+    from specchat.errors import SpecchatError
+
+    if value is not None and not isinstance(value, (str, list)):
+        raise ValueError(f"must be HOST:PORT or a list of them, not {_shown(value)}")
+    try:
+        return parse_endpoints(value, "rpc")
+    except SpecchatError as e:
+        raise ValueError(f"is wrong: {str(e).removeprefix('rpc: ')}") from None
+
+
 def load_config(path: Path) -> UserConfig:
     if not path.exists():
         return UserConfig()
@@ -249,6 +265,8 @@ def load_config(path: Path) -> UserConfig:
                 values[key] = _drafter(value)
             elif key == "presets":
                 values[key] = _presets(value, bad)
+            elif key == "rpc":
+                values[key] = _rpc(value)
             else:
                 values[key] = check_setting(key, value)
         except ValueError as e:

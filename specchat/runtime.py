@@ -25,9 +25,15 @@ from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
 from specchat.engine.drafters.medusa import NAME as MEDUSA
 from specchat.engine.drafters.medusa import OWN_NODES, MedusaHeads
 from specchat.engine.drafters.mtp import NAME as MTP
-from specchat.engine.llama import amx
+from specchat.engine.llama import amx, rpc
 from specchat.engine.llama.hardware import backend_label
-from specchat.engine.llama.memory_plan import MemoryReadings, PairPlan, check, plan_load
+from specchat.engine.llama.memory_plan import (
+    MemoryReadings,
+    PairPlan,
+    RemoteMemory,
+    check,
+    plan_load,
+)
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ModelSettings
 from specchat.engine.llama.placement import Placement
@@ -105,11 +111,17 @@ class Runtime:
             warnings = check_pair(target_path, draft_path)
         check_main_gpu(options)
         reqs = load_requests(selection, target_path, draft_path, options)
+        remote = None
+        if options.target.rpc:  # the servers first: the memory check counts theirs
+            servers = options.target.rpc
+            rpc.connect(servers)
+            free, total = rpc.remote_memory(servers) or (None, None)
+            remote = RemoteMemory(servers, free, total)
         if options.memory_check:
-            plan = plan_load(reqs, readings)
+            plan = plan_load(reqs, readings or MemoryReadings.now(remote))
             check(plan)
         else:  # no readings: "auto" means every layer, as llama.cpp would do
-            plan = plan_load(reqs, MemoryReadings.unknown())
+            plan = plan_load(reqs, MemoryReadings.unknown(remote))
         opened: list[LlamaModel | LlamaContext] = []
         loading = LoadProgress(plan, report)
         try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from specchat.cli.common import Env, sampling_changes
 from specchat.config import UserConfig
+from specchat.engine.llama import rpc
 from specchat.engine.policy.gamma import GammaSetting
 from specchat.errors import ConfigError, SpecchatError
 from specchat.loading import LOAD_TASK, RuntimeOptions, Selection, select, select_label
@@ -142,8 +144,13 @@ def launch(env: Env, args: argparse.Namespace, race: RaceSetup | None = None) ->
     try:
         app.run()
     finally:
-        app.shutdown_engine()
+        dropped = rpc.failure()
+        app.shutdown_engine()  # after a drop: saves what was shown, frees nothing
         services.store.close()
+    if dropped is not None:  # a worker is parked inside llama.cpp: the process cannot wind down
+        sys.stderr.write(f"specchat: {dropped}\n")
+        sys.stderr.flush()
+        os._exit(75)
     if app.rescued is not None:
         sys.stderr.write(f"specchat: some messages could not be saved in the chat database; "
                          f"they are in {app.rescued}\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from specchat.config import UserConfig, cap_threads, check_setting, load_config
@@ -65,10 +65,16 @@ class Env:
                               n_threads=threads)
         target, draft = self.offload_settings(args, config)
         return RuntimeOptions(
-            context=target.context_settings(ctx), target=target.model_settings(),
+            context=target.context_settings(ctx),
+            target=replace(target.model_settings(), rpc=self.rpc(args, config)),
             draft=draft.model_settings(), draft_context=draft.context_settings(ctx),
             memory_check=self.memory_check(args, config),
         )
+
+    def rpc(self, args: argparse.Namespace, config: UserConfig | None = None) -> tuple[str, ...]:
+        """The target's RPC servers: --rpc (parsed by :func:`_rpc_arg`), else the config's."""
+        given = getattr(args, "rpc", None)
+        return given if isinstance(given, tuple) else (config or self.config).rpc
 
     def gamma(self, args: argparse.Namespace) -> GammaSetting:
         """γ from --gamma (parsed by :func:`gamma_arg`), else the config's (plan by default)."""
@@ -244,6 +250,15 @@ def _layers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _rpc_arg(text: str) -> tuple[str, ...]:
+    from specchat.engine.llama.rpc import parse_endpoints
+
+    try:
+        return parse_endpoints(text, "--rpc")
+    except SpecchatError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--rpc: ")) from None
+
+
 def _gpu_index(text: str) -> int | str:
     if text == "auto":
         return text
@@ -265,6 +280,10 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-type", choices=tuple(KV_CACHE_TYPES),
                    help="KV cache type (default f16; quantized types need flash attention)")
     g.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: automatic)")
+    g.add_argument("--rpc", type=_rpc_arg, metavar="HOST:PORT[,...]",
+                   help="spread the target's layers over llama.cpp rpc-server processes (the "
+                   "draft stays here; needs llama-cpp-python built with -DGGML_RPC=on; default: "
+                   "the config file's rpc)")
     g.add_argument("--memory-check", action=argparse.BooleanOptionalAction, default=None,
                    help="refuse to load what the estimate says will not fit (default: the "
                    "config file's memory_check, else on); --no-memory-check loads anyway")

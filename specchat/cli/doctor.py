@@ -29,7 +29,7 @@ def _version(dist: str) -> str:
 
 
 def run(env: Env, args: argparse.Namespace) -> int:
-    from specchat.cli.doctor_hardware import write_hardware, write_load_plan
+    from specchat.cli.doctor_hardware import write_hardware, write_load_plan, write_rpc
     from specchat.engine.llama.llama_lib import system_info
 
     def w(text: str) -> None:  # names and paths come from files: shown, never obeyed
@@ -41,6 +41,12 @@ def run(env: Env, args: argparse.Namespace) -> int:
     w("\nllama.cpp\n")
     w(f"  system info:      {system_info()}\n")
     write_hardware(w)
+    try:
+        servers = env.rpc(args)
+    except SpecchatError as e:  # the config file's
+        w(f"\nRPC servers\n  problem: {e}\n")
+        servers = ()
+    problems, said = write_rpc(servers, w)
     w("\nfolders\n")
     p = env.paths
     for name, d in (("config", p.config_dir), ("data", p.data_dir), ("cache", p.cache_dir),
@@ -48,7 +54,6 @@ def run(env: Env, args: argparse.Namespace) -> int:
         w(f"  {name:8} {d}\n")
     w(f"  user catalog: {p.user_catalog} ({'present' if p.user_catalog.exists() else 'none'})\n")
     w("\nmodels\n")
-    problems = 0
     try:
         catalog = env.catalog
         for m in catalog.models.values():
@@ -60,5 +65,5 @@ def run(env: Env, args: argparse.Namespace) -> int:
         problems += 1
         w(f"  problem: {e}\n")
     else:
-        problems += write_load_plan(env, args, w)
+        problems += write_load_plan(env, args, w, said)
     return 1 if problems else 0

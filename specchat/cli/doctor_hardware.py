@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from specchat.cli.common import Env
+from specchat.engine.llama import rpc
 from specchat.engine.llama.hardware import backend_label, device_api_available, devices, host_memory
 from specchat.engine.llama.llama_lib import supports_gpu_offload
-from specchat.engine.llama.memory_plan import MemoryReadings, fmt_bytes, plan_load
+from specchat.engine.llama.memory_plan import MemoryReadings, RemoteMemory, fmt_bytes, plan_load
 from specchat.engine.llama.model_settings import default_threads
+from specchat.engine.llama.rpc import ServerInfo
 from specchat.errors import SpecchatError
 from specchat.loading import check_main_gpu, load_requests, select
 
@@ -41,7 +43,36 @@ def write_hardware(w: Write) -> None:
     w(f"  threads:          {default_threads()} by default ({os.cpu_count()} logical CPUs)\n")
 
 
-def write_load_plan(env: Env, args: argparse.Namespace, w: Write) -> int:
+def write_rpc(endpoints: Sequence[str], w: Write) -> tuple[int, list[ServerInfo]]:
+    """Each RPC server: reachable, its devices and memory. Returns (problems, what they said)."""
+    if not endpoints:
+        return 0, []
+    w("\nRPC servers (the target's layers)\n")
+    if not rpc.available():
+        w(f"  problem: {rpc.NO_RPC}\n")
+        return 1, []
+    infos = [rpc.probe(ep) for ep in endpoints]
+    for i in infos:
+        if i.reachable:
+            mem = (f"{fmt_bytes(i.free)} free of {fmt_bytes(i.total)}"
+                   if i.free is not None and i.total else "memory not reported")
+            w(f"  {i.endpoint:22} reachable, {i.devices} device{'s' * (i.devices != 1)}, {mem}\n")
+        else:
+            w(f"  {i.endpoint:22} NOT reachable: {i.error}\n")
+    return sum(not i.reachable for i in infos), infos
+
+
+def remote_memory(endpoints: Sequence[str], infos: Sequence[ServerInfo]) -> RemoteMemory | None:
+    if not endpoints:
+        return None
+    known = len(infos) == len(endpoints) and all(i.reachable and i.free is not None
+                                                  for i in infos)
+    return RemoteMemory(tuple(endpoints), sum(i.free or 0 for i in infos) if known else None,
+                        sum(i.total or 0 for i in infos) if known else None)
+
+
+def write_load_plan(env: Env, args: argparse.Namespace, w: Write,
+                    servers: Sequence[ServerInfo] = ()) -> int:
     """How the configured (or given) pair would be placed; returns the number of problems."""
     try:
         selection = select(env.catalog, getattr(args, "pair", None), getattr(args, "model", None),
@@ -73,7 +104,9 @@ def write_load_plan(env: Env, args: argparse.Namespace, w: Write) -> int:
     except SpecchatError as e:
         w(f"  problem: {e}\n")
         return 1
-    readings = MemoryReadings.now() if options.memory_check else MemoryReadings.unknown()
+    remote = remote_memory(options.target.rpc, servers)
+    readings = MemoryReadings.now(remote) if options.memory_check else \
+        MemoryReadings.unknown(remote)
     plan = plan_load(reqs, readings)
     for line in plan.describe():
         w(f"  {line}\n")

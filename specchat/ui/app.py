@@ -10,8 +10,10 @@ app's own: opening the models), catches what its job raises and posts a typed
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from textual import events, work
@@ -20,6 +22,8 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.worker import get_current_worker
 
+from specchat.engine.llama import rpc
+from specchat.engine.llama.hardware import local_gpu_offload
 from specchat.engine.llama.llama_lib import backend_name
 from specchat.errors import SpecchatError
 from specchat.models.catalog import PairEntry
@@ -89,7 +93,17 @@ def backend_of(runtime: Runtime) -> str:
     # A CUDA build with no layers offloaded still runs on the CPU.
     if runtime.target.settings.n_gpu_layers == 0:
         return "CPU"
-    return backend_name()
+    here = backend_name(gpu_offload=local_gpu_offload())
+    servers = runtime.target.settings.rpc
+    return f"{here} + RPC ×{len(servers)}" if servers else here
+
+
+class _WorkerThreads(ThreadPoolExecutor):
+    """The threads of Textual's thread workers. After an RPC server dropped, a reply's worker
+    stays parked inside llama.cpp for good: quitting does not wait for it then."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=wait and rpc.failure() is None, cancel_futures=cancel_futures)
 
 
 class SpecchatApp(App[int]):
@@ -120,6 +134,7 @@ class SpecchatApp(App[int]):
     # --- opening the models -----------------------------------------------------------------
 
     def on_mount(self) -> None:
+        asyncio.get_running_loop().set_default_executor(_WorkerThreads())
         self._use_saved_theme()
         if self.services.first_run and self.services.paths is not None:
             self.push_screen(WizardScreen(self.services.paths, intro=FIRST_RUN_INTRO,
@@ -301,10 +316,13 @@ class SpecchatApp(App[int]):
         for screen in self.screen_stack:
             if isinstance(screen, RaceScreen):
                 screen.close_race(SHUTDOWN_WAIT_S)
+        # After an RPC server dropped, the reply's thread is parked inside llama.cpp for good
+        # and the target's weights are on a server that is gone: nothing to wait for or free.
+        dropped = rpc.failure() is not None
         if self.chat is not None:
-            self.chat.stop_engine_work(SHUTDOWN_WAIT_S)
+            self.chat.stop_engine_work(0.0 if dropped else SHUTDOWN_WAIT_S)
             self.chat.save_partial_reply()
             self.rescued = self.chat.rescued or self.rescued
-        if self.runtime is not None:
+        if self.runtime is not None and not dropped:
             self.runtime.close()
             self.runtime = None

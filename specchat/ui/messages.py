@@ -101,3 +101,11 @@ class CalibrationEnded(Message, bubble=False):
     """The background calibration's run ended: done, paused, failed, cancelled, not needed."""
 
     outcome: Outcome
+
+
+@dataclass
+class RpcDropped(Message, bubble=False):
+    """An RPC server the target runs on stopped answering (posted from llama.cpp's thread,
+    which stays parked: the reply's worker never returns)."""
+
+    text: str

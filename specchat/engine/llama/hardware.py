@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import llama_cpp
 
+from specchat.engine.llama import rpc
 from specchat.engine.llama.llama_lib import ensure_backend, supports_gpu_offload
 
 # enum ggml_backend_dev_type (ggml-backend.h)
@@ -163,18 +164,32 @@ def _backend_from_name(name: str) -> str:
 
 
 def gpu_devices(devs: list[Device] | None = None) -> list[Device]:
-    """The devices llama.cpp offloads layers to (``main_gpu`` indexes this list)."""
+    """This machine's devices llama.cpp offloads layers to (``main_gpu`` indexes this list);
+    RPC servers are not among them (see :func:`rpc_devices`)."""
     devs = devices() if devs is None else devs
-    gpus = [d for d in devs if d.kind == "gpu"]
+    gpus = [d for d in devs if d.kind == "gpu" and d.backend != "RPC"]
     # llama.cpp uses integrated GPUs only when there is no discrete one.
     return gpus or [d for d in devs if d.kind == "igpu"]
+
+
+def rpc_devices(devs: list[Device] | None = None) -> list[Device]:
+    """The devices of the RPC servers registered in this process."""
+    devs = devices() if devs is None else devs
+    return [d for d in devs if d.backend == "RPC"]
+
+
+def local_gpu_offload() -> bool:
+    """Whether this machine has a device to offload to (RPC servers do not count)."""
+    if not rpc.in_use():
+        return supports_gpu_offload()
+    return bool(gpu_devices(devices(with_memory=False)))
 
 
 def backend_label(devs: list[Device] | None = None) -> str:
     """A short name for where the models run: ``CPU``, ``CUDA: NVIDIA H200``, ``Metal``..."""
     if devs is None:
         devs = devices(with_memory=False)
-        if not devs and supports_gpu_offload():
+        if not devs and local_gpu_offload():
             return "GPU"
     gpus = gpu_devices(devs)
     if not gpus:

@@ -17,8 +17,14 @@ from dataclasses import dataclass, replace
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from specchat.engine.llama.hardware import Device, HostMemory, devices, gpu_devices, host_memory
-from specchat.engine.llama.llama_lib import supports_gpu_offload
+from specchat.engine.llama.hardware import (
+    Device,
+    HostMemory,
+    devices,
+    gpu_devices,
+    host_memory,
+    local_gpu_offload,
+)
 from specchat.engine.llama.model_settings import (
     KV_CACHE_TYPES,
     ContextSettings,
@@ -135,20 +141,31 @@ class LoadRequest:
 
 
 @dataclass(frozen=True)
+class RemoteMemory:
+    """The RPC servers a target spreads over, and their memory (``None``: not reported)."""
+
+    endpoints: tuple[str, ...]
+    free: int | None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
 class MemoryReadings:
-    offload: bool  # the build can offload to a GPU
+    offload: bool  # this machine can offload to a GPU
     gpus: tuple[Device, ...]
     host: HostMemory
+    remote: RemoteMemory | None = None  # the target's RPC servers, when it has some
 
     @classmethod
-    def now(cls) -> MemoryReadings:
-        offload = supports_gpu_offload()
+    def now(cls, remote: RemoteMemory | None = None) -> MemoryReadings:
+        offload = local_gpu_offload()
         gpus = tuple(gpu_devices(devices())) if offload else ()
-        return cls(offload, gpus, host_memory())
+        return cls(offload, gpus, host_memory(), remote)
 
     @classmethod
-    def unknown(cls) -> MemoryReadings:
-        return cls(supports_gpu_offload(), (), HostMemory(None, None, "not read"))
+    def unknown(cls, remote: RemoteMemory | None = None) -> MemoryReadings:
+        return cls(local_gpu_offload(), (), HostMemory(None, None, "not read"),
+                   RemoteMemory(remote.endpoints, None) if remote else None)
 
     def gpu_free(self, main_gpu: int | None = None) -> int | None:
         pool = self.gpus if main_gpu is None else self.gpus[main_gpu : main_gpu + 1]
@@ -189,9 +206,15 @@ class LoadPlan:
     def model_settings(self) -> ModelSettings:
         return replace(self.request.model, n_gpu_layers=self.gpu_layers)
 
+    @property
+    def remote(self) -> bool:
+        """Its offloaded layers may go to RPC servers."""
+        return bool(self.request.model.rpc)
+
     def describe(self) -> str:
         r = self.request
-        where = "CPU" if self.gpu_layers == 0 else f"{self.gpu_layers}/{self.layers} layers on GPU"
+        on = f"RPC servers {', '.join(r.model.rpc)}" if self.remote else "GPU"
+        where = "CPU" if self.gpu_layers == 0 else f"{self.gpu_layers}/{self.layers} layers on {on}"
         return (f"{r.role} {r.name}: {where}; weights {fmt_bytes(self.weights)}, KV cache "
                 f"{fmt_bytes(self.kv)} ({self.n_ctx} tokens, {r.context.type_k}), buffers "
                 f"{fmt_bytes(self.compute)}")
@@ -239,10 +262,20 @@ class PairPlan:
         """What does not fit, as the start of a sentence; None when everything fits."""
         r = self.readings
         on_gpu = [p for p in self.plans if p.gpu_layers > 0]
+        remote = r.remote if any(p.remote for p in on_gpu) else None
+        if remote is not None and remote.free is not None:
+            local = r.gpu_free() or 0
+            room = remote.free - _margin(remote.free) + (local - _margin(local) if local else 0)
+            if self.gpu_need > room:
+                return self._short(self.gpu_need, remote.free + local,
+                                   f"memory on the RPC servers {', '.join(remote.endpoints)}"
+                                   + (f" and {r.gpu_name()}" if local else ""), True)
+            on_gpu = [p for p in on_gpu if not p.remote]
         if on_gpu:
             free = r.gpu_free()
-            if free is not None and self.gpu_need > free - _margin(free):
-                return self._short(self.gpu_need, free, f"GPU memory on {r.gpu_name()}", True)
+            need = sum(p.gpu_bytes for p in on_gpu)
+            if free is not None and need > free - _margin(free):
+                return self._short(need, free, f"GPU memory on {r.gpu_name()}", True)
             per_gpu: dict[int, int] = {}  # models pinned to one GPU with main_gpu
             for p in on_gpu:
                 mg = p.request.model.main_gpu
@@ -285,7 +318,13 @@ class PairPlan:
         need = []
         if any(p.gpu_layers for p in self.plans):
             free = r.gpu_free()
-            need.append(f"GPU ~{fmt_bytes(self.gpu_need)}"
+            if r.remote is not None and any(p.remote and p.gpu_layers for p in self.plans):
+                rf = r.remote.free
+                free = None if rf is None else rf + (free or 0)
+                what = "GPU + RPC servers" if r.gpus else "RPC servers"
+            else:
+                what = "GPU"
+            need.append(f"{what} ~{fmt_bytes(self.gpu_need)}"
                         + (f" of {fmt_bytes(free)} free" if free is not None else ""))
         avail = r.host.available
         need.append(f"RAM ~{fmt_bytes(self.host_need)}"
@@ -303,22 +342,32 @@ def plan_load(requests: Sequence[LoadRequest], readings: MemoryReadings | None =
 
     room = room_on(readings.gpu_free())  # all GPUs together
     room_one = {i: room_on(readings.gpu_free(i)) for i in range(len(readings.gpus))}
+    remote = readings.remote
+    remote_room = room_on(remote.free) if remote is not None else None
     chosen: dict[int, LoadPlan] = {}
     # The draft first: it is small, and on the CPU it would cost more than it saves.
     for req in sorted(requests, key=lambda r: r.role != "draft"):
         fp = prints[id(req)]
         top = fp.n_layer + 1
         asked = req.model.n_gpu_layers
-        k = 0 if not readings.offload else (top if asked < 0 else min(asked, top))
+        spread = bool(req.model.rpc)  # over RPC servers (and this machine's GPUs)
+        k = 0 if not (readings.offload or spread) else (top if asked < 0 else min(asked, top))
         plan = _place(req, fp, k)
         mg = req.model.main_gpu
         one = room_one.get(mg) if mg is not None else None
         limits = [x for x in (room, one) if x is not None]
+        if spread:
+            limits = [] if remote_room is None else [remote_room + max(room or 0, 0)]
         if asked < 0 and req.model.fit_layers and limits:
             while k > 0 and plan.gpu_bytes > min(limits):
                 k -= 1
                 plan = _place(req, fp, k)
-        if room is not None:
+        if spread and remote_room is not None:
+            used = min(plan.gpu_bytes, max(remote_room, 0))
+            remote_room -= used
+            if room is not None:
+                room -= plan.gpu_bytes - used
+        elif room is not None:
             room -= plan.gpu_bytes
         if mg is not None and one is not None:
             room_one[mg] = one - plan.gpu_bytes

@@ -21,7 +21,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.llama import amx
+from specchat.engine.llama import amx, rpc
 from specchat.engine.llama.llama_lib import (
     capture_log,
     clear_log,
@@ -67,6 +67,12 @@ class LlamaModel:
         self.header: GgufHeader = validate(self.path)
         self.settings = settings
         params = llama_cpp.llama_model_default_params()
+        if settings.rpc:
+            rpc.connect(settings.rpc)  # before the offload question: the servers are devices
+        # Held in a local for the whole load. Only the model that names servers uses them.
+        devices = rpc.device_list(settings.rpc)
+        if devices is not None:
+            params.devices = ctypes.cast(devices, ctypes.c_void_p)
         params.n_gpu_layers = settings.n_gpu_layers if supports_gpu_offload() else 0
         if settings.main_gpu is not None:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from specchat.engine.llama.llama_lib import supports_gpu_offload
+from specchat.engine.llama.hardware import local_gpu_offload
 
 
 def default_threads() -> int:
@@ -28,6 +28,9 @@ class ModelSettings:
     # Also load the file's MTP (nextn) layers, which llama.cpp skips by default: the "mtp"
     # drafter runs them (see engine.drafters.mtp).
     load_mtp: bool = False
+    # llama.cpp RPC servers ("HOST:PORT") this model's offloaded layers spread over (the target's
+    # --rpc); a model without them stays on this machine's devices (see engine.llama.rpc).
+    rpc: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,12 +66,13 @@ def flash_attention(setting: str, type_v: str = "f16") -> str:
     so greedy speculative output would part from greedy plain output. Without it the difference
     is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
 
+    Models spread over RPC servers count as on the CPU here: what the servers run on is not known.
     A quantized V cache needs flash attention, so there "auto" stays llama.cpp's choice (on): the
     user picked memory over bit-for-bit batch independence.
     """
     if setting not in FLASH_TYPES:
         setting = "auto"
     quantized_v = type_v not in ("f32", "f16", "bf16")
-    if setting == "auto" and not quantized_v and not supports_gpu_offload():
+    if setting == "auto" and not quantized_v and not local_gpu_offload():
         return "off"
     return setting

@@ -26,6 +26,8 @@ from textual.widgets import Static
 
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama import rpc
+from specchat.engine.llama.rpc import RpcError
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
 from specchat.session.auto_calibration import AutoCalibration
@@ -43,6 +45,7 @@ from specchat.ui.messages import (
     CalibrationEnded,
     CalibrationProgress,
     ReplyProgress,
+    RpcDropped,
     WorkerFailed,
 )
 from specchat.ui.screens.chat_calibration import BackgroundCalibration
@@ -90,6 +93,8 @@ class ChatScreen(Screen[None]):
         self.reopen = reopen  # a saved chat to show first (after switching pairs for it)
         self.services = services
         self.runtime = runtime
+        self._rpc_down: str | None = None  # an RPC server of the target stopped answering
+        self._rpc_unlisten: Callable[[], None] | None = None
         self.backend = backend
         self.settings = services.settings()
         self.engine = ChatEngine(services.make_decoder(runtime, self.settings))
@@ -181,6 +186,9 @@ class ChatScreen(Screen[None]):
         self.query_one("#topbar", Static).update(text)
 
     def on_mount(self) -> None:
+        # A dropped server is told on llama.cpp's thread: only a message crosses to this one.
+        self._rpc_unlisten = rpc.on_failure(lambda text: self.post_message(RpcDropped(text))) \
+            if self.runtime.target.settings.rpc else None
         self._shown_topbar = self._topbar().plain
         self._fill()
         self.set_interval(TICK_S, self._tick)
@@ -303,6 +311,10 @@ class ChatScreen(Screen[None]):
         """Start a reply through the session (``start(system prompt, sampling, meta)``: send,
         regenerate, edit); ``redraw``: the shown branch changed above the reply. False when
         the session refused (its notice is shown)."""
+        if self._rpc_down is not None:
+            self.notify(self._rpc_down, title="RPC server", severity="error", timeout=30,
+                        markup=False)
+            return False
         if self._engine_stale and self.session.job is None:
             self.engine = ChatEngine(self.services.make_decoder(self.runtime, self.settings))
             self._engine_stale = False
@@ -363,6 +375,19 @@ class ChatScreen(Screen[None]):
 
     def on_worker_failed(self, msg: WorkerFailed) -> None:
         self.render_views(self.session.failed(msg.job, msg.error))
+
+    def on_rpc_dropped(self, msg: RpcDropped) -> None:
+        """The reply ends as failed, its text kept and saved; no other reply can start."""
+        self._rpc_down = msg.text
+        job = self.session.job
+        if job is not None:
+            self.render_views(self.session.failed(job.id, RpcError(msg.text)))
+        else:
+            self.notify(msg.text, title="RPC server", severity="error", timeout=30, markup=False)
+
+    def on_unmount(self) -> None:
+        if self._rpc_unlisten is not None:
+            self._rpc_unlisten()
 
     def when_idle(self, then: Callable[[], None]) -> None:
         """Run ``then`` now, or after stopping the reply in flight (Ctrl+N, opening a chat)."""
