@@ -13,15 +13,17 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-import llama_cpp
-
-from specchat.engine.llama import rpc
-from specchat.engine.llama.llama_lib import ensure_backend, supports_gpu_offload
+from specchat.engine.llama.llama_lib import (
+    GgmlSymbols,
+    ensure_backend,
+    ggml_libs,
+    supports_gpu_offload,
+)
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 _DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -39,6 +41,7 @@ class Device:
     backend: str  # the registry it belongs to: CUDA, Metal, Vulkan, CPU, BLAS...
     free: int | None = None  # bytes; None when the device does not say
     total: int | None = None
+    handle: int = field(default=0, compare=False, repr=False)  # ggml_backend_dev_t
 
     @property
     def is_gpu(self) -> bool:
@@ -52,7 +55,7 @@ class HostMemory:
     source: str  # where the reading came from, for `specchat doctor`
 
 
-class _Ggml:
+class _Ggml(GgmlSymbols):
     """The backend-device functions, looked up in llama.cpp's own libraries."""
 
     _SIGNATURES: ClassVar[dict[str, tuple[list[Any], Any]]] = {
@@ -70,55 +73,14 @@ class _Ggml:
     }
 
     def __init__(self, libs: list[ctypes.CDLL]) -> None:
-        self.funcs: dict[str, Any] = {}
-        for name, (argtypes, restype) in self._SIGNATURES.items():
-            for lib in libs:
-                fn = getattr(lib, name, None)
-                if fn is not None:
-                    fn.argtypes = argtypes
-                    fn.restype = restype
-                    self.funcs[name] = fn
-                    break
-
-    def has(self, *names: str) -> bool:
-        return all(n in self.funcs for n in names)
-
-    def text(self, name: str, arg: int) -> str:
-        if name not in self.funcs:
-            return ""
-        raw = self.funcs[name](arg)
-        return raw.decode("utf-8", errors="replace") if raw else ""
-
-
-def _lib_dir() -> Path:
-    override = os.environ.get("LLAMA_CPP_LIB_PATH")
-    return Path(override) if override else Path(llama_cpp.__file__).resolve().parent / "lib"
-
-
-def _candidate_libs() -> list[ctypes.CDLL]:
-    libs: list[ctypes.CDLL] = []
-    own = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
-    if isinstance(own, ctypes.CDLL):
-        libs.append(own)  # on Linux and macOS its symbol lookup reaches libggml too
-    names = {"linux": ["libggml.so", "libggml-base.so"],
-             "darwin": ["libggml.dylib", "libggml.so", "libggml-base.dylib", "libggml-base.so"],
-             "win32": ["ggml.dll", "libggml.dll", "ggml-base.dll", "libggml-base.dll"]}
-    platform = "linux" if sys.platform.startswith(("linux", "freebsd")) else sys.platform
-    for name in names.get(platform, []):
-        path = _lib_dir() / name
-        if path.exists():
-            try:
-                libs.append(ctypes.CDLL(str(path)))
-            except OSError:
-                continue
-    return libs
+        super().__init__(self._SIGNATURES, libs)
 
 
 @lru_cache(maxsize=1)
 def _ggml() -> _Ggml:
     ensure_backend()
     supports_gpu_offload()  # loads dynamically built backends, if this build has them
-    return _Ggml(_candidate_libs())
+    return _Ggml(ggml_libs())
 
 
 def device_api_available() -> bool:
@@ -155,7 +117,7 @@ def devices(with_memory: bool = True) -> list[Device]:
         backend = backend or _backend_from_name(name)
         out.append(Device(name=name, description=g.text("ggml_backend_dev_description", dev),
                           kind=kind, backend=_BACKEND_NAMES.get(backend, backend), free=free,
-                          total=total))
+                          total=total, handle=int(dev)))
     return out
 
 
@@ -180,7 +142,7 @@ def rpc_devices(devs: list[Device] | None = None) -> list[Device]:
 
 def local_gpu_offload() -> bool:
     """Whether this machine has a device to offload to (RPC servers do not count)."""
-    if not rpc.in_use():
+    if not device_api_available():
         return supports_gpu_offload()
     return bool(gpu_devices(devices(with_memory=False)))
 

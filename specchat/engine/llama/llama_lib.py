@@ -13,6 +13,9 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import llama_cpp
 
@@ -103,16 +106,69 @@ def supports_gpu_offload() -> bool:
 
 # enum ggml_backend_dev_type: GPU 1, IGPU 2 (an RPC server's devices count as GPUs)
 _OFFLOAD_DEVICE_TYPES = (1, 2)
+_BY_TYPE = "ggml_backend_dev_by_type"
 
 
 def _has_offload_device() -> bool:
-    lib = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
-    by_type = getattr(lib, "ggml_backend_dev_by_type", None)  # libllama's lookup reaches libggml
-    if by_type is None:
+    g = GgmlSymbols({_BY_TYPE: ([ctypes.c_int], ctypes.c_void_p)}, ggml_libs())
+    if not g.has(_BY_TYPE):
         return True  # cannot tell: trust llama.cpp's answer
-    by_type.argtypes = [ctypes.c_int]
-    by_type.restype = ctypes.c_void_p
-    return any(by_type(t) for t in _OFFLOAD_DEVICE_TYPES)
+    return any(g.funcs[_BY_TYPE](t) for t in _OFFLOAD_DEVICE_TYPES)
+
+
+Signatures = dict[str, tuple[list[Any], Any]]
+
+
+class GgmlSymbols:
+    """ggml functions llama-cpp-python does not bind, looked up with ctypes in llama.cpp's own
+    libraries. A symbol a build lacks is simply absent (``has``), never an error."""
+
+    def __init__(self, signatures: Signatures, libs: list[ctypes.CDLL]) -> None:
+        self.funcs: dict[str, Any] = {}
+        for name, (argtypes, restype) in signatures.items():
+            for lib in libs:
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.argtypes = argtypes
+                    fn.restype = restype
+                    self.funcs[name] = fn
+                    break
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.funcs for n in names)
+
+    def text(self, name: str, arg: int) -> str:
+        if name not in self.funcs:
+            return ""
+        raw = self.funcs[name](arg)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def _lib_dir() -> Path:
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    return Path(override) if override else Path(llama_cpp.__file__).resolve().parent / "lib"
+
+
+@lru_cache(maxsize=1)
+def ggml_libs() -> list[ctypes.CDLL]:
+    """Where ggml's symbols are: libllama (its lookup reaches libggml on Linux and macOS), then
+    the ggml libraries themselves."""
+    libs: list[ctypes.CDLL] = []
+    own = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
+    if isinstance(own, ctypes.CDLL):
+        libs.append(own)
+    names = {"linux": ["libggml.so", "libggml-base.so"],
+             "darwin": ["libggml.dylib", "libggml.so", "libggml-base.dylib", "libggml-base.so"],
+             "win32": ["ggml.dll", "libggml.dll", "ggml-base.dll", "libggml-base.dll"]}
+    platform = "linux" if sys.platform.startswith(("linux", "freebsd")) else sys.platform
+    for name in names.get(platform, []):
+        path = _lib_dir() / name
+        if path.exists():
+            try:
+                libs.append(ctypes.CDLL(str(path)))
+            except OSError:
+                continue
+    return libs
 
 
 def version() -> str:

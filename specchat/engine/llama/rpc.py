@@ -23,13 +23,15 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
 
 import llama_cpp
 
-from specchat.engine.llama.llama_lib import ensure_backend
+from specchat.engine.llama.hardware import Device, devices, gpu_devices, rpc_devices
+from specchat.engine.llama.llama_lib import GgmlSymbols, Signatures, ensure_backend, ggml_libs
 from specchat.errors import SpecchatError
 
 REBUILD = ('CMAKE_ARGS="-DGGML_RPC=on" pip install "llama-cpp-python>=0.3.36,<0.4" '
@@ -76,99 +78,40 @@ def _split(endpoint: str) -> tuple[str, int]:
 
 # ---------------------------------------------------------------------------- the ggml calls
 
-_GPU, _IGPU = 1, 2  # enum ggml_backend_dev_type
+_REG: Signatures = {
+    "ggml_backend_reg_by_name": ([ctypes.c_char_p], ctypes.c_void_p),
+    "ggml_backend_reg_get_proc_address": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
+    "ggml_backend_register": ([ctypes.c_void_p], None),
+}
+_ABORT = "ggml_set_abort_callback"
 
 
-class _Ggml:
-    _SIGNATURES: dict[str, tuple[list[Any], Any]] = {  # noqa: RUF012 - a constant table
-        "ggml_backend_reg_by_name": ([ctypes.c_char_p], ctypes.c_void_p),
-        "ggml_backend_reg_get_proc_address": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
-        "ggml_backend_register": ([ctypes.c_void_p], None),
-        "ggml_backend_reg_dev_count": ([ctypes.c_void_p], ctypes.c_size_t),
-        "ggml_backend_reg_dev_get": ([ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
-        "ggml_backend_dev_count": ([], ctypes.c_size_t),
-        "ggml_backend_dev_get": ([ctypes.c_size_t], ctypes.c_void_p),
-        "ggml_backend_dev_name": ([ctypes.c_void_p], ctypes.c_char_p),
-        "ggml_backend_dev_backend_reg": ([ctypes.c_void_p], ctypes.c_void_p),
-        "ggml_backend_dev_type": ([ctypes.c_void_p], ctypes.c_int),
-        "ggml_backend_reg_name": ([ctypes.c_void_p], ctypes.c_char_p),
-        "ggml_backend_dev_memory": (
-            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
-            None),
-        "ggml_set_abort_callback": ([ctypes.c_void_p], ctypes.c_void_p),
-    }
-
-    def __init__(self) -> None:
-        ensure_backend()
-        lib = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
-        self.f: dict[str, Any] = {}
-        for name, (args, res) in self._SIGNATURES.items():
-            fn = getattr(lib, name, None)  # libllama's lookup reaches libggml's symbols
-            if fn is not None:
-                fn.argtypes, fn.restype = args, res
-                self.f[name] = fn
-
-    def reg(self) -> int:
-        if not available():
-            raise RpcError(NO_RPC)
-        missing = [n for n in ("ggml_backend_reg_by_name", "ggml_backend_reg_get_proc_address",
-                               "ggml_backend_register", "ggml_backend_reg_dev_count",
-                               "ggml_backend_reg_dev_get") if n not in self.f]
-        reg = self.f["ggml_backend_reg_by_name"](b"RPC") if not missing else None
-        if not reg:
-            raise RpcError(f"llama.cpp's RPC backend cannot be reached from Python here "
-                           f"({', '.join(missing) or 'no RPC registry'})")
-        return int(reg)
-
-    def add_server(self, endpoint: str) -> int:
-        """The endpoint's registry (connects; llama.cpp aborts when it cannot)."""
-        proc = self.f["ggml_backend_reg_get_proc_address"](self.reg(), b"ggml_backend_rpc_add_server")
-        if not proc:
-            raise RpcError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server")
-        add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(proc)
-        reg = add(endpoint.encode())
-        if not reg:
-            raise RpcError(f"the RPC server at {endpoint} offers no device")
-        return int(reg)
-
-    def reg_devices(self, reg: int) -> list[int]:
-        n = int(self.f["ggml_backend_reg_dev_count"](reg))
-        return [int(self.f["ggml_backend_reg_dev_get"](reg, i)) for i in range(n)]
-
-    def memory(self, dev: int) -> tuple[int, int]:
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        self.f["ggml_backend_dev_memory"](dev, ctypes.byref(free), ctypes.byref(total))
-        return int(free.value), int(total.value)
-
-    def name(self, dev: int) -> str:
-        raw = self.f["ggml_backend_dev_name"](dev)
-        return raw.decode("utf-8", "replace") if raw else "?"
-
-    def local_offload_devices(self) -> list[int]:
-        """The devices llama.cpp's default selection would offload to, RPC servers left out:
-        the GPUs, else the integrated GPUs."""
-        gpus: list[int] = []
-        igpus: list[int] = []
-        for i in range(int(self.f["ggml_backend_dev_count"]())):
-            dev = int(self.f["ggml_backend_dev_get"](i))
-            reg = self.f["ggml_backend_dev_backend_reg"](dev)
-            if (self.f["ggml_backend_reg_name"](reg) if reg else b"") == b"RPC":
-                continue
-            kind = int(self.f["ggml_backend_dev_type"](dev))
-            (gpus if kind == _GPU else igpus if kind == _IGPU else []).append(dev)
-        return gpus or igpus
+@lru_cache(maxsize=1)
+def _ggml() -> GgmlSymbols:
+    ensure_backend()
+    return GgmlSymbols({**_REG, _ABORT: ([ctypes.c_void_p], ctypes.c_void_p)}, ggml_libs())
 
 
-_ggml_lock = threading.Lock()
-_ggml_one: _Ggml | None = None
+def _register(endpoint: str) -> None:
+    """Add the server to ggml's device registry (connects: llama.cpp aborts when it cannot)."""
+    if not available():
+        raise RpcError(NO_RPC)
+    g = _ggml()
+    reg = g.funcs["ggml_backend_reg_by_name"](b"RPC") if g.has(*_REG) else None
+    if not reg:
+        raise RpcError("llama.cpp's RPC backend cannot be reached from Python here")
+    proc = g.funcs["ggml_backend_reg_get_proc_address"](reg, b"ggml_backend_rpc_add_server")
+    if not proc:
+        raise RpcError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server")
+    server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(proc)(endpoint.encode())
+    if not server:
+        raise RpcError(f"the RPC server at {endpoint} offers no device")
+    g.funcs["ggml_backend_register"](server)
 
 
-def _ggml() -> _Ggml:
-    global _ggml_one
-    with _ggml_lock:
-        if _ggml_one is None:
-            _ggml_one = _Ggml()
-        return _ggml_one
+def _devices_of(endpoints: Sequence[str], with_memory: bool = False) -> list[Device]:
+    # An RPC device's description is its server's endpoint.
+    return [d for d in rpc_devices(devices(with_memory)) if d.description in endpoints]
 
 
 # ---------------------------------------------------------------------------- probing
@@ -216,18 +159,18 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
 
 
 def _probe_here(endpoint: str) -> dict[str, object]:
-    g = _ggml()
     try:
-        devs = g.reg_devices(g.add_server(endpoint))
+        _register(endpoint)
     except RpcError as e:
         return {"error": str(e)}
-    mem = [g.memory(d) for d in devs]
-    return {"devices": len(devs), "free": sum(f for f, _ in mem), "total": sum(t for _, t in mem)}
+    devs = _devices_of((endpoint,), with_memory=True)
+    return {"devices": len(devs), "free": sum(d.free or 0 for d in devs),
+            "total": sum(d.total or 0 for d in devs)}
 
 
 # ---------------------------------------------------------------------------- using them
 
-_used: dict[str, list[int]] = {}  # endpoint → its devices, once registered in this process
+_used: list[str] = []  # the endpoints registered in this process (llama.cpp keeps them)
 
 
 def connect(endpoints: Sequence[str]) -> list[ServerInfo]:
@@ -245,13 +188,11 @@ def connect(endpoints: Sequence[str]) -> list[ServerInfo]:
         if not info.reachable:
             raise RpcError(f"the RPC server at {ep} cannot be used: {info.error}")
         infos.append(info)
-    guard_aborts(endpoints)
-    g = _ggml()
+    guard_aborts()
     for ep in endpoints:
         if ep not in _used:
-            reg = g.add_server(ep)
-            g.f["ggml_backend_register"](reg)
-            _used[ep] = g.reg_devices(reg)
+            _register(ep)
+            _used.append(ep)
     return infos
 
 
@@ -265,18 +206,17 @@ def device_list(endpoints: Sequence[str]) -> ctypes.Array[ctypes.c_void_p] | Non
     if not _used:
         return None
     # The servers first, as llama.cpp's own selection puts them (fewer network transfers).
-    chosen = [d for ep in endpoints for d in _used.get(ep, [])] + _ggml().local_offload_devices()
+    here = gpu_devices(devices(with_memory=False))
+    chosen = [d.handle for d in [*_devices_of(endpoints), *here]]
     return (ctypes.c_void_p * (len(chosen) + 1))(*chosen, None)
 
 
 def remote_memory(endpoints: Sequence[str]) -> tuple[int, int] | None:
     """Free and total bytes over the servers' devices (registered ones), for the memory plan."""
-    devs = [d for ep in endpoints for d in _used.get(ep, [])]
+    devs = _devices_of(endpoints, with_memory=True)
     if not devs:
         return None
-    g = _ggml()
-    mem = [g.memory(d) for d in devs]
-    return sum(f for f, _ in mem), sum(t for _, t in mem)
+    return sum(d.free or 0 for d in devs), sum(d.total or 0 for d in devs)
 
 
 # ---------------------------------------------------------------------------- a server drops
@@ -309,12 +249,18 @@ def failure_message(raw: str, endpoints: Sequence[str]) -> str:
 
 
 def _reachable(endpoint: str) -> bool:
+    # Asked a few times: a server that was just killed may still accept for a moment (its
+    # connection to us closes before its listening socket does).
     host, port = _split(endpoint)
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+    for attempt in range(3):
+        if attempt:
+            time.sleep(0.1)
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                pass
+        except OSError:
+            return False
+    return True
 
 
 def _aborted(raw: bytes | None) -> None:
@@ -338,12 +284,12 @@ def _aborted(raw: bytes | None) -> None:
 _abort_cb = _ABORT_FN(_aborted)
 
 
-def guard_aborts(endpoints: Sequence[str] = ()) -> None:
+def guard_aborts() -> None:
     """Install the abort hook (once); it reports a failure as :func:`failure_message` says."""
     global _guarded
     if _guarded:
         return
-    setter = _ggml().f.get("ggml_set_abort_callback")
+    setter = _ggml().funcs.get(_ABORT)
     if setter is not None:
         setter(ctypes.cast(_abort_cb, ctypes.c_void_p))
         _guarded = True
