@@ -58,10 +58,10 @@ from specchat.models.vocab_compat import Finding
 from specchat.paths import AppPaths
 
 # Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
-# What drafts when nothing says (see drafter_names). Prompt lookup beside the draft model, the
-# planner choosing per step, gains on replies that repeat the conversation (a copy: 1.2–1.3× on
-# the Qwen pair) but measured 0.84–0.95× on Spec-Bench's summaries here, where it guesses well
-# only in short runs: it is a choice (`model,ngram`), not the default.
+# What drafts when nothing says (see drafter_names): prompt lookup where the conversation has a
+# match (it reads nothing and costs a dictionary look-up, so it is free to try; the planner
+# pauses it when it keeps being rejected), and the draft model where its measured costs pay,
+# the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("model",)
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
@@ -244,8 +244,7 @@ class Runtime:
         best: dict[str, AutoGamma] = {}
         for c in self._controllers:
             kind = type(c).__name__
-            if c.overall.steps and (kind not in best
-                                    or c.overall.steps > best[kind].overall.steps):
+            if c.learnt() and (kind not in best or c.learnt() > best[kind].learnt()):
                 best[kind] = c
         for kind, c in best.items():
             with contextlib.suppress(OSError):
@@ -448,4 +447,8 @@ def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft:
         return tuple(drafters)
     if ngram:
         return ("ngram", "model") if has_draft else ("ngram",)
-    return DEFAULT_PAIR_DRAFTERS if has_draft else ()
+    if not has_draft:
+        return ()
+    if ngram is False:  # --no-ngram: prompt lookup out of the default
+        return tuple(d for d in DEFAULT_PAIR_DRAFTERS if d != "ngram")
+    return DEFAULT_PAIR_DRAFTERS

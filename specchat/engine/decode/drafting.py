@@ -68,6 +68,10 @@ class Proposal:
     # Rows the drafter wants evaluated in the same target batch, apart from the tree (its
     # own work, e.g. Lookahead's Jacobi window); their logits go back to it, never to the rule.
     side: SideBranch | None = None
+    # What the drafter read before it could draft (its own cache catching up on tokens it had
+    # not seen, beyond the last one every step reads): a planner prices such reads from these.
+    read_tokens: int = 0
+    read_s: float = 0.0
 
     @property
     def kind(self) -> str:

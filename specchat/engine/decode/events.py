@@ -66,6 +66,9 @@ class StepEvent:
     # when the drafter adds rows of its own (Lookahead's window): what a cost table must key on.
     batch: int = -1
     rejected: int = 0  # draft tokens the rule judged and rejected (each leaving a residual)
+    # Of draft_s, what the drafter spent reading tokens it had not seen (see Proposal).
+    read_tokens: int = 0
+    read_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.plan_size < 0:

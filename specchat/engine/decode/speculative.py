@@ -51,11 +51,15 @@ from specchat.engine.decode.sampling import (
     make_rng,
 )
 from specchat.engine.decode.spec_stats import SpecTally
-from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
 from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
 from specchat.engine.llama.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.llama.model import DecodeCancelled, LlamaContext
 from specchat.errors import SpecchatError
+
+# A prompt read of at least this many new tokens is timed for the policy (ReplyStart): fewer
+# are dominated by the step's fixed costs, not the per-token cost a catch-up pays.
+READ_TIMED = 16
 
 
 class _TargetRows:
@@ -119,7 +123,7 @@ class SpeculativeDecoder:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
         reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
-        reused = self._start(seq, cancel)
+        reused = self._start(seq, cancel, settings.max_tokens)
         if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
@@ -169,18 +173,25 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------------ the parts
 
-    def _start(self, seq: list[int], cancel: threading.Event) -> int | None:
+    def _start(self, seq: list[int], cancel: threading.Event, max_tokens: int) -> int | None:
         """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
         policy and the drafters told. None when cancelled."""
         for c in (self.target, self.draft):
             if c is not None:
                 c.cancel = cancel
+        t0 = time.perf_counter()
         try:
             reused = hold_prefix(self.target, seq)
         except DecodeCancelled:
             self._settle(seq)
             return None
+        read = len(seq) - 1 - reused
         self.policy.begin(self._new_prompt_text(seq))
+        d = self.draft
+        self.policy.start_reply(ReplyStart(
+            max_tokens, (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
+            d.model.size_bytes / self.target.model.size_bytes
+            if d is not None and self.target.model.size_bytes > 0 else None))
         lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
         if lag is not None and self.draft is not None:
             # What the draft model must read before it can draft (its cache is brought up
@@ -202,7 +213,7 @@ class SpeculativeDecoder:
             accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
             depth=proposal.depth,
             batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
-            rejected=verdict.judged)
+            rejected=verdict.judged, read_tokens=proposal.read_tokens, read_s=proposal.read_s)
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
         self._alive = list(drafters)

@@ -13,11 +13,25 @@ that also answers ``next_plan(available)`` chooses the drafter and the tree shap
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from specchat.engine.decode.events import StepEvent
 
 GAMMA_CAP = 32  # the longest draft any setting may ask for (the planner's cost table's reach)
+
+
+@dataclass(frozen=True)
+class ReplyStart:
+    """What the decoder knows as a reply starts, for a policy that prices drafting against
+    what the reply can still gain (``GammaPolicy.start_reply``)."""
+
+    max_tokens: int  # the reply's token budget
+    # Seconds per token the target took to read this prompt's new part in one batch (None:
+    # too few new tokens to time): with ``draft_size_ratio`` a prior for what the draft model
+    # pays to read what it has not seen, before one of its own reads is timed.
+    target_read_s: float | None = None
+    draft_size_ratio: float | None = None  # the draft model's weights over the target's
 
 
 class GammaPolicy(Protocol):
@@ -28,6 +42,10 @@ class GammaPolicy(Protocol):
 
     def begin(self, prompt_text: str) -> None:
         """A reply starts; ``prompt_text`` is the new part of its prompt (the user's turn)."""
+        ...
+
+    def start_reply(self, info: ReplyStart) -> None:
+        """Right after ``begin``: the reply's budget and the read costs the decoder measured."""
         ...
 
     def next_gamma(self) -> int:
@@ -60,6 +78,9 @@ class PolicyBase:
     label = "fixed"
 
     def begin(self, prompt_text: str) -> None:
+        return None
+
+    def start_reply(self, info: ReplyStart) -> None:
         return None
 
     def keep_drafting(self, drafted: int, top_prob: Callable[[], float]) -> bool:

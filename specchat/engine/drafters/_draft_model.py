@@ -14,6 +14,7 @@ verification rule (:mod:`specchat.engine.decode.verify`) needs to be exact.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,6 +75,8 @@ class DraftModel:
         self._readable = 0  # leading tokens of the sequence checked to be in the draft's vocab
         self._picker = TokenPicker()
         self._tree: tuple[tuple[int, ...], dict[int, int]] | None = None  # shape, node → plan node
+        # The last _row's catch-up: tokens read beyond the last one, and its seconds.
+        self.read: tuple[int, float] = (0, 0.0)
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._known = 0
@@ -105,6 +108,8 @@ class DraftModel:
         if i == len(seq):
             i -= 1  # the last token must be evaluated again for its logits
         dft.truncate(i)
+        behind = len(seq) - 1 - i
+        t0 = time.perf_counter()
         if self.stepwise and i < len(seq) - 1:
             if self._known:  # within a reply: as steps fell, one token at a time
                 for t in seq[i:-1]:
@@ -113,6 +118,8 @@ class DraftModel:
                 dft.decode(seq[i:-1], logits="none")
             i = len(seq) - 1
         row = dft.decode(seq[i:], logits="last")[0]
+        # A one-token read is a draft step's own (its cost is t_draft's): only a catch-up counts.
+        self.read = (behind, time.perf_counter() - t0) if behind > 0 else (0, 0.0)
         self._known = len(seq)
         return row[: self.n_shared]
 
@@ -135,7 +142,7 @@ class DraftModel:
             # The policy is asked even at γ (its answer then moot), to see every confidence.
             if (eog(d) or not req.keep_drafting(len(tokens), top) or len(tokens) >= gamma):
                 return Proposal(name, tuple(tokens), tuple(range(-1, len(tokens) - 1)),
-                                tuple(qs))
+                                tuple(qs), read_tokens=self.read[0], read_s=self.read[1])
             row = dft.decode((d,), logits="last")[0][: self.n_shared]
 
     def tree(self, req: DraftRequest, shape: Sequence[int], name: str) -> Proposal:
@@ -163,6 +170,7 @@ class DraftModel:
                 tokens.append(t)
                 qs.append(q)
 
+        self.read = (0, 0.0)
         grow(-1, self._row(req.seq))
         level = list(range(len(tokens)))
         while level:
@@ -176,7 +184,8 @@ class DraftModel:
                 grow(plan_of[i], rows[j][: self.n_shared])
             level = list(range(first, len(tokens)))
         self._tree = (tuple(shape), {i: p for i, p in enumerate(plan_of)})
-        return Proposal(name, tuple(tokens), tuple(parents), tuple(qs))
+        return Proposal(name, tuple(tokens), tuple(parents), tuple(qs),
+                        read_tokens=self.read[0], read_s=self.read[1])
 
     def commit(self, proposal: Proposal, verdict: Verdict) -> None:
         """Keep in the draft's cache the accepted path's nodes it evaluated; drop the rest."""

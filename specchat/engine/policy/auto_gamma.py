@@ -309,6 +309,14 @@ class AutoGamma(PolicyBase):
                 "confidence": self.confidence.state(),
                 "next_confidence": self.next_confidence.state()}
 
+    def learnt(self) -> int:
+        """How much this controller learnt (what a saved state of it is worth): its steps."""
+        return self.overall.steps
+
+    def _costs_usable(self, costs: OnlineCostModel) -> bool:
+        """Whether a saved state's costs can replace the warm-up (auto-γ needs the draft's)."""
+        return costs.ready
+
     def load_state(self, d: dict[str, object]) -> None:
         """Start from a saved :meth:`state` instead of the warm-up. All or nothing: a record
         that does not parse raises ValueError (TypeError, KeyError) and changes nothing."""
@@ -326,7 +334,7 @@ class AutoGamma(PolicyBase):
         conf, nxt = ConfidenceBins(), ConfidenceBins()
         conf.load_state(d["confidence"])  # type: ignore[arg-type]
         nxt.load_state(d["next_confidence"])  # type: ignore[arg-type]
-        if not costs.ready:
+        if not self._costs_usable(costs):
             raise ValueError("controller state without costs")
         self.costs, self.overall, self.confidence, self.next_confidence = costs, overall, conf, nxt
         self.topics.update(topics)

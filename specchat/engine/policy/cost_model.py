@@ -253,6 +253,16 @@ class OnlineCostModel:
         return self._s[0] > 0 and self._draft[1] > 0
 
     @property
+    def observations(self) -> int:
+        """Verify (and plain) steps timed in this process."""
+        return self._n_verify
+
+    @property
+    def verify_known(self) -> bool:
+        """Whether a verify (or plain) step was timed (or calibrated)."""
+        return self._s[0] > 0
+
+    @property
     def draft_known(self) -> bool:
         """Whether a draft token's cost was measured (or calibrated): until then t_draft is 0."""
         return self._draft[1] > 0

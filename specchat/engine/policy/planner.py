@@ -39,12 +39,15 @@ from collections.abc import Callable, Mapping, Sequence
 
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import Plan, chain, plain
+from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
+from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.lookup_estimate import HOT_STREAK, LookupEstimate
 from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
 from specchat.engine.policy.planner_trees import TreePlans
+from specchat.engine.policy.reply_length import ReplyLengths
 from specchat.engine.policy.tree_stats import tree_draft_cost
 
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
@@ -62,6 +65,14 @@ TIMINGS_TRIED = 2
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
+# A draft model's catch-up this long or longer is timed as a read cost per token (shorter ones
+# are mostly a draft step's fixed cost).
+READ_LEARN = 8
+# Lookup steps that kept nothing in a row pause the lookup for 2^k − 1 steps (at most
+# LOOKUP_PAUSE_MAX), unless its guesses, still scored on every step, come right again: past the
+# point where a copy departs from its source, a lookup is wrong several times in a row, and each
+# failed check costs several plain steps on a steep CPU curve.
+LOOKUP_PAUSE_MAX = 16
 
 
 class Planner(AutoGamma):
@@ -101,6 +112,16 @@ class Planner(AutoGamma):
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
         self.prediction = Prediction()  # this reply's, against which its speed is judged
+        # What a draft model's catch-up is priced with (see catch_up_cost): its measured reads
+        # (decayed Σ seconds, Σ tokens), else the target's prompt read scaled by the models'
+        # sizes; and against the tokens the reply is still expected to write.
+        self._read_cost = [0.0, 0.0]
+        self._target_read: float | None = None
+        self._size_ratio: float | None = None
+        self._budget: int | None = None
+        self.lengths = ReplyLengths()
+        self._lookup_fails = 0  # lookup steps in a row that kept nothing
+        self._lookup_pause = 0  # steps left before the lookup is tried again
 
     def reseed(self, seed: AutoGammaSeed) -> None:
         super().reseed(seed)
@@ -159,7 +180,7 @@ class Planner(AutoGamma):
         c, ps = self.costs, self.plan_settings
         table = c.verify_table()
         o = c.overhead
-        t_d = c.t_draft
+        t_d = self.t_draft
         top = min(self.settings.gamma_max, len(table) - 1)
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
@@ -195,7 +216,16 @@ class Planner(AutoGamma):
                 if rate > best_rate * 1.0001:
                     best_g, best_rate = g, rate
             explore = False
-            for g in range(len(steps) - 1, best_g, -1) if best_g else ():
+            # A guess is trusted at most twice past the largest check timed so far: a line
+            # through small checks prices a long one far from what it costs, and a long
+            # check that fails costs many plain steps (a 27-token lookup check keeping 9 ran
+            # at 0.8× plain on the Qwen pair); the curve is learnt by doubling instead.
+            reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
+            # A lookup's longer check is timed only inside a passage the reply repeats: outside
+            # one, a long check of a guess is mostly rows that fail.
+            if name == "ngram" and not self.lookup.hot:
+                reach = 0
+            for g in range(min(len(steps) - 1, reach - 1), best_g, -1) if best_g else ():
                 # A longer check this machine never timed is priced by a guess: a line through
                 # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
                 # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so
@@ -228,7 +258,41 @@ class Planner(AutoGamma):
         out because it would first read a long prompt) and it is that far behind: its cost
         reads 0, not unknown. Priced free it would win, and then read the whole prompt (a
         2,000-token RAG prompt: 4 s on 2 CPU cores), so it is neither scored nor probed."""
-        return not self.costs.draft_known and self._behind > self.plan_settings.warmup_max_lag
+        return not self.costs.draft_known and self._size_ratio is None \
+            and self._behind > self.plan_settings.warmup_max_lag
+
+    @property
+    def t_draft(self) -> float:
+        """A draft token's cost: measured (or calibrated), else the target's step scaled by the
+        models' sizes (decoding reads every weight once a token), else 0 (unknown)."""
+        c = self.costs
+        if c.draft_known or self._size_ratio is None:
+            return c.t_draft
+        return self._size_ratio * c.verify_table()[0]
+
+    def read_cost(self) -> float | None:
+        """Seconds the draft model takes to read one token it missed, in a batch: measured on
+        its catch-ups, else the target's prompt read scaled by the models' sizes."""
+        secs, toks = self._read_cost
+        if toks >= READ_LEARN:
+            return secs / toks
+        if self._target_read is not None and self._size_ratio is not None:
+            return self._target_read * self._size_ratio
+        return None
+
+    def expected_remaining(self) -> float:
+        """Tokens this reply is still expected to write (:mod:`~specchat.engine.policy.
+        reply_length`), within its budget."""
+        return self.lengths.expected_remaining(self._reply_tokens or 0, self._budget)
+
+    def _read_pays(self, share: float) -> bool:
+        """Whether the draft's catch-up costs at most ``share`` of the plain time the rest of
+        the reply is expected to take (a warm-up's guess of what drafting could gain)."""
+        catch = self.catch_up_cost(self._behind)
+        if catch <= 0:
+            return True
+        t1 = self.costs.verify_table()[0]
+        return t1 <= 0 or catch <= share * self.expected_remaining() * t1
 
     def _untimed(self, g: int) -> bool:
         """Whether a chain of ``g`` (a check of g + 1 tokens) is one the planner should time:
@@ -269,6 +333,12 @@ class Planner(AutoGamma):
     def next_plan(self, available: tuple[str, ...]) -> Plan:
         self._step_starts()
         s, ps = self.settings, self.plan_settings
+        if self._lookup_pause > 0:
+            self._lookup_pause -= 1
+            if self.lookup.hot:  # its guesses came right again
+                self._lookup_pause = self._lookup_fails = 0
+            elif "ngram" in available:
+                available = tuple(n for n in available if n != "ngram")
         reply = self._reply_tokens
         if reply == 0 and any(self._lags_behind(n) for n in available):
             # The reply's first token comes from a plain step when a drafter would first have
@@ -280,9 +350,13 @@ class Planner(AutoGamma):
                                           "the prompt"))
         chains = [d for d in ("model", "ngram") if d in available]
         warm = chains
-        if chains and chains[0] == "model" and self._behind > ps.warmup_max_lag:
+        if chains and chains[0] == "model" and (
+                self._behind > ps.warmup_max_lag
+                or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
             # A warm-up step would first read the whole prompt into the draft: not for a
-            # guess (after a long document that costs more than the reply gains).
+            # guess (after a long document that costs more than the reply gains), nor when
+            # the read costs more than a share of what the rest of the reply is expected to
+            # take (a reply about to end cannot pay it back).
             warm = chains[1:]
         if self._warmup_left and warm and (reply is None or reply >= ps.warmup_after
                                            or warm[0] == "ngram"):
@@ -362,8 +436,9 @@ class Planner(AutoGamma):
                     chosen = at_mean
         catch = self.catch_up_cost(self._behind)
         if chosen.plan.drafter in ("model", "tree") and catch > 0:
-            # Worth switching back to the draft only if the faster steps repay its catch-up.
-            gain = (1 / base.rate - 1 / chosen.rate) * ps.payback_tokens
+            # Worth switching back to the draft only if the faster steps repay its catch-up
+            # within the tokens the reply is still expected to write.
+            gain = (1 / base.rate - 1 / chosen.rate) * self.expected_remaining()
             if gain < catch:
                 self._plain_run += 1
                 return self._chosen(plain(f"plain: the draft would first re-read "
@@ -428,15 +503,21 @@ class Planner(AutoGamma):
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
-        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode:
-        a draft step scaled by the target table's shape at that batch (same machine, same
-        kind of curve), beyond the one token every draft step reads anyway."""
+        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode,
+        beyond the one token every draft step reads anyway: its measured read cost per token
+        (:meth:`read_cost`), else a draft step scaled by the target table's shape at that
+        batch (same machine, same kind of curve)."""
         if tokens <= 1:
             return 0.0
+        per_token = self.read_cost()
+        if per_token is not None:
+            return per_token * (tokens - 1)
         table = self.costs.verify_table()
         n = len(table)
+        if table[0] <= 0:  # nothing timed yet
+            return 0.0
         shape = (table[tokens - 1] if tokens <= n else table[-1] * tokens / n) / table[0]
-        return self.costs.t_draft * max(shape - 1.0, 0.0)
+        return self.t_draft * max(shape - 1.0, 0.0)
 
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
         if plan.drafter == "tree":
@@ -463,9 +544,9 @@ class Planner(AutoGamma):
             return expected, n * self.t_ngram + table[n] + o
         catch = self.catch_up_cost(self._behind)
         if plan.drafter == "model":
-            return expected, catch + n * c.t_draft + table[n] + o
+            return expected, catch + n * self.t_draft + table[n] + o
         if plan.drafter == "tree":
-            return expected, catch + tree_draft_cost(plan, c.t_draft, table) + table[n] + o
+            return expected, catch + tree_draft_cost(plan, self.t_draft, table) + table[n] + o
         if plan.drafter in self.others and plan.is_chain:
             return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
         return None
@@ -486,7 +567,7 @@ class Planner(AutoGamma):
     def _plain_reason(self, base: Candidate, cands: Sequence[Candidate]) -> str:
         """Why nothing pays, in a few words, from the measured costs."""
         table = self.costs.verify_table()
-        ratio = self.costs.t_draft / table[0] if table[0] > 0 else 0.0
+        ratio = self.t_draft / table[0] if table[0] > 0 else 0.0
         model = next((c for c in cands if c.plan.drafter == "model"), None)
         if model is not None and ratio >= 0.3:
             return f"plain: a draft token costs {ratio:.0%} of a target step"
@@ -503,6 +584,10 @@ class Planner(AutoGamma):
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
         self.costs.add_verify(step.batch, step.verify_s)
+        if step.read_tokens >= READ_LEARN and step.drafter in (*MODEL_DRAFTERS, "tree"):
+            lam = self.ngram._lam_slow
+            self._read_cost = [lam * self._read_cost[0] + step.read_s,
+                               lam * self._read_cost[1] + step.read_tokens]
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
@@ -512,6 +597,11 @@ class Planner(AutoGamma):
                 self.costs.add_draft(step.gamma, step.draft_s)
             self._learn(step)
         elif step.gamma > 0 and step.drafter == "ngram":
+            if step.accepted == 0:
+                self._lookup_fails += 1
+                self._lookup_pause = min(2 ** self._lookup_fails - 1, LOOKUP_PAUSE_MAX)
+            else:
+                self._lookup_fails = self._lookup_pause = 0
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
@@ -552,8 +642,28 @@ class Planner(AutoGamma):
     def state(self) -> dict[str, object]:
         d = super().state()
         d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
-                 ranks=self.trees.ranks.state())
+                 ranks=self.trees.ranks.state(), read_cost=list(self._read_cost),
+                 **self._lengths_now().state())
         return d
+
+    def learnt(self) -> int:
+        """Draft steps, lookup steps and timed steps: a planner that only ever ran plain steps
+        and lookups (a draft that never paid here) still learnt the machine's verify costs."""
+        return self.overall.steps + sum(m.steps for m in self.lookup.models.values()) \
+            + self.costs.observations
+
+    def _costs_usable(self, costs: OnlineCostModel) -> bool:
+        # The verify curve suffices: an unmeasured draft is priced by the models' sizes.
+        return costs.verify_known
+
+    def _lengths_now(self) -> ReplyLengths:
+        """The reply lengths with the reply in progress (or the last one) counted."""
+        if not self._reply_tokens:
+            return self.lengths
+        out = ReplyLengths()
+        out.lengths = list(self.lengths.lengths)
+        out.add(self._reply_tokens)
+        return out
 
     def load_state(self, d: dict[str, object]) -> None:
         lookup = LookupEstimate(self.lookup_depth, self.lookup.models[True].prior_alpha,
@@ -563,12 +673,20 @@ class Planner(AutoGamma):
         if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
             raise ValueError("n-gram cost of another shape")
         ranks = self.trees.read_ranks(d["ranks"])  # type: ignore[arg-type]
+        read = [float(v) for v in d.get("read_cost", [0.0, 0.0])]  # type: ignore[attr-defined]
+        if len(read) != 2 or min(read) < 0:
+            raise ValueError("read cost of another shape")
+        lengths = ReplyLengths()
+        lengths.load_state(d)  # (older states have neither: nothing measured yet)
         super().load_state(d)
         self.lookup.load_state(d)  # (checked above, before anything changed)
         self._ngram_cost, self.trees.ranks = cost, ranks
+        self._read_cost, self.lengths = read, lengths
         self.label = "plan"
 
     def begin(self, prompt_text: str) -> None:
+        if self._reply_tokens:
+            self.lengths.add(self._reply_tokens)
         super().begin(prompt_text)
         self.prediction = Prediction()
         self.lookup.begin()
@@ -576,6 +694,14 @@ class Planner(AutoGamma):
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
         self._reply_tokens = 0
+        self._lookup_fails = self._lookup_pause = 0
+
+    def start_reply(self, info: ReplyStart) -> None:
+        self._budget = info.max_tokens
+        if info.target_read_s is not None:
+            self._target_read = info.target_read_s
+        if info.draft_size_ratio is not None:
+            self._size_ratio = info.draft_size_ratio
 
     def draft_lag(self, tokens: int) -> None:
         """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after

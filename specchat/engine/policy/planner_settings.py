@@ -39,6 +39,10 @@ class PlannerSettings:
     # warm-up measures is kept for the pair, so it is paid once, not per reply.
     warmup_after: int = 64
     probe_budget: float = 0.05
+    # A warm-up step with the draft model (its cost and α not known yet) may first read what
+    # the draft missed only if that costs at most this share of the plain time the rest of the
+    # reply is expected to take (see Planner.expected_remaining).
+    warmup_read_share: float = 0.1
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8
     tree_ranks: int = 4  # children per node at most
