@@ -62,7 +62,7 @@ from specchat.paths import AppPaths
 # match (it reads nothing and costs a dictionary look-up, so it is free to try; the planner
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,
 # the planner choosing per step.
-DEFAULT_PAIR_DRAFTERS = ("model",)
+DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}

@@ -80,8 +80,9 @@ def test_decoder_choice(tiny_target: Path, tiny_draft: Path, home: AppPaths) -> 
         assert isinstance(rt.decoder(plain=True), PlainDecoder)
         spec = rt.decoder()
         assert isinstance(spec, SpeculativeDecoder) and isinstance(spec.policy, Planner)
-        assert spec.policy.drafters == ("model",)  # the default: the planner, on the draft
-        assert [d.name for d in spec.drafters] == ["model"]
+        # The default: the planner, on prompt lookup and the draft model.
+        assert spec.policy.drafters == ("model", "ngram")
+        assert [d.name for d in spec.drafters] == ["ngram", "model"]
         beside = rt.decoder(drafters=("model", "ngram"))  # the lookup beside, the planner's pick
         assert isinstance(beside, SpeculativeDecoder)
         assert [d.name for d in beside.drafters] == ["model", "ngram"]

@@ -24,7 +24,7 @@ GammaMode = GammaKind
 DRAFTER_CHOICES = {
     "model": "the draft model",
     "model,ngram": "the draft model or n-gram lookup, whichever pays here (the planner)",
-    "ngram,model": "n-gram lookup, then the draft model",
+    "ngram,model": "n-gram lookup where it matches, else the draft model, as each pays (default)",
     "tree": "a token tree from the draft model",
     "ngram": "n-gram lookup only",
     "layerskip": "the target's own blocks, some skipped (models self-draft --layers)",
