@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import yaml
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.offload import OffloadSettings
 from specchat.engine.policy.gamma import GAMMA_HELP, GammaSetting, parse_gamma
-from specchat.errors import ConfigError
+from specchat.errors import BusyError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -362,8 +362,32 @@ def cap_threads(n: int, cpus: int | None = None) -> tuple[int, str | None]:
     return cpus, f"{n} threads is more than this machine's {cpus} CPUs: using {cpus}"
 
 
-def save_config(path: Path, cfg: UserConfig) -> None:
+CONFIG_LOCK_S = 10.0  # a write takes milliseconds: longer means the other one is stuck
+
+
+def save_config(path: Path, cfg: UserConfig, keys: Iterable[str] | None = None) -> None:
+    """Write ``cfg`` to ``path``; with ``keys``, only those settings: the rest is what the file
+    holds now (another specchat may have changed it since ``cfg`` was read).
+
+    Under the file's lock, through a temporary file of this process renamed into place, so
+    two processes saving at once never leave a torn file or mix their halves.
+    """
+    from specchat.locks import held
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(cfg.to_yaml(), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        with held(path, f"writing {path.name}", timeout_s=CONFIG_LOCK_S):
+            if keys is not None:
+                try:
+                    now = load_config(path)
+                except ConfigError:
+                    now = cfg  # unreadable now: ours is the file to have
+                cfg = now.with_(**{k: getattr(cfg, k) for k in keys})
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            try:
+                tmp.write_text(cfg.to_yaml(), encoding="utf-8")
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+    except BusyError as e:
+        raise ConfigError(f"cannot save {path}: {e}") from None

@@ -63,3 +63,8 @@ class StoreError(SpecchatError):
 
 class BadLogitsError(SpecchatError):
     """A model produced NaN or infinite logits: its weights (or their quantization) are broken."""
+
+
+class BusyError(SpecchatError):
+    """Another specchat holds a shared file (a model being fetched, a settings file being
+    written) and did not let go in time."""

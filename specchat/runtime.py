@@ -41,7 +41,7 @@ from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGamm
 from specchat.engine.policy.gamma import GAMMA_DEFAULT, GammaSetting, parse_gamma
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
-from specchat.errors import SpecchatError
+from specchat.errors import BusyError, SpecchatError
 from specchat.loading import (
     LoadProgress,
     RuntimeOptions,
@@ -247,7 +247,7 @@ class Runtime:
             if c.learnt() and (kind not in best or c.learnt() > best[kind].learnt()):
                 best[kind] = c
         for kind, c in best.items():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, BusyError):
                 save_state(path, kind, c.state())
 
     def policy(self, gamma: GammaSetting | int | str | GammaPolicy | None = None,

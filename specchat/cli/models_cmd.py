@@ -67,16 +67,7 @@ HEAD_KINDS = ("medusa", "kangaroo")
 
 
 def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
-    import threading
-
-    from specchat.config import cap_threads
-    from specchat.engine.llama.model import LlamaContext, LlamaModel
-    from specchat.engine.llama.model_settings import ContextSettings
-    from specchat.models.heads import data as heads_data
-    from specchat.models.heads import medusa
-    from specchat.models.heads.output_matrix import output_rows, output_type
-    from specchat.models.heads.store import target_dir, target_sha256
-    from specchat.models.progress import format_duration
+    from specchat.models.heads.store import target_sha256, training
 
     for name, value in (("--minutes", args.minutes), ("--heads", args.heads),
                         ("--prompts", args.prompts), ("--reply-tokens", args.reply_tokens)):
@@ -87,11 +78,28 @@ def cmd_train_heads(env: Env, args: argparse.Namespace) -> int:
     entry = model_from_ref(env.catalog, args.target)
     progress = TextProgress()
     path = env.resolver.ensure(entry, progress)
-    if args.kind == "kangaroo":  # its own reader checks the output matrix (faster than gguf's)
-        return heads_kangaroo.train_kangaroo(env, path, args)
+    sha = target_sha256(env.paths, path, progress)
+    with training(env.paths, sha, path.name, progress):  # one training per target at a time
+        if args.kind == "kangaroo":  # its own reader checks the output matrix (faster)
+            return heads_kangaroo.train_kangaroo(env, path, args)
+        return _train_medusa(env, args, path, sha, progress)
+
+
+def _train_medusa(env: Env, args: argparse.Namespace, path: Path, sha: str,
+                  progress: TextProgress) -> int:
+    import threading
+
+    from specchat.config import cap_threads
+    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.model_settings import ContextSettings
+    from specchat.models.heads import data as heads_data
+    from specchat.models.heads import medusa
+    from specchat.models.heads.output_matrix import output_rows, output_type
+    from specchat.models.heads.store import target_dir
+    from specchat.models.progress import format_duration
+
     kind = output_type(path)
     output_rows(path, np.array([0]))  # a type gguf cannot dequantize is refused now, not later
-    sha = target_sha256(env.paths, path, progress)
     folder = target_dir(env.paths, sha)
     threads, _ = cap_threads(args.threads or env.config.n_threads)
     model = LlamaModel(path)

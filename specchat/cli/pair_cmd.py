@@ -137,7 +137,13 @@ def _refuse_if_incompatible(r: CompatReport) -> None:
 def run_calibration(env: Env, target: ModelEntry, draft: ModelEntry, tokens: int = 64,
                     gamma_max: int = 8) -> int:
     from specchat.models.calibration import CalibrationOptions, calibrate, format_result
-    from specchat.models.calibration_store import save_calibration
+    from specchat.models.calibration_store import (
+        calibrating,
+        calibration_file,
+        load_calibration,
+        save_calibration,
+        stored_at,
+    )
     from specchat.models.compat import check_files
 
     progress = TextProgress()
@@ -148,8 +154,17 @@ def run_calibration(env: Env, target: ModelEntry, draft: ModelEntry, tokens: int
     if note:
         print(f"specchat: note: {note}", file=sys.stderr)
     opts = CalibrationOptions(max_tokens=tokens, gamma_max=gamma_max, n_threads=threads)
-    result = calibrate(t_path, d_path, opts, progress)
-    where = save_calibration(env.paths, result)
+    before = stored_at(env.paths, t_path, d_path)
+    with calibrating(env.paths, t_path, d_path, progress) as waited:
+        theirs = load_calibration(env.paths, t_path, d_path) if waited and stored_at(
+            env.paths, t_path, d_path) != before else None
+        if theirs is not None:  # measured by the specchat it waited for: not again
+            print(format_result(theirs))
+            print(f"(measured by another specchat while this one waited; stored in "
+                  f"{calibration_file(env.paths, t_path, d_path)})")
+            return theirs.gamma
+        result = calibrate(t_path, d_path, opts, progress)
+        where = save_calibration(env.paths, result)
     print(format_result(result))
     print(f"(stored in {where})")
     return result.gamma

@@ -48,6 +48,7 @@ class Wheel:
     filename: str
     data: bytes
     cut_at: float | None = None  # serve only this fraction, then drop the connection
+    gate: threading.Event | None = None  # serve half, then the rest once set: a fetch held open
 
     @property
     def sha256(self) -> str:
@@ -82,6 +83,15 @@ class LocalPypi:
         for w in self.wheels.values():
             if w.project == normalize(name):
                 w.cut_at = fraction
+
+    def hold(self, name: str) -> threading.Event:
+        """From now on, a download of ``name`` sends half its bytes, then waits until the
+        returned event is set (a test does something while the fetch is in flight)."""
+        gate = threading.Event()
+        for w in self.wheels.values():
+            if w.project == normalize(name):
+                w.gate = gate
+        return gate
 
     def downloads(self) -> list[str]:
         return [p.rsplit("/", 1)[-1] for p in self.requests if p.startswith("/files/")]
@@ -140,6 +150,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if wheel.gate is not None:
+            half = len(body) // 2
+            try:
+                self.wfile.write(body[:half])
+                self.wfile.flush()
+                wheel.gate.wait(120)  # bounded: a test that forgets to open it still ends
+                self.wfile.write(body[half:])
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the fetching process was killed: what a test may be after
+            return
         if wheel.cut_at is not None:
             self.wfile.write(body[: int(len(body) * wheel.cut_at)])
             self.wfile.flush()

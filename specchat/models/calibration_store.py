@@ -9,13 +9,16 @@ machine (the data folder is).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from specchat.engine.policy.costs import CostCurve
 from specchat.formats.gguf_checks import split_parts
 from specchat.models.calibration import CalibrationResult
+from specchat.models.progress import ProgressFn, no_progress, waits
 from specchat.paths import AppPaths
 
 _EDGE = 1 << 20
@@ -46,6 +49,29 @@ def save_calibration(paths: AppPaths, result: CalibrationResult) -> Path:
     tmp.write_text(result.to_json(), encoding="utf-8")
     os.replace(tmp, dest)
     return dest
+
+
+def stored_at(paths: AppPaths, target: Path, draft: Path) -> int | None:
+    """When the pair's calibration was last stored (ns), None if never: tells whether another
+    process stored one meanwhile."""
+    try:
+        return calibration_file(paths, target, draft).stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def calibrating(paths: AppPaths, target: Path, draft: Path, report: ProgressFn = no_progress,
+                cancelled: Callable[[], bool] | None = None
+                ) -> contextlib.AbstractContextManager[bool]:
+    """Hold the pair's calibration lock for a run: two processes timing the machine at once
+    would each measure it busy, and store the worse. A second one waits (saying so); yields
+    whether it waited (the other's result may be in the store then: see :func:`stored_at`)."""
+    from specchat.locks import held
+
+    f = calibration_file(paths, target, draft)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    return held(f, f"calibrating {Path(target).name} with {Path(draft).name}", waits(report),
+                cancelled)
 
 
 def load_calibration(paths: AppPaths, target: Path, draft: Path) -> CalibrationResult | None:

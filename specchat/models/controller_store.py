@@ -20,6 +20,7 @@ from specchat.models.calibration_store import file_identity
 from specchat.paths import AppPaths
 
 VERSION = 1
+LOCK_S = 5.0  # a save takes milliseconds; a process stuck holding it costs only this save
 UNREADABLE = (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
@@ -42,10 +43,16 @@ def load_states(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def save_state(path: Path, kind: str, state: dict[str, Any]) -> None:
-    """Replace ``kind``'s saved state (the others stay); atomic, so a crash leaves the old file."""
-    states = load_states(path)
-    states[kind] = state
+    """Replace ``kind``'s saved state (the others stay); atomic, so a crash leaves the old file.
+
+    Read and written under the file's lock, so the app and ``specchat serve`` saving the same
+    pair's controllers at once both keep their kind's state (BusyError if it stays held)."""
+    from specchat.locks import held
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": VERSION, "states": states}), encoding="utf-8")
-    os.replace(tmp, path)
+    with held(path, "saving what the γ controllers learnt", timeout_s=LOCK_S):
+        states = load_states(path)
+        states[kind] = state
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": VERSION, "states": states}), encoding="utf-8")
+        os.replace(tmp, path)

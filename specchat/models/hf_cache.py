@@ -43,7 +43,7 @@ from specchat.models.hub import (
     offline_message,
     transport_errors,
 )
-from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress
+from specchat.models.progress import Progress, ProgressFn, format_bytes, no_progress, waits
 
 RETRIES = 4  # consecutive failed attempts (no byte received) before giving up
 BACKOFF_S = 0.5  # doubled after each failed attempt
@@ -100,7 +100,9 @@ def download(src: HfSource, report: ProgressFn = no_progress,
 def _download_file(cfg: HubConfig, repo: str, name: str, revision: str, sha256: str | None,
                    report: ProgressFn, cancel: threading.Event | None, work: Path) -> Path:
     from huggingface_hub import hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers
+    from huggingface_hub.utils import build_hf_headers
+
+    from specchat.locks import held
 
     url = hf_hub_url(repo, name, revision=revision, endpoint=cfg.endpoint)
     with hub_errors(repo, name):
@@ -113,7 +115,10 @@ def _download_file(cfg: HubConfig, repo: str, name: str, revision: str, sha256: 
     blob = cfg.cache_dir / _folder(repo) / "blobs" / etag
     part = work / _folder(repo) / f"{etag}.partial"
     part.parent.mkdir(parents=True, exist_ok=True)
-    with WeakFileLock(part.with_suffix(".lock")):  # one writer per partial file
+    # One writer per partial file; the lock file is the one earlier versions took (through
+    # huggingface_hub's WeakFileLock), so they and this one still exclude each other.
+    with held(part, f"downloading {name}", waits(report),
+              cancel.is_set if cancel is not None else None, lock_file=part.with_suffix(".lock")):
         if not blob.exists():
             headers = build_hf_headers()
             if _host(meta.location) != _host(url):

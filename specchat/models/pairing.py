@@ -229,5 +229,5 @@ def save_pair(paths: AppPaths, catalog: Catalog, name: str, target: ModelEntry,
     merged = update_user_catalog(paths.user_catalog, models=new, pairs=[pair])
     if make_default:
         cfg = load_config(paths.config_file)
-        save_config(paths.config_file, cfg.with_(default_pair=name))
+        save_config(paths.config_file, cfg.with_(default_pair=name), ("default_pair",))
     return merged.pairs[name], merged

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from specchat.locks import Wait, WaitFn
 from specchat.textsafe import safe_text
 
 
@@ -28,6 +29,10 @@ class Progress:
     failed: bool = False  # the task stopped without finishing (an error follows)
     detail: str = ""  # where inside the task it is, e.g. "part 3/22: pkg-part3==0.2.0"
     note: str = ""  # a line about the whole task, shown apart (the memory a load will take)
+    notice: str = ""  # a one-off line for the user (a broken file moved aside), shown once
+
+
+WAIT = "wait"  # the unit of a wait for another specchat (its time is all there is to show)
 
 
 ProgressFn = Callable[[Progress], None]
@@ -35,6 +40,18 @@ ProgressFn = Callable[[Progress], None]
 
 def no_progress(_: Progress) -> None:
     pass
+
+
+def waits(report: ProgressFn) -> WaitFn:
+    """A lock's wait (:func:`specchat.locks.held`) as progress: a task named by the wait."""
+    def on_wait(w: Wait) -> None:
+        report(Progress(w.message, w.waited_s, None, unit=WAIT, finished=w.over))
+
+    return on_wait
+
+
+def notice(report: ProgressFn, text: str) -> None:
+    report(Progress("", finished=True, notice=text))  # finished: never replaced by a later one
 
 
 @contextmanager
@@ -100,7 +117,13 @@ class TextProgress:
         self._last = 0.0
 
     def __call__(self, p: Progress) -> None:
+        if p.notice:
+            self.stream.write(("\r\x1b[2K" if self.tty else "") + "specchat: note: "
+                              + safe_text(p.notice) + "\n")
+            self.stream.flush()
+            return
         now = time.monotonic()
+        first_wait = p.unit == WAIT and p.task not in self._started  # said at once, always
         start = self._started.setdefault(p.task, now)
         if p.failed:
             if self.tty and p.task in self._started:
@@ -108,9 +131,9 @@ class TextProgress:
                 self.stream.flush()
             self._started.pop(p.task, None)
             return
-        if not p.finished and now - self._last < self.min_interval:
+        if not p.finished and not first_wait and now - self._last < self.min_interval:
             return
-        if not self.tty and not p.finished and now - self._last < 5:
+        if not self.tty and not p.finished and not first_wait and now - self._last < 5:
             return  # logs and pipes get a line every few seconds, not a flood
         self._last = now
         line = safe_text(describe(p, now - start))  # tasks name files: shown, never obeyed
@@ -125,6 +148,10 @@ class TextProgress:
 
 def describe(p: Progress, elapsed: float) -> str:
     """``task  [#####-----]  41%  40.2 MB / 98.4 MB  12.3 MB/s  ETA 0:05``"""
+    if p.unit == WAIT:
+        if p.finished:
+            return f"{p.task.removesuffix('…')}: over after {format_duration(elapsed)}"
+        return f"{p.task}  {format_duration(elapsed)}"
     amount = format_bytes(p.done) if p.unit == "B" else f"{p.done:.0f} {p.unit}"
     rate = p.done / elapsed if elapsed > 0 else 0.0
     rate_s = f"{format_bytes(rate)}/s" if p.unit == "B" else f"{rate:.1f} {p.unit}/s"

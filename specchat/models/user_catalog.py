@@ -63,7 +63,26 @@ def _upsert(items: list[Any], new: dict[str, object]) -> None:
 def update_user_catalog(path: Path, models: Iterable[ModelEntry] = (),
                         pairs: Iterable[PairEntry] = (), remove_pairs: Iterable[str] = (),
                         remove_models: Iterable[str] = ()) -> Catalog:
-    """Add/replace these entries (by id), drop the named ones; returns the merged catalog."""
+    """Add/replace these entries (by id), drop the named ones; returns the merged catalog.
+
+    Read, changed and written under the file's lock: two processes adding entries at once
+    (two pulls, a calibration saving its γ) both keep theirs."""
+    from specchat.errors import BusyError
+    from specchat.locks import held
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with held(path, f"writing {path.name}", timeout_s=LOCK_S):
+            return _update(path, models, pairs, remove_pairs, remove_models)
+    except BusyError as e:
+        raise CatalogError(f"not saved: {e}") from None
+
+
+LOCK_S = 30.0  # a write takes milliseconds; a validation of a big catalog, a little more
+
+
+def _update(path: Path, models: Iterable[ModelEntry], pairs: Iterable[PairEntry],
+            remove_pairs: Iterable[str], remove_models: Iterable[str]) -> Catalog:
     doc = _read(path)
     model_list: list[Any] = list(doc.get("models") or [])
     pair_list: list[Any] = list(doc.get("pairs") or [])
@@ -94,7 +113,9 @@ def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         backup = path.with_name(path.name + ".bak")
-        backup.write_bytes(path.read_bytes())
+        btmp = backup.with_name(f"{backup.name}.{os.getpid()}.tmp")
+        btmp.write_bytes(path.read_bytes())
+        os.replace(btmp, backup)  # a crash mid-copy never leaves a torn backup either
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -29,10 +29,12 @@ from specchat.models.calibration import (
     recommendation,
 )
 from specchat.models.calibration_store import (
+    calibrating,
     load_calibration,
     no_auto_reason,
     save_calibration,
     set_no_auto,
+    stored_at,
 )
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress, ProgressFn
@@ -171,11 +173,21 @@ class AutoCalibration:
                     or no_auto_reason(rt.paths, rt.target.path, rt.draft.path) is not None:
                 self.phase = NOT_NEEDED
                 return Outcome(NOT_NEEDED)
-        result = calibrate_loaded(rt.target, rt.draft, self.options, report, self.cancel,
-                                  self.state)
-        if self.cancel.is_set() and self._stop_why in ("user", "close"):
-            raise Cancelled("calibration cancelled")  # it ended as it was cancelled: not stored
-        save_calibration(rt.paths, result)
+        before = stored_at(rt.paths, rt.target.path, rt.draft.path)
+        # another specchat calibrating the same files: wait (a reply stops the wait as it
+        # stops a run), then take its result rather than time a machine it kept busy
+        with calibrating(rt.paths, rt.target.path, rt.draft.path, report,
+                         self.cancel.is_set) as waited:
+            theirs = load_calibration(rt.paths, rt.target.path, rt.draft.path) if waited and \
+                stored_at(rt.paths, rt.target.path, rt.draft.path) != before else None
+            if theirs is not None:
+                self.phase = DONE
+                return Outcome(DONE, theirs, rt.auto_seed())
+            result = calibrate_loaded(rt.target, rt.draft, self.options, report, self.cancel,
+                                      self.state)
+            if self.cancel.is_set() and self._stop_why in ("user", "close"):
+                raise Cancelled("calibration cancelled")  # ended as it was cancelled: not stored
+            save_calibration(rt.paths, result)
         saved = self._save_pair_gamma(result)
         self.phase = DONE
         return Outcome(DONE, result, rt.auto_seed(), pair_gamma_saved=saved)

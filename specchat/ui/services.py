@@ -102,8 +102,9 @@ class AppServices:
             shutil.copy2(self.config_path, backup)
             note = f"your unreadable settings file was kept as {backup}"
             self.config_problem = None
-        try:
-            save_config(self.config_path, self._for_file())
+        try:  # only what it shows: what another specchat saved meanwhile stays
+            save_config(self.config_path, self._for_file(),
+                        None if note else SETTINGS_KEYS)
         except OSError as e:
             raise ConfigError(f"cannot save settings to {self.config_path}: {e.strerror or e}") \
                 from None
@@ -116,7 +117,7 @@ class AppServices:
         self.from_file.pop("theme", None)
         if self.config_path is not None and not self.config_problem:
             try:
-                save_config(self.config_path, self._for_file())
+                save_config(self.config_path, self._for_file(), ("theme",))
             except OSError as e:
                 raise ConfigError(f"cannot save the theme to {self.config_path}: "
                                   f"{e.strerror or e}") from None
@@ -146,7 +147,7 @@ class AppServices:
         self.config = self.config.with_(default_pair=pair_id, default_model=None)
         if self.config_path is not None and not self.config_problem:
             try:
-                save_config(self.config_path, self._for_file())
+                save_config(self.config_path, self._for_file(), ("default_pair", "default_model"))
             except OSError as e:
                 raise ConfigError(f"cannot save the default pair to {self.config_path}: "
                                   f"{e.strerror or e}") from None

@@ -19,9 +19,9 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from specchat.errors import SpecchatError
+from specchat.errors import BusyError, SpecchatError
 from specchat.models.hf_cache import sha256_file
-from specchat.models.progress import ProgressFn, no_progress
+from specchat.models.progress import ProgressFn, no_progress, waits
 from specchat.paths import AppPaths
 
 MEDUSA_FILE = "medusa.npz"
@@ -51,14 +51,40 @@ def target_sha256(paths: AppPaths, target: Path, report: ProgressFn = no_progres
     if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
         return str(hit["sha256"])
     digest = sha256_file(target, f"hashing {target.name}", report)
-    memo[key] = {"stamp": stamp, "sha256": digest}
-    with contextlib.suppress(OSError):  # a read-only data folder only costs hashing again
-        write_atomic(memo_file, lambda f: f.write(json.dumps(memo, indent=1).encode()))
+    with contextlib.suppress(OSError, BusyError):  # a read-only data folder, a stuck other
+        _remember(memo_file, key, {"stamp": stamp, "sha256": digest})  # process: hash again
     return digest
+
+
+def _remember(memo_file: Path, key: str, value: dict[str, Any]) -> None:
+    """Add one file's hash to the memo, under its lock: another process's entries stay."""
+    from specchat.locks import held
+
+    memo_file.parent.mkdir(parents=True, exist_ok=True)
+    with held(memo_file, "remembering a file's sha256", timeout_s=5.0):
+        memo: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads(memo_file.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                memo = loaded
+        memo[key] = value
+        write_atomic(memo_file, lambda f: f.write(json.dumps(memo, indent=1).encode()))
 
 
 def target_dir(paths: AppPaths, sha256: str) -> Path:
     return heads_root(paths) / sha256[:16]
+
+
+def training(paths: AppPaths, sha256: str, target_name: str,
+             report: ProgressFn = no_progress) -> contextlib.AbstractContextManager[bool]:
+    """Hold a target's heads folder for a training run: two runs at once would append the
+    same replies to its cache twice and time a machine the other keeps busy. A second one
+    waits, saying so, then trains on the cache the first one filled."""
+    from specchat.locks import held
+
+    folder = target_dir(paths, sha256)
+    folder.mkdir(parents=True, exist_ok=True)
+    return held(folder / "training", f"training heads for {target_name}", waits(report))
 
 
 @contextlib.contextmanager

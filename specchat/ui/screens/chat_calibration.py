@@ -13,7 +13,7 @@ from typing import Any
 
 from textual.screen import Screen
 
-from specchat.models.progress import Progress
+from specchat.models.progress import WAIT, Progress
 from specchat.runtime import Runtime
 from specchat.session.auto_calibration import (
     CANCELLED,
@@ -113,6 +113,10 @@ class BackgroundCalibration:
 
     def progress(self, p: Progress) -> None:
         if self.job is None or self.job.phase != RUNNING or p.failed:
+            return
+        if p.unit == WAIT:  # another specchat calibrates these files: say so on the bar
+            if not p.finished:
+                self._show(Progress("", self._shown, 1, unit="%"), p.task)
             return
         if p.total:
             self._shown = p.done / p.total

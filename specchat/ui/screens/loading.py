@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, ProgressBar, Static
 
 from specchat.loading import LOAD_TASK
-from specchat.models.progress import Progress, format_bytes, format_duration
+from specchat.models.progress import WAIT, Progress, format_bytes, format_duration
 
 LOADING_TASK = LOAD_TASK  # the runtime reports it: a percentage of the weights, the memory
 
@@ -26,6 +26,8 @@ def progress_detail(p: Progress, elapsed: float) -> str:
     def amount(v: float) -> str:
         return format_bytes(v) if p.unit == "B" else f"{v:.0f} {p.unit}"
 
+    if p.unit == WAIT:
+        return f"{format_duration(elapsed)} so far"
     rate = p.done / elapsed if elapsed > 0 else 0.0
     parts = [amount(p.done) + (f" / {amount(p.total)}" if p.total else "")]
     if rate > 0:
@@ -58,6 +60,9 @@ class LoadingScreen(Screen[None]):
                          "take seconds.  Ctrl+Q quits.", id="loading-hint")
 
     def show_progress(self, p: Progress) -> None:
+        if p.notice:  # a one-off line (a broken file moved aside): in place of the hint
+            self.query_one("#loading-hint", Static).update(Text(p.notice))
+            return
         now = time.monotonic()
         start = self._started.setdefault(p.task, now)
         bar = self.query_one(ProgressBar)

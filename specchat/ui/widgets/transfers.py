@@ -13,13 +13,15 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
-from specchat.models.progress import Progress, describe, format_bytes, format_duration
+from specchat.models.progress import WAIT, Progress, describe, format_bytes, format_duration
 
 
 def label_for(p: Progress, elapsed: float) -> str:
     """``download x.gguf · 40.2 MB of 98.4 MB · 12.3 MB/s · 0:05 left`` (the bar shows the %)."""
     if p.finished:
         return describe(p, elapsed)
+    if p.unit == WAIT:  # a wait for another specchat: only its time to show
+        return f"{p.task} · {format_duration(elapsed)}"
     if p.unit == "%":  # the bar shows it; no rate or ETA (a paused task's time would count)
         return " · ".join(x for x in (p.task, p.detail) if x)
     rate = p.done / elapsed if elapsed > 0 else 0.0
@@ -85,6 +87,9 @@ class TransferList(Widget):
         yield from ()
 
     def show(self, p: Progress) -> None:
+        if p.notice:  # a one-off line (a broken file moved aside): shown as it is, no bar
+            self.mount(Static(p.notice, classes="transfer-notice", markup=False))
+            return
         row = self.rows.get(p.task)
         if row is None:
             row = self.rows[p.task] = TransferRow(p.task)

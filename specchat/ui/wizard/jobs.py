@@ -12,7 +12,12 @@ from textual.message import Message
 
 from specchat.errors import FetchError, SpecchatError
 from specchat.models.calibration import CalibrationOptions, calibrate
-from specchat.models.calibration_store import save_calibration
+from specchat.models.calibration_store import (
+    calibrating,
+    load_calibration,
+    save_calibration,
+    stored_at,
+)
 from specchat.models.catalog import Catalog, HfSource, ModelEntry
 from specchat.models.compat import ModelFacts, check_files, facts_for_entry, facts_for_path
 from specchat.models.entries import hub_entry, path_entry
@@ -121,6 +126,14 @@ def fetch_pair(post: Post, cancel: threading.Event, resolver: ModelResolver, tar
 
 def calibrate_pair(post: Post, cancel: threading.Event, paths: AppPaths, target: Path,
                    draft: Path, options: CalibrationOptions) -> None:
-    result = calibrate(target, draft, options, _progress(post), cancel)
-    save_calibration(paths, result)
+    report = _progress(post)
+    before = stored_at(paths, target, draft)
+    with calibrating(paths, target, draft, report, cancel.is_set) as waited:
+        theirs = load_calibration(paths, target, draft) if waited and stored_at(
+            paths, target, draft) != before else None
+        if theirs is not None:  # another specchat measured it while this one waited
+            post(CalibrationDone(theirs))
+            return
+        result = calibrate(target, draft, options, report, cancel)
+        save_calibration(paths, result)
     post(CalibrationDone(result))
