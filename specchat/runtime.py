@@ -63,6 +63,7 @@ from specchat.paths import AppPaths
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,
 # the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
+PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}
@@ -272,16 +273,21 @@ class Runtime:
 
     def decoder(self, plain: bool = False,
                 gamma: GammaSetting | int | str | GammaPolicy | None = None,
-                ngram: bool | None = None, drafters: Sequence[str] | None = None) -> Decoder:
+                ngram: bool | None = None, drafters: Sequence[str] | None = None,
+                prediction: bool = False) -> Decoder:
         """Speculative when a draft is loaded or a drafter that needs none is asked for, else
         plain.
 
         ``gamma``: a :class:`GammaSetting` (or its text or number: "plan", "auto", "pair", N),
         a policy, or None for the default (the planner); see :meth:`policy`. ``drafters``:
         names, tried in turn (see :func:`drafter_names`); ``ngram`` True is the old spelling of
-        ``ngram,model``, False takes prompt lookup out of the default.
+        ``ngram,model``, False takes prompt lookup out of the default. ``prediction``: the
+        replies may carry a predicted output (``SamplerSettings.prediction``), which the
+        prediction drafter tries first, with or without a draft model.
         """
         names = drafter_names(drafters, ngram, self.draft_ctx is not None)
+        if prediction and not plain and PREDICTION not in names:
+            names = (PREDICTION, *names)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
         if MEDUSA in names:

@@ -121,7 +121,7 @@ def test_a_lookup_rejected_in_a_row_pauses_then_comes_back() -> None:
     assert max(paused) <= LOOKUP_PAUSE_MAX
     # Right guesses (scored on every step) end a pause at once.
     p.lookup_hot = True
-    p._lookup_pause = 5
+    p._lookup_pause["ngram"] = 5
     assert p.next_plan(("ngram",)).drafter == "ngram"
 
 

@@ -83,6 +83,25 @@ def test_prove_passes_the_rule_and_fails_a_biased_one(
     assert rc == 1 and "FAIL" in out, out
 
 
+def test_prove_with_a_prediction_passes_and_a_biased_rule_fails(
+        tiny_target: Path, home: AppPaths, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Drafting from a predicted output (the tiny target's greedy reply, which sampling at
+    T = 0.9 often leaves): the rule passes with drafts kept and rejected; a biased rule fails."""
+    pred = tmp_path / "pred.txt"
+    pred.write_text("b1o'b1v0000", encoding="utf-8")
+    args = ["prove", "--model", str(tiny_target), "--drafter", "prediction", "--seed", "5",
+            "--threads", "1", "--prediction", str(pred)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out, out
+    drafted, rejected = re.search(r"(\d+) tokens drafted.*?(\d+) rejected", out).groups()
+    assert int(drafted) > 500 and int(rejected) > 100, out
+    monkeypatch.setattr(speculative, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
+    assert main(args) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
 def test_prove_will_not_pass_a_run_that_hardly_rejected() -> None:
     same = homogeneity(Counter({(1,): 500, (2,): 500}), Counter({(1,): 502, (2,): 498}))
     few = Tally(continuations=1000, drafted=900, through_rejection=150)

@@ -35,7 +35,7 @@ from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime
+from specchat.runtime import PREDICTION, Runtime
 from specchat.textsafe import safe_json, safe_text
 
 
@@ -53,6 +53,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gamma", type=gamma_arg, metavar="plan|auto|pair|N",
                    help=GAMMA_OPTION_HELP)
     add_drafter_args(p)
+    p.add_argument("--prediction", metavar="FILE",
+                   help="a predicted output: text the reply is expected to be mostly (the file "
+                        "an edit changes a little), drafted from; the reply is the target's "
+                        "all the same")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.set_defaults(func=run)
 
@@ -83,6 +87,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         raise SpecchatError("the prompt is empty: ask a question, e.g. specchat ask \"hello\"")
     settings = sampler_from_args(env, args)
     system = system_prompt(env, args)  # before loading: a wrong name costs no model load
+    predicted = read_prediction(args.prediction) if args.prediction else None
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
@@ -92,14 +97,18 @@ def run(env: Env, args: argparse.Namespace) -> int:
         for w in runtime.pair_warnings:
             sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")
         decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
-                                  drafters=env.drafters(args))
+                                  drafters=env.drafters(args), prediction=predicted is not None)
+        if predicted is not None:
+            settings = settings.with_(prediction=tuple(runtime.target.tokenize(
+                predicted, add_special=False, parse_special=False)))
         setup = in_force(decoder)
         engine = ChatEngine(decoder)
         messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
         cancel = threading.Event()
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
         try:
-            stats = _stream(engine.reply(messages, settings, cancel), args.json, setup)
+            stats = _stream(engine.reply(messages, settings, cancel), args.json, setup,
+                            len(settings.prediction) if predicted is not None else None)
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
@@ -107,7 +116,28 @@ def run(env: Env, args: argparse.Namespace) -> int:
     return 130 if stats and stats.stop_reason == "cancelled" else 0
 
 
-def _stream(events: Any, as_json: bool, setup: InForce) -> GenerationStats | None:
+def read_prediction(path: str) -> str:
+    """A predicted output's text, or a clear error (missing, unreadable, not text)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise SpecchatError(f"--prediction: no such file: {safe_text(path)}") from None
+    except UnicodeDecodeError:
+        raise SpecchatError(f"--prediction: {safe_text(path)} is not UTF-8 text") from None
+    except OSError as e:
+        raise SpecchatError(f"--prediction: cannot read {safe_text(path)}: "
+                            f"{safe_text(e.strerror or str(e))}") from None
+
+
+def prediction_counts(s: GenerationStats, predicted: int) -> dict[str, int]:
+    """The predicted output's tokens the reply kept, and the rest (as OpenAI counts them)."""
+    kept = min(s.detail.accepted_by_drafter.get(PREDICTION, 0), predicted)
+    return {"accepted_prediction_tokens": kept, "rejected_prediction_tokens": predicted - kept}
+
+
+def _stream(events: Any, as_json: bool, setup: InForce,
+            predicted: int | None = None) -> GenerationStats | None:
     out = sys.stdout
     stats = None
     for ev in events:
@@ -115,6 +145,8 @@ def _stream(events: Any, as_json: bool, setup: InForce) -> GenerationStats | Non
             doc = event_json(ev)
             if isinstance(ev, GenerationStats):  # what ran: the drafters and the γ mode
                 doc.update(setup.as_dict())
+                if predicted is not None:
+                    doc.update(prediction_counts(ev, predicted))
             out.write(safe_json(json.dumps(doc, ensure_ascii=False)) + "\n")
         elif isinstance(ev, TokenEvent):
             out.write(safe_text(ev.text))
@@ -125,7 +157,12 @@ def _stream(events: Any, as_json: bool, setup: InForce) -> GenerationStats | Non
             stats = ev
     if stats and not as_json:
         out.write("\n")
-        sys.stderr.write(summary(stats, setup) + "\n")
+        line = summary(stats, setup)
+        if predicted is not None:
+            c = prediction_counts(stats, predicted)
+            line = (f"{line[:-1]} · prediction: {c['accepted_prediction_tokens']} of "
+                    f"{predicted} tokens kept]")
+        sys.stderr.write(line + "\n")
     return stats
 
 

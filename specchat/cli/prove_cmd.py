@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specchat.bench.chi2 import ChiSquare, detectable_tv, homogeneity
+from specchat.cli.ask import read_prediction
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
@@ -31,7 +32,7 @@ from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, drafter_names
+from specchat.runtime import PREDICTION, Runtime, drafter_names
 
 PROMPT = "Write one sentence about the sea."
 # The n-gram lookup drafts only where the conversation's last tokens appeared before: a reply
@@ -64,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         f"chain, a tree of {TREE_NODES} nodes for --drafter tree)")
     p.add_argument("--prompt", help=f"the prompt (default: {PROMPT!r}; with the n-gram "
                    f"drafter, {NGRAM_PROMPT!r} after a reply to repeat)")
+    p.add_argument("--prediction", metavar="FILE",
+                   help="a predicted output to draft from (as `ask --prediction` and the "
+                        "server's `prediction` do): the prediction drafter goes first")
     p.set_defaults(func=run)
 
 
@@ -168,12 +172,17 @@ def run(env: Env, args: argparse.Namespace) -> int:
                                              max_tokens=args.tokens, stop=()).validate()
     except ValueError as e:
         raise SpecchatError(str(e)) from None
+    predicted = read_prediction(args.prediction) if args.prediction else None
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
     print_notices(runtime)
     cancel = threading.Event()
     try:
         names = drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None)
+        if predicted is not None:
+            names = (PREDICTION, *(n for n in names if n != PREDICTION))
+            settings = settings.with_(prediction=tuple(runtime.target.tokenize(
+                predicted, add_special=False, parse_special=False)))
         if not names:
             raise SpecchatError("nothing to prove: give a pair (--pair), --model with --draft, "
                                 "or --drafter ngram")
@@ -182,7 +191,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         gamma = args.gamma or (TREE_NODES if "tree" in names else args.tokens - 1)
         spec = runtime.decoder(gamma=gamma, drafters=names)
         plain = runtime.decoder(plain=True)
-        echo = args.prompt is None and names[0] == "ngram"
+        echo = args.prompt is None and names[0] == "ngram" and predicted is None
         history = NGRAM_HISTORY if echo else ()
         text = args.prompt or (NGRAM_PROMPT if echo else PROMPT)
         prompt = ChatEngine(plain).tokenize_chat([*history, Message("user", text)])

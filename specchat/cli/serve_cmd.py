@@ -94,8 +94,10 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
                                with_draft=not args.plain)
         try:
             notes = [f"note: {w.message}" for w in runtime.pair_warnings] + runtime.notices()
+            # Any request may carry a predicted output: its drafter is always there (it
+            # proposes nothing without one, and its steps are then plain ones).
             decoder = runtime.decoder(plain=args.plain, gamma=gamma, ngram=ngram,
-                                      drafters=drafters)
+                                      drafters=drafters, prediction=True)
             engine = ChatEngine(decoder)
         except BaseException:
             runtime.close()

@@ -38,6 +38,9 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage: a usage chunk before [DONE]
     fates: bool = False  # specchat.fates: each token's text and fate
+    # OpenAI's Predicted Outputs: the text the reply is expected to be mostly (an edited file),
+    # drafted from; None when not given.
+    prediction: str | None = None
 
 
 def _kind_name(value: Any) -> str:
@@ -185,7 +188,25 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
             raise wrong_type("specchat.fates", "true or false", v)
         fates = bool(v)
     return dict(settings=sampler(doc, defaults), model=model, stream=stream,
-                include_usage=include_usage, fates=fates)
+                include_usage=include_usage, fates=fates,
+                prediction=_prediction(doc.get("prediction")))
+
+
+def _prediction(value: Any) -> str | None:
+    """``{"type": "content", "content": text or text parts}``, as OpenAI takes it."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise wrong_type("prediction", "an object", value)
+    kind = value.get("type")
+    if kind != "content":
+        shown = kind[:40] if isinstance(kind, str) else _kind_name(kind)
+        raise bad_request(f"'prediction.type' must be 'content', not {shown!r}",
+                          "prediction.type")
+    if value.get("content") is None:
+        raise bad_request("'prediction.content' is required", "prediction.content",
+                          "missing_required_parameter")
+    return _content(value.get("content"), "prediction.content")
 
 
 def _content(value: Any, param: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from specchat.engine.decode.events import GenerationStats, TokenEvent
 from specchat.engine.policy.in_force import InForce
+from specchat.runtime import PREDICTION
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
 
@@ -60,9 +61,17 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def usage(stats: GenerationStats) -> dict[str, int]:
-    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
-            "total_tokens": stats.prompt_tokens + stats.generated_tokens}
+def usage(stats: GenerationStats, prediction_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with a predicted output, its tokens the reply kept (drafted from it and
+    accepted) and the rest of it, as OpenAI's ``completion_tokens_details`` count them."""
+    doc: dict[str, Any] = {
+        "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
+        "total_tokens": stats.prompt_tokens + stats.generated_tokens}
+    if prediction_tokens is not None:
+        kept = min(stats.detail.accepted_by_drafter.get(PREDICTION, 0), prediction_tokens)
+        doc["completion_tokens_details"] = {"accepted_prediction_tokens": kept,
+                                            "rejected_prediction_tokens": prediction_tokens - kept}
+    return doc
 
 
 def _round(x: float | None) -> float | None:
@@ -149,7 +158,7 @@ class ReplyWriter:
         """The last chunk: why it ended, the usage, llama-server's timings and ours."""
         doc = self._head(True)
         doc["choices"] = [self._choice(None, FINISH_REASONS[done.stats.stop_reason], True)]
-        doc["usage"] = usage(done.stats)
+        doc["usage"] = usage(done.stats, done.prediction_tokens)
         doc["timings"] = timings(done.stats)
         doc["specchat"] = extension(done, self.setup)
         return doc
@@ -158,14 +167,14 @@ class ReplyWriter:
         """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage."""
         doc = self._head(True)
         doc["choices"] = []
-        doc["usage"] = usage(done.stats)
+        doc["usage"] = usage(done.stats, done.prediction_tokens)
         return doc
 
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._head(False)
         text = "".join(t.text for t in tokens)
         doc["choices"] = [self._choice(text, FINISH_REASONS[done.stats.stop_reason], False)]
-        doc["usage"] = usage(done.stats)
+        doc["usage"] = usage(done.stats, done.prediction_tokens)
         doc["timings"] = timings(done.stats)
         ext = extension(done, self.setup)
         if self.with_fates:

@@ -54,6 +54,7 @@ class Finished:
     stats: GenerationStats
     last_step: StepEvent | None = None  # the last draft/verify round: the γ mode's label
     notices: tuple[str, ...] = ()
+    prediction_tokens: int | None = None  # the predicted output's length; None: not given
 
 
 @dataclass(frozen=True)
@@ -239,8 +240,13 @@ class ModelHost:
             return self._finished(job, GenerationStats(stop_reason="cancelled"))
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
+            settings = job.request.settings
+            if job.request.prediction is not None:  # drafted from as the target's tokens
+                model = served.engine.model
+                settings = settings.with_(prediction=tuple(model.tokenize(
+                    job.request.prediction, add_special=False, parse_special=False)))
             job.post(Started(len(tokens)))
-            done = generate(served.engine, tokens, job)
+            done = generate(served.engine, tokens, job, settings)
             self._finished(job, done.stats)
             return done
         except ApiError as e:
@@ -299,11 +305,14 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
     return tokens
 
 
-def generate(engine: ChatEngine, tokens: list[int], job: Job) -> Finished:
+def generate(engine: ChatEngine, tokens: list[int], job: Job,
+             settings: SamplerSettings | None = None) -> Finished:
     """Run the shared decoder on the prompt, posting each token as it is committed."""
     last_step: StepEvent | None = None
     notices: list[str] = []
-    for ev in engine.decoder.run(tokens, job.request.settings, job.cancel):
+    settings = settings or job.request.settings
+    predicted = len(settings.prediction) if job.request.prediction is not None else None
+    for ev in engine.decoder.run(tokens, settings, job.cancel):
         if isinstance(ev, TokenEvent):
             job.post(ev)
         elif isinstance(ev, StepEvent):
@@ -311,5 +320,5 @@ def generate(engine: ChatEngine, tokens: list[int], job: Job) -> Finished:
         elif isinstance(ev, NoticeEvent):
             notices.append(ev.message)
         elif isinstance(ev, GenerationStats):
-            return Finished(ev, last_step, tuple(notices))
+            return Finished(ev, last_step, tuple(notices), predicted)
     raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")

@@ -105,6 +105,11 @@ class Drafter(Protocol):
         """A reply starts on ``prompt``."""
         ...
 
+    def configure(self, settings: SamplerSettings) -> None:
+        """Right after ``reset``: the reply's settings (a drafter that drafts from a request's
+        field, such as a predicted output, reads it here)."""
+        ...
+
     def propose(self, req: DraftRequest) -> Proposal:
         """Tokens for the target to check (none is a valid answer); may raise DraftFailed."""
         ...
@@ -133,6 +138,9 @@ class ChainDefault:
         return chain(self.name, gamma)
 
     def reset(self, prompt: Sequence[int]) -> None:
+        return None
+
+    def configure(self, settings: SamplerSettings) -> None:
         return None
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:

@@ -105,6 +105,10 @@ class SpecDetail:
     verify_batches: tuple[BatchTiming, ...] = ()  # by batch size, ascending
     draft_ms_per_token: float | None = None  # the draft model's, when it drafted
     steps_by_drafter: Mapping[str, int] = field(default_factory=dict)
+    # Draft tokens each drafter proposed, and of those the ones kept (a predicted output's
+    # accepted and rejected tokens, as OpenAI's usage reports them, come from these).
+    drafted_by_drafter: Mapping[str, int] = field(default_factory=dict)
+    accepted_by_drafter: Mapping[str, int] = field(default_factory=dict)
     step_s: float = 0.0  # wall time of the steps, events excluded
     llama_s: float = 0.0  # of which inside llama_decode (both models)
 
@@ -121,6 +125,8 @@ class SpecDetail:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["steps_by_drafter"] = dict(self.steps_by_drafter)
+        d["drafted_by_drafter"] = dict(self.drafted_by_drafter)
+        d["accepted_by_drafter"] = dict(self.accepted_by_drafter)
         d.update(acceptance_by_position=list(self.acceptance_by_position),
                  overhead_share=self.overhead_share)
         return d

@@ -18,6 +18,7 @@ from specchat.engine.decode.drafting import (
     can_propose,
 )
 from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.llama.model import DecodeCancelled
 from specchat.errors import SpecchatError
@@ -35,6 +36,10 @@ class Fallback(ChainDefault):
     def reset(self, prompt: Sequence[int]) -> None:
         for d in self.drafters:
             d.reset(prompt)
+
+    def configure(self, settings: SamplerSettings) -> None:
+        for d in self.drafters:
+            d.configure(settings)
 
     def propose(self, req: DraftRequest) -> Proposal:
         for d in self.drafters:

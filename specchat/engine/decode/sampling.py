@@ -32,6 +32,9 @@ class SamplerSettings:
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    # The reply's expected text as target tokens (OpenAI's Predicted Outputs): the prediction
+    # drafter proposes from it. The reply's distribution is the target's all the same.
+    prediction: tuple[int, ...] = ()
 
     @property
     def greedy(self) -> bool:

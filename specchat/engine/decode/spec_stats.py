@@ -29,6 +29,8 @@ class SpecTally:
         self.match_sum = 0.0
         self.overlap_n = 0
         self.by_drafter: Counter[str] = Counter()
+        self.drafted_by: Counter[str] = Counter()
+        self.accepted_by: Counter[str] = Counter()
         self.model_drafted = 0  # tokens proposed by the draft model (for ms/token)
         self.model_draft_s = 0.0
         self.verify_batches: dict[int, list[float]] = {}  # batch size -> [count, seconds]
@@ -45,6 +47,9 @@ class SpecTally:
         self.verify_s += step.verify_s
         self.target_forwards += 1
         self.by_drafter[step.drafter] += 1
+        if step.gamma:
+            self.drafted_by[step.drafter] += step.gamma
+            self.accepted_by[step.drafter] += step.accepted
         if step.drafter in ("model", "tree"):
             self.model_drafted += step.gamma
             self.model_draft_s += step.draft_s
@@ -85,6 +90,8 @@ class SpecTally:
             draft_ms_per_token=(1000 * self.model_draft_s / self.model_drafted
                                 if self.model_drafted else None),
             steps_by_drafter=dict(self.by_drafter),
+            drafted_by_drafter=dict(self.drafted_by),
+            accepted_by_drafter=dict(self.accepted_by),
             step_s=self.step_s,
             llama_s=self.llama_s,
         )

@@ -123,7 +123,7 @@ class SpeculativeDecoder:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
         reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
-        reused = self._start(seq, cancel, settings.max_tokens)
+        reused = self._start(seq, cancel, settings)
         if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
@@ -173,7 +173,8 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------------ the parts
 
-    def _start(self, seq: list[int], cancel: threading.Event, max_tokens: int) -> int | None:
+    def _start(self, seq: list[int], cancel: threading.Event,
+               settings: SamplerSettings) -> int | None:
         """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
         policy and the drafters told. None when cancelled."""
         for c in (self.target, self.draft):
@@ -187,9 +188,13 @@ class SpeculativeDecoder:
             return None
         read = len(seq) - 1 - reused
         self.policy.begin(self._new_prompt_text(seq))
+        self._set_alive(self.drafters, seq)
+        for dr in self._alive:
+            dr.configure(settings)
         d = self.draft
         self.policy.start_reply(ReplyStart(
-            max_tokens, (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
+            settings.max_tokens,
+            (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
             d.model.size_bytes / self.target.model.size_bytes
             if d is not None and self.target.model.size_bytes > 0 else None))
         lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
@@ -198,7 +203,6 @@ class SpeculativeDecoder:
             # only when a step first asks it): a planner weighs that against what drafting
             # would gain — after a long pasted document it can outweigh the whole reply.
             lag(len(seq) - self.draft.common_prefix(seq))
-        self._set_alive(self.drafters, seq)
         lags: Callable[[dict[str, int]], None] | None = getattr(self.policy, "drafter_lags", None)
         if lags is not None:  # drafters with a cache of their own (layer-skip, Kangaroo)
             lags({d.name: d.lag(seq) for d in self._alive if hasattr(d, "lag")})

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape
 from specchat.engine.decode.plan import Plan, depths
 from specchat.engine.decode.registry import DrafterEnv
-from specchat.engine.decode.sampling import Distribution, distribution
+from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
@@ -133,6 +133,9 @@ class MedusaDrafter:
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._h, self._h_len = None, -1
+
+    def configure(self, settings: SamplerSettings) -> None:
+        return None
 
     def settle(self, seq: Sequence[int]) -> None:
         self._h, self._h_len = None, -1

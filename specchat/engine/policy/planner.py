@@ -73,6 +73,12 @@ READ_LEARN = 8
 # point where a copy departs from its source, a lookup is wrong several times in a row, and each
 # failed check costs several plain steps on a steep CPU curve.
 LOOKUP_PAUSE_MAX = 16
+# Chain drafters other than the n-gram lookup that read nothing and cost a list slice (a
+# predicted output): not probed before they are scored, checks as deep as a lookup's, a prior
+# that trusts what the caller predicted (its steps soon say otherwise where it is wrong).
+LOOKUP_LIKE = ("prediction",)
+PREDICTION_PRIOR_ALPHA = 0.8
+LOOKUP_COST_PRIOR = 0.01  # × T(1) per proposed token, before one is measured
 
 
 class Planner(AutoGamma):
@@ -120,8 +126,10 @@ class Planner(AutoGamma):
         self._size_ratio: float | None = None
         self._budget: int | None = None
         self.lengths = ReplyLengths()
-        self._lookup_fails = 0  # lookup steps in a row that kept nothing
-        self._lookup_pause = 0  # steps left before the lookup is tried again
+        # Per lookup (n-gram, prediction): its steps in a row that kept nothing, and the steps
+        # left before it is tried again.
+        self._lookup_fails: dict[str, int] = {}
+        self._lookup_pause: dict[str, int] = {}
 
     def reseed(self, seed: AutoGammaSeed) -> None:
         super().reseed(seed)
@@ -205,7 +213,8 @@ class Planner(AutoGamma):
             # plans are built for the winner only).
             best_g, best_rate = 0, -1.0
             e, run = 1.0, 1.0
-            deepest = min(self.lookup_depth, len(table) - 1) if name == "ngram" else top
+            deepest = min(self.lookup_depth, len(table) - 1) \
+                if name == "ngram" or name in LOOKUP_LIKE else top
             steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
             for g in range(1, min(deepest, len(alph)) + 1):
                 run *= alph[g - 1]
@@ -303,8 +312,11 @@ class Planner(AutoGamma):
     def _other(self, name: str) -> OtherDrafter:
         got = self.others.get(name)
         if got is None:
-            got = self.others[name] = OtherDrafter(self.settings.gamma_max,
-                                                   self.settings.slow_half_life)
+            got = self.others[name] = (
+                OtherDrafter(self.lookup_depth, self.settings.slow_half_life,
+                             PREDICTION_PRIOR_ALPHA, LOOKUP_COST_PRIOR)
+                if name in LOOKUP_LIKE else
+                OtherDrafter(self.settings.gamma_max, self.settings.slow_half_life))
         return got
 
     def _own_can_pay(self, name: str) -> bool:
@@ -333,12 +345,15 @@ class Planner(AutoGamma):
     def next_plan(self, available: tuple[str, ...]) -> Plan:
         self._step_starts()
         s, ps = self.settings, self.plan_settings
-        if self._lookup_pause > 0:
-            self._lookup_pause -= 1
-            if self.lookup.hot:  # its guesses came right again
-                self._lookup_pause = self._lookup_fails = 0
-            elif "ngram" in available:
-                available = tuple(n for n in available if n != "ngram")
+        for name, left in list(self._lookup_pause.items()):
+            self._lookup_pause[name] = left - 1
+            if left <= 0:
+                del self._lookup_pause[name]
+            elif name == "ngram" and self.lookup.hot:  # its guesses came right again
+                self._lookup_pause.pop(name)
+                self._lookup_fails.pop(name, None)
+            else:
+                available = tuple(n for n in available if n != name)
         reply = self._reply_tokens
         if reply == 0 and any(self._lags_behind(n) for n in available):
             # The reply's first token comes from a plain step when a drafter would first have
@@ -375,6 +390,7 @@ class Planner(AutoGamma):
                     self.measured[n].tried += 1
                     return self._chosen(own, scored=False)
         unseen = [n for n in available if n not in SCORED and n not in self._own
+                  and n not in LOOKUP_LIKE
                   and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
         if unseen:  # a drafter never timed here: one short chain measures its cost and α
             self._plain_run = 0
@@ -387,8 +403,9 @@ class Planner(AutoGamma):
                 # times T(1)) rather than a guess — or an n-gram lookup, which is a plain step
                 # when it finds nothing and otherwise times a check of several tokens (without
                 # it, a reply whose warm-up lookups found nothing would never leave plain).
-                if "ngram" in available:
-                    return self._chosen(chain("ngram", 2, "timing a check"), scored=False)
+                lookup = next((n for n in (*LOOKUP_LIKE, "ngram") if n in available), None)
+                if lookup is not None:
+                    return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
                 if self._warmup_left and warm and reply is not None:
                     # The stats bar's words while the warm-up waits for a longer reply.
                     return self._chosen(plain(f"plain: drafting tried from token "
@@ -588,6 +605,8 @@ class Planner(AutoGamma):
             lam = self.ngram._lam_slow
             self._read_cost = [lam * self._read_cost[0] + step.read_s,
                                lam * self._read_cost[1] + step.read_tokens]
+        if step.gamma > 0 and step.drafter in ("ngram", *LOOKUP_LIKE):
+            self._lookup_outcome(step.drafter, step.accepted > 0)
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
@@ -597,11 +616,6 @@ class Planner(AutoGamma):
                 self.costs.add_draft(step.gamma, step.draft_s)
             self._learn(step)
         elif step.gamma > 0 and step.drafter == "ngram":
-            if step.accepted == 0:
-                self._lookup_fails += 1
-                self._lookup_pause = min(2 ** self._lookup_fails - 1, LOOKUP_PAUSE_MAX)
-            else:
-                self._lookup_fails = self._lookup_pause = 0
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
@@ -623,6 +637,15 @@ class Planner(AutoGamma):
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed
         self._after_observe()
+
+    def _lookup_outcome(self, name: str, kept: bool) -> None:
+        """A lookup step kept something, or nothing: the latter pauses it (LOOKUP_PAUSE_MAX)."""
+        if kept:
+            self._lookup_fails.pop(name, None)
+            self._lookup_pause.pop(name, None)
+            return
+        fails = self._lookup_fails[name] = self._lookup_fails.get(name, 0) + 1
+        self._lookup_pause[name] = min(2 ** fails - 1, LOOKUP_PAUSE_MAX)
 
     def score_guesses(self, committed: Sequence[int], ran: str,
                       guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
@@ -694,7 +717,7 @@ class Planner(AutoGamma):
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
         self._reply_tokens = 0
-        self._lookup_fails = self._lookup_pause = 0
+        self._lookup_fails, self._lookup_pause = {}, {}
 
     def start_reply(self, info: ReplyStart) -> None:
         self._budget = info.max_tokens

@@ -30,16 +30,18 @@ class OtherDrafter:
     """What the planner learns of a chain drafter it has no cost model for: its acceptance per
     position and its seconds per drafted token (decayed sums, catch-up included: cautious)."""
 
-    def __init__(self, size: int, half_life: float) -> None:
-        self.model = AcceptanceModel(size, OTHER_PRIOR_ALPHA, prior_weight=6.0,
+    def __init__(self, size: int, half_life: float, prior_alpha: float = OTHER_PRIOR_ALPHA,
+                 cost_prior: float = OTHER_COST_PRIOR) -> None:
+        self.model = AcceptanceModel(size, prior_alpha, prior_weight=6.0,
                                      slow_half_life=half_life)
+        self.cost_prior = cost_prior
         self.cost = [0.0, 0.0]  # decayed Σ seconds, Σ drafted tokens
         self.lam = decay_for(half_life)
         self.tried = 0  # steps planned on it (a step may find nothing to propose)
 
     def t(self, t1: float) -> float:
         s, n = self.cost
-        return s / n if n > 0 else OTHER_COST_PRIOR * t1
+        return s / n if n > 0 else self.cost_prior * t1
 
     def observe(self, step: StepEvent) -> None:
         self.cost = [self.lam * self.cost[0] + step.draft_s, self.lam * self.cost[1] + step.gamma]
