@@ -192,7 +192,13 @@ def token_logprobs(row: npt.NDArray[np.float32], token: int, s: SamplerSettings,
     out: tuple[tuple[int, float], ...] = ()
     if n:
         k = min(n, row.size)
-        ids = np.argpartition(-row, k - 1)[:k]
+        # The k largest are within a window below the max when it holds k ids: a comparison
+        # instead of a partition of the whole vocabulary (half the cost at 49k ids).
+        ids = np.flatnonzero(row >= m - _TOP_K_WINDOW)
+        if ids.size < k:
+            ids = np.argpartition(-row, k - 1)[:k]
+        elif ids.size > k:
+            ids = ids[np.argpartition(-row[ids], k - 1)[:k]]
         ids = ids[np.lexsort((ids, -row[ids]))]  # by logit, ties by id, as distribution()
         out = tuple((int(i), max(float(row[i]) - lse, LOGPROB_FLOOR)) for i in ids)
     return TokenLogprob(max(float(row[token]) - lse, LOGPROB_FLOOR), out)
