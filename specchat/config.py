@@ -56,7 +56,7 @@ class UserConfig:
     def to_yaml(self) -> str:
         d = asdict(self)
         d["gamma"] = self.gamma.to_config()
-        d["sampling"] = {k: v for k, v in d["sampling"].items() if k != "stop"}
+        d["sampling"] = {k: v for k, v in d["sampling"].items() if k in _SAMPLING}
         d["rpc"] = list(self.rpc)
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
 
@@ -92,7 +92,7 @@ PRESET_NAME_CHARS = 40
 
 
 _TOP = {f.name: f for f in fields(UserConfig)}
-_SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop"}
+_SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop", "logprobs"}  # per request
 _OFFLOAD = {f.name for f in fields(OffloadSettings)}
 MAX_CTX = (1 << 32) - 1  # llama.cpp keeps n_ctx in 32 bits; the memory check judges the rest
 

@@ -30,7 +30,7 @@ from specchat.engine.decode.events import (
     StepEvent,
     TokenEvent,
 )
-from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
@@ -58,6 +58,9 @@ def add_parser(sub: Any) -> None:
                         "an edit changes a little), drafted from; the reply is the target's "
                         "all the same")
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
+    p.add_argument("--logprobs", type=int, metavar="N",
+                   help="with --json: each token's log-probability under the target and the N "
+                        f"likeliest tokens at its position (0 to {MAX_TOP_LOGPROBS})")
     p.set_defaults(func=run)
 
 
@@ -66,6 +69,11 @@ def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
     changes = sampling_changes(args)
     if getattr(args, "stop", None):
         changes["stop"] = tuple(args.stop)
+    if getattr(args, "logprobs", None) is not None:
+        if not args.json:
+            raise SpecchatError("--logprobs needs --json: the figures come with each token's "
+                                "JSON object")
+        changes["logprobs"] = args.logprobs
     try:
         return base.with_(**changes).validate()
     except ValueError as e:
@@ -185,8 +193,12 @@ def summary(s: GenerationStats, setup: InForce | None = None) -> str:
 
 def event_json(ev: Event) -> dict[str, Any]:
     if isinstance(ev, TokenEvent):
-        return {"type": "token", "id": ev.token_id, "text": ev.text, "origin": ev.origin.value,
-                "position": ev.position, "t": round(ev.t, 6)}
+        doc = {"type": "token", "id": ev.token_id, "text": ev.text, "origin": ev.origin.value,
+               "position": ev.position, "t": round(ev.t, 6)}
+        if ev.logprob is not None:  # ids, not texts: the vocabulary is the reader's to map
+            doc.update(logprob=ev.logprob.logprob,
+                       top_logprobs=[{"id": i, "logprob": lp} for i, lp in ev.logprob.top])
+        return doc
     if isinstance(ev, RejectedEvent):
         return {"type": "rejected", "id": ev.token_id, "text": ev.text, "position": ev.position,
                 "p": ev.p, "q": ev.q, "branch": ev.branch}

@@ -26,6 +26,9 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Byte-level BPE spells ' ' as 'Ġ' and '\n' as 'Ċ'.
 CHARS = list("abcdefghijklmnopqrstuvwxyz") + list("ĠĊ.,!?'") + list("0123456789")
 MERGES = ["Ġ t", "t h", "Ġ a", "e r", "i n", "o n"]
+# Qwen2.5-Coder's fill-in-the-middle tokens, by their GGUF key (tokenizer.ggml.fim_KEY_token_id).
+FIM_TOKENS = {"pre": "<|fim_prefix|>", "suf": "<|fim_suffix|>", "mid": "<|fim_middle|>",
+              "pad": "<|fim_pad|>", "rep": "<|repo_name|>", "sep": "<|file_sep|>"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,16 @@ def vocabulary(extra: int = 0) -> list[str]:
     merged = [m.replace(" ", "") for m in MERGES]
     base = SPECIALS + CHARS + merged
     return base + [f"<x{i}>" for i in range(extra)]
+
+
+def fim_vocabulary(texts: dict[str, str] | None = None) -> list[str]:
+    """:func:`vocabulary` plus fill-in-the-middle tokens (Qwen's by default) at its end."""
+    return vocabulary() + list((texts or FIM_TOKENS).values())
+
+
+def fim_ids(tokens: list[str], texts: dict[str, str] | None = None) -> dict[str, int]:
+    """The ids of ``texts``' FIM tokens in ``tokens``, by GGUF key, for ``write_tiny_model``."""
+    return {k: tokens.index(t) for k, t in (texts or FIM_TOKENS).items()}
 
 
 def few_shared_vocabulary(own: int = 40) -> list[str]:
@@ -103,6 +116,7 @@ def write_tiny_model(
     weights_hook: Callable[[dict[str, np.ndarray]], None] | None = None,
     with_vocabulary: bool = True,
     output_rows: dict[int, float] | None = None,
+    fim: dict[str, int] | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF.
 
@@ -113,7 +127,9 @@ def write_tiny_model(
     tokenizer out of the metadata (a broken file, for tests); ``output_rows`` fills rows of the
     output matrix with a value (``{10: nan}``: token 10's logit is NaN, a broken model).
     ``weights_hook`` may change the weights in place before they are written (a model made to
-    say something in particular).
+    say something in particular). ``fim`` writes fill-in-the-middle token ids
+    (``{"pre": id, "suf": id, "mid": id, ...}``, see :func:`fim_ids`) into the metadata; those
+    tokens are control tokens, as rare in replies as the other specials.
     """
     path = Path(path)
     tokens = tokens if tokens is not None else vocabulary()
@@ -127,6 +143,9 @@ def write_tiny_model(
         spec = noise_from
     else:
         weights = _weights(spec, n_vocab)
+    control = set(SPECIALS) | {tokens[i] for i in (fim or {}).values()}
+    for i in (fim or {}).values():
+        weights["output.weight"][i] *= spec.special_scale
     for row, value in (output_rows or {}).items():
         weights["output.weight"][row] = value
     if keep_layers is not None:
@@ -153,13 +172,15 @@ def write_tiny_model(
         w.add_tokenizer_pre("default")
         w.add_token_list(tokens)
         types = [
-            gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens
+            gguf.TokenType.CONTROL if t in control else gguf.TokenType.NORMAL for t in tokens
         ]
         w.add_token_types(types)
         w.add_token_merges(MERGES)
         w.add_bos_token_id(bos_id)
         w.add_eos_token_id(eos_id)
         w.add_add_bos_token(add_bos)
+        for key, token in (fim or {}).items():
+            w.add_uint32(f"tokenizer.ggml.fim_{key}_token_id", token)
     if chat_template is not None:
         w.add_chat_template(chat_template)
     for k, v in weights.items():

@@ -1,5 +1,6 @@
 """The HTTP routes: OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``
-(also without the ``/v1`` prefix, as llama-server answers them) and ``/health``.
+(also without the ``/v1`` prefix, as llama-server answers them), llama-server's ``/infill``
+(fill-in-the-middle, in its own shape) and ``/health``.
 
 Every failure a client can cause is an OpenAI error object with its status, never a traceback.
 A handler reads the body up to a limit (413 beyond it), checks it, queues the generation and
@@ -22,11 +23,17 @@ from starlette.types import Receive, Scope, Send
 
 from specchat.engine.decode.events import TokenEvent
 from specchat.serve.api_errors import NOT_FOUND, ApiError, bad_request
-from specchat.serve.parse import GenerationRequest, chat_request, completion_request
-from specchat.serve.replies import DONE, ReplyWriter, dumps, error_event, sse
+from specchat.serve.parse import (
+    GenerationRequest,
+    chat_request,
+    completion_request,
+    infill_request,
+)
+from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, sse
 from specchat.serve.worker import Failed, Finished, Job, ModelHost, Started
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over
+Writer = ReplyWriter | InfillWriter
 
 
 class JSONBody(Response):
@@ -133,6 +140,9 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
     async def completions(request: Request) -> Response:
         return await _generate(request, completion_request)
 
+    async def infill(request: Request) -> Response:
+        return await _generate(request, infill_request)
+
     async def _generate(request: Request,
                         parse: Callable[[dict[str, Any], Any], GenerationRequest]) -> Response:
         doc = await read_json(request, max_body)
@@ -150,8 +160,12 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
         if served is None:  # closed meanwhile
             watch.stop()
             raise ApiError(503, "the server is shutting down", type="service_unavailable")
-        writer = ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
-                             req.include_usage)
+        pieces = job.pieces if req.settings.logprobs is not None else None
+        writer: Writer = (
+            InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
+            if req.kind == "infill" else
+            ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
+                        req.include_usage, pieces=pieces))
         if isinstance(first, (Failed, Finished)):
             watch.stop()
             if isinstance(first, Failed):
@@ -176,7 +190,8 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
-              Route("/completions", completions, methods=["POST"])]
+              Route("/completions", completions, methods=["POST"]),
+              Route("/infill", infill, methods=["POST"])]
     handlers: dict[Any, Any] = {ApiError: _api_error, HTTPException: _http_error,
                                 Exception: _internal_error}
     return Starlette(routes=routes, exception_handlers=handlers)
@@ -192,7 +207,7 @@ async def _first(job: Job) -> Started | Finished | Failed:
                 return item
 
 
-async def _stream(job: Job, writer: ReplyWriter) -> AsyncIterator[bytes]:
+async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
     first = writer.first_chunk()
     if first is not None:
         yield sse(first)
@@ -204,17 +219,19 @@ async def _stream(job: Job, writer: ReplyWriter) -> AsyncIterator[bytes]:
         for item in items:
             if isinstance(item, Failed):
                 yield error_event(item.error)
-                yield DONE
+                if writer.ends_with_done:
+                    yield DONE
                 return
             if isinstance(item, Finished):
                 yield sse(writer.final_chunk(item))
                 if writer.include_usage:
                     yield sse(writer.usage_chunk(item))
-                yield DONE
+                if writer.ends_with_done:
+                    yield DONE
                 return
 
 
-async def _whole(job: Job, writer: ReplyWriter) -> dict[str, Any]:
+async def _whole(job: Job, writer: Writer) -> dict[str, Any]:
     tokens: list[TokenEvent] = []
     while True:
         for item in await job.next():
@@ -235,7 +252,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404 and 405, as error objects."""
     assert isinstance(exc, HTTPException)
     what = {404: f"no route {request.url.path[:200]!r}: this server answers /v1/models, "
-                 "/v1/chat/completions and /v1/completions",
+                 "/v1/chat/completions, /v1/completions and /infill",
             405: f"{request.method} is not allowed on {request.url.path[:200]!r}"}
     message = what.get(exc.status_code, str(exc.detail))
     kind = NOT_FOUND if exc.status_code == 404 else "invalid_request_error"

@@ -3,9 +3,15 @@
 Every field this server acts on is checked for its type and range (the sampling ones by the
 config file's own rules, so a temperature the app refuses is refused here too) and a wrong one
 is a 400 naming it. ``null`` is "not given", as in OpenAI's API. Fields of OpenAI's API that
-would change the reply in a way this server does not do (``n`` > 1, penalties, logprobs, tools,
-a JSON response format) are refused rather than ignored: a client must not believe it got what
-it asked for. Anything else unknown is ignored, as OpenAI's servers do.
+would change the reply in a way this server does not do (``n`` > 1, penalties, tools, a JSON
+response format) are refused rather than ignored: a client must not believe it got what it
+asked for. Anything else unknown is ignored, as OpenAI's servers do.
+
+Log-probabilities (chat's ``logprobs`` and ``top_logprobs``, a completion's ``logprobs: N``,
+``/infill``'s ``n_probs``) become the sampler's ``logprobs``. Fill-in-the-middle is a
+completion's ``suffix`` or llama-server's ``/infill`` (``input_prefix``, ``input_suffix``,
+``input_extra``, ``prompt``); whether the model can do it is known only once it is loaded, so
+the worker says so.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from typing import Any, Literal
 
 from specchat.config import check_setting
 from specchat.engine.decode.chat_template import Message
-from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.fim import ExtraFile
+from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
@@ -30,11 +37,13 @@ SAMPLING_FIELDS = {"temperature": "sampling.temperature", "top_p": "sampling.top
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    kind: Literal["chat", "completion"]
+    kind: Literal["chat", "completion", "infill"]
     settings: SamplerSettings
     model: str | None = None
     messages: tuple[Message, ...] = ()  # chat: the conversation
-    prompt: str | tuple[int, ...] = ""  # completion: text or token ids
+    prompt: str | tuple[int, ...] = ""  # completion: text or token ids; infill: the prefix
+    suffix: str | None = None  # fill-in-the-middle: the text after the gap (None: no FIM)
+    extra: tuple[ExtraFile, ...] = ()  # infill: other files, as context
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage: a usage chunk before [DONE]
     fates: bool = False  # specchat.fates: each token's text and fate
@@ -147,9 +156,6 @@ def _unsupported(doc: Mapping[str, Any], kind: str) -> None:
     if doc.get("logit_bias"):
         raise bad_request("'logit_bias' is not supported: it would change the target's "
                           "distribution", "logit_bias")
-    if doc.get("logprobs") not in (None, False) or doc.get("top_logprobs") not in (None, 0):
-        param = "logprobs" if doc.get("logprobs") not in (None, False) else "top_logprobs"
-        raise bad_request("log-probabilities are not supported by this server", param)
     for name in ("tools", "functions"):
         if doc.get(name):
             raise bad_request("tool calls are not supported by this server", name)
@@ -159,11 +165,42 @@ def _unsupported(doc: Mapping[str, Any], kind: str) -> None:
     if kind == "completion":
         if doc.get("echo"):
             raise bad_request("'echo' is not supported", "echo")
-        if doc.get("suffix"):
-            raise bad_request("'suffix' (fill-in-the-middle) is not supported", "suffix")
         best_of = doc.get("best_of")
         if best_of not in (None, 1) or isinstance(best_of, bool):
             raise bad_request("'best_of' must be 1", "best_of")
+
+
+def _alternatives(value: Any, param: str) -> int:
+    """How many likeliest tokens to list beside each chosen one."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise wrong_type(param, f"a whole number from 0 to {MAX_TOP_LOGPROBS}", value)
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise bad_request(f"'{param}' must be from 0 to {MAX_TOP_LOGPROBS} (the likeliest "
+                          f"tokens listed beside each chosen one), not {value}", param)
+    return value
+
+
+def logprobs(doc: Mapping[str, Any], kind: str) -> int | None:
+    """The sampler's ``logprobs``: None for none, else how many alternatives per token.
+    Chat: ``logprobs: true`` and ``top_logprobs: N``; a completion: ``logprobs: N``;
+    ``/infill``: llama-server's ``n_probs: N`` (0: none, as there)."""
+    if kind == "infill":
+        n = doc.get("n_probs")
+        return None if n is None or _alternatives(n, "n_probs") == 0 else n
+    on, top = doc.get("logprobs"), doc.get("top_logprobs")
+    if kind == "completion":
+        if top is not None:
+            raise bad_request("'top_logprobs' is chat's: a completion asks with 'logprobs': N "
+                              "(the likeliest tokens listed beside each chosen one)",
+                              "top_logprobs")
+        return None if on is None or on is False else _alternatives(on, "logprobs")
+    if on is not None and not isinstance(on, bool):
+        raise wrong_type("logprobs", "true or false", on)
+    if top is not None:
+        _alternatives(top, "top_logprobs")
+        if not on:
+            raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    return (top or 0) if on else None
 
 
 def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dict[str, Any]:
@@ -187,9 +224,9 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
         if v is not None and not isinstance(v, bool):
             raise wrong_type("specchat.fates", "true or false", v)
         fates = bool(v)
-    return dict(settings=sampler(doc, defaults), model=model, stream=stream,
-                include_usage=include_usage, fates=fates,
-                prediction=_prediction(doc.get("prediction")))
+    settings = sampler(doc, defaults).with_(logprobs=logprobs(doc, kind))
+    return dict(settings=settings, model=model, stream=stream, include_usage=include_usage,
+                fates=fates, prediction=_prediction(doc.get("prediction")))
 
 
 def _prediction(value: Any) -> str | None:
@@ -279,7 +316,69 @@ def _prompt(value: Any) -> str | tuple[int, ...]:
     raise wrong_type("prompt", "a string or an array of token ids", value)
 
 
+def _suffix(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise wrong_type("suffix", "a string", value)
+    return value
+
+
 def completion_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
     prompt = _prompt(doc.get("prompt"))
-    return GenerationRequest("completion", prompt=prompt, **_common(doc, defaults, "completion"))
+    return GenerationRequest("completion", prompt=prompt, suffix=_suffix(doc.get("suffix")),
+                             **_common(doc, defaults, "completion"))
+
+
+def _text(doc: Mapping[str, Any], name: str) -> str:
+    v = doc.get(name)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise wrong_type(name, "a string", v)
+    return v
+
+
+def _extra(value: Any) -> tuple[ExtraFile, ...]:
+    """llama-server's ``input_extra``: ``[{"filename": ..., "text": ...}, ...]``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise wrong_type("input_extra", 'an array of {"filename", "text"} objects', value)
+    out = []
+    for i, chunk in enumerate(value):
+        where = f"input_extra[{i}]"
+        if not isinstance(chunk, dict):
+            raise wrong_type(where, 'an object {"filename", "text"}', chunk)
+        text, name = chunk.get("text", ""), chunk.get("filename", "tmp")  # llama-server's
+        if not isinstance(text, str):
+            raise wrong_type(f"{where}.text", "a string", text)
+        if not isinstance(name, str):
+            raise wrong_type(f"{where}.filename", "a string", name)
+        out.append(ExtraFile(name, text))
+    return tuple(out)
+
+
+def infill_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
+    """llama-server's ``/infill``: its ``n_predict`` is ``max_tokens`` (−1: the default), its
+    ``prompt`` is text that continues the prefix (the current line, for llama.vim)."""
+    doc = dict(doc)
+    n_predict = doc.pop("n_predict", None)
+    if n_predict is not None and doc.get("max_tokens") is None and n_predict != -1:
+        if not isinstance(n_predict, int) or isinstance(n_predict, bool):
+            raise wrong_type("n_predict", "a whole number", n_predict)
+        try:
+            doc["max_tokens"] = check_setting("sampling.max_tokens", n_predict)
+        except ValueError as e:
+            raise bad_request(f"'n_predict' {e} (or -1: the server's default)",
+                              "n_predict") from None
+    repeat = doc.get("repeat_penalty")
+    if repeat is not None and (not isinstance(repeat, (int, float)) or isinstance(repeat, bool)):
+        raise wrong_type("repeat_penalty", "a number", repeat)
+    if repeat is not None and repeat != 1:
+        raise bad_request("'repeat_penalty' is not supported: the reply is sampled exactly from "
+                          "the target's distribution, which a penalty would change",
+                          "repeat_penalty")
+    prefix = _text(doc, "input_prefix") + _text(doc, "prompt")
+    return GenerationRequest("infill", prompt=prefix, suffix=_text(doc, "input_suffix"),
+                             extra=_extra(doc.get("input_extra")),
+                             **_common(doc, defaults, "infill"))
 

@@ -1,17 +1,19 @@
 """A generation's events as OpenAI's JSON: a whole response, or streamed chunks for
 server-sent events, each carrying what llama-server reports beside it (``timings``) and
-specchat's own figures (``specchat``: α, τ, the γ mode, and on request each token's fate)."""
+specchat's own figures (``specchat``: α, τ, the γ mode, and on request each token's fate);
+on request, each token's log-probability in OpenAI's two shapes (chat's ``content`` list, the
+completions' parallel lists). ``/infill`` answers in llama-server's own shape instead."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.engine.decode.events import GenerationStats, TokenEvent
+from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
 from specchat.engine.policy.in_force import InForce
 from specchat.runtime import PREDICTION
 from specchat.serve.api_errors import ApiError
@@ -99,6 +101,51 @@ def fates(tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
     return [{"id": t.token_id, "text": t.text, "fate": t.origin.value} for t in tokens]
 
 
+def _token(pieces: Mapping[int, bytes], token: int, logprob: float) -> dict[str, Any]:
+    """One token as OpenAI writes it in log-probabilities: its text (what it adds, a special
+    token's marker), its UTF-8 bytes (a token may hold part of a character) and the figure."""
+    data = pieces.get(token, b"")
+    return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob,
+            "bytes": list(data)}
+
+
+def chat_logprobs(tokens: Sequence[TokenEvent], pieces: Mapping[int, bytes]
+                  ) -> list[dict[str, Any]]:
+    """Chat's ``logprobs.content``: each token with its ``top_logprobs``."""
+    return [{**_token(pieces, t.token_id, t.logprob.logprob),
+             "top_logprobs": [_token(pieces, i, lp) for i, lp in t.logprob.top]}
+            for t in tokens if t.logprob is not None]
+
+
+def completion_logprobs(tokens: Sequence[TokenEvent], pieces: Mapping[int, bytes],
+                        offset: int = 0) -> dict[str, Any]:
+    """The completions API's ``logprobs``: parallel lists, ``text_offset`` counted in
+    characters from the start of the completion (``offset``: the characters before)."""
+    out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                 "text_offset": []}
+    for t in tokens:
+        if t.logprob is not None:
+            out["tokens"].append(_token(pieces, t.token_id, 0.0)["token"])
+            out["token_logprobs"].append(t.logprob.logprob)
+            out["top_logprobs"].append({_token(pieces, i, 0.0)["token"]: lp
+                                        for i, lp in t.logprob.top})
+            out["text_offset"].append(offset)
+        offset += len(t.text)
+    return out
+
+
+def server_probabilities(tokens: Sequence[TokenEvent], pieces: Mapping[int, bytes]
+                         ) -> list[dict[str, Any]]:
+    """llama-server's ``completion_probabilities`` (its ``n_probs``), ids included."""
+    def entry(token: int, lp: TokenLogprob | float) -> dict[str, Any]:
+        value = lp.logprob if isinstance(lp, TokenLogprob) else lp
+        return {"id": token, **_token(pieces, token, value)}
+
+    return [{**entry(t.token_id, t.logprob),
+             "top_logprobs": [entry(i, lp) for i, lp in t.logprob.top]}
+            for t in tokens if t.logprob is not None]
+
+
 @dataclass
 class ReplyWriter:
     """The OpenAI JSON of one reply, chat or text completion, whole or as chunks."""
@@ -110,10 +157,21 @@ class ReplyWriter:
     include_usage: bool = False
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    # Log-probabilities were asked for: the tokens' bytes to write them with (the job's).
+    pieces: Mapping[int, bytes] | None = None
+    ends_with_done = True  # a stream's last line is "data: [DONE]"
+    _offset: int = 0  # characters streamed so far (a completion's text_offset)
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+    def _logprobs(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
+        if self.pieces is None:
+            return None
+        if self.chat:
+            return {"content": chat_logprobs(tokens, self.pieces), "refusal": None}
+        return completion_logprobs(tokens, self.pieces, self._offset)
 
     @property
     def _object(self) -> str:
@@ -143,13 +201,16 @@ class ReplyWriter:
         return doc
 
     def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
-        """The text of tokens committed together (None when they add no text and no fates
-        were asked for: a character still incomplete)."""
+        """The text of tokens committed together (None when they add no text and neither
+        fates nor log-probabilities were asked for: a character still incomplete)."""
         text = "".join(t.text for t in tokens)
-        if not text and not self.with_fates:
+        if not text and not self.with_fates and self.pieces is None:
             return None
         doc = self._head(True)
         doc["choices"] = [self._choice(text, None, True)]
+        if self.pieces is not None:
+            doc["choices"][0]["logprobs"] = self._logprobs(tokens)
+            self._offset += len(text)
         if self.with_fates:
             doc["specchat"] = {"tokens": fates(tokens)}
         return doc
@@ -174,6 +235,8 @@ class ReplyWriter:
         doc = self._head(False)
         text = "".join(t.text for t in tokens)
         doc["choices"] = [self._choice(text, FINISH_REASONS[done.stats.stop_reason], False)]
+        if self.pieces is not None:
+            doc["choices"][0]["logprobs"] = self._logprobs(tokens)
         doc["usage"] = usage(done.stats, done.prediction_tokens)
         doc["timings"] = timings(done.stats)
         ext = extension(done, self.setup)
@@ -181,6 +244,63 @@ class ReplyWriter:
             ext["tokens"] = fates(tokens)
         doc["specchat"] = ext
         return doc
+
+
+# The engine's stop reasons as llama-server's stop_type.
+STOP_TYPES = {"eos": "eos", "stop": "word", "length": "limit", "context": "limit",
+              "cancelled": "limit"}
+
+
+@dataclass
+class InfillWriter:
+    """llama-server's ``/infill`` JSON (its ``/completion`` shape): ``content`` and ``stop``
+    per chunk, then the figures — ``tokens_predicted``, ``tokens_evaluated``,
+    ``tokens_cached``, ``timings`` — with specchat's own; no ``[DONE]`` line, as there."""
+
+    model: str
+    setup: InForce
+    with_fates: bool = False
+    include_usage: bool = False  # (an OpenAI stream option: not in this shape)
+    pieces: Mapping[int, bytes] | None = None
+    ends_with_done = False
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        return None
+
+    def _probs(self, doc: dict[str, Any], tokens: Sequence[TokenEvent]) -> dict[str, Any]:
+        if self.pieces is not None:
+            doc["completion_probabilities"] = server_probabilities(tokens, self.pieces)
+        return doc
+
+    def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
+        text = "".join(t.text for t in tokens)
+        if not text and not self.with_fates and self.pieces is None:
+            return None
+        doc = {"index": 0, "content": text, "tokens": [t.token_id for t in tokens],
+               "stop": False}
+        if self.with_fates:
+            doc["specchat"] = {"tokens": fates(tokens)}
+        return self._probs(doc, tokens)
+
+    def _end(self, text: str, done: Finished) -> dict[str, Any]:
+        s = done.stats
+        return {"index": 0, "content": text, "tokens": [], "stop": True, "model": self.model,
+                "tokens_predicted": s.generated_tokens, "tokens_evaluated": s.prompt_tokens,
+                "tokens_cached": s.cached_tokens, "stop_type": STOP_TYPES[s.stop_reason],
+                "timings": timings(s), "specchat": extension(done, self.setup)}
+
+    def final_chunk(self, done: Finished) -> dict[str, Any]:
+        return self._end("", done)
+
+    def usage_chunk(self, done: Finished) -> dict[str, Any]:
+        raise AssertionError("an /infill stream has no usage chunk")
+
+    def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
+        doc = self._end("".join(t.text for t in tokens), done)
+        doc["tokens"] = [t.token_id for t in tokens]
+        if self.with_fates:
+            doc["specchat"]["tokens"] = fates(tokens)
+        return self._probs(doc, tokens)
 
 
 def error_event(error: ApiError) -> bytes:

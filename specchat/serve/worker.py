@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
@@ -74,6 +76,9 @@ class Job:
     number: int = field(default_factory=lambda: next(_ids))
     items: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     why: str = "its client went away"  # what a cancel means, for the log
+    # The bytes of the tokens its log-probabilities name (special tokens as their marker),
+    # written by the worker thread before it posts the token that needs them.
+    pieces: dict[int, bytes] = field(default_factory=dict)
     _unread: list[Item] = field(default_factory=list)
 
     def post(self, item: Item) -> None:
@@ -279,23 +284,28 @@ class ModelHost:
 def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
                   cancel: threading.Event) -> list[int]:
     """The request's prompt as the target's tokens: a chat through the model's own template
-    (the app's), a completion's text as it is; a 400 when it does not fit in the context."""
+    (the app's), a completion's text as it is, a fill-in-the-middle in the model's FIM tokens;
+    a 400 when it does not fit in the context."""
     model = engine.model
-    if request.kind == "chat":
+    param = "messages" if request.kind == "chat" else "prompt"
+    if not isinstance(request.prompt, str):
+        bad = next((t for t in request.prompt if not 0 <= t < model.n_vocab), None)
+        if bad is not None:
+            raise bad_request(f"token id {bad} is not in the model's vocabulary (0 to "
+                              f"{model.n_vocab - 1})", "prompt")
+    fim = _fim_tokens(engine, request) if request.suffix is not None else None
+    if fim is not None:
+        tokens = fim
+        param = "input_prefix" if request.kind == "infill" else param
+    elif request.kind == "chat":
         try:
             tokens = engine.tokenize_chat(request.messages, cancel)
         except ModelFileError as e:  # the template refused this conversation
             raise bad_request(str(e), "messages") from None
-        param = "messages"
     elif isinstance(request.prompt, str):
         tokens = model.tokenize(request.prompt, add_special=model.add_bos, parse_special=True)
-        param = "prompt"
     else:
-        tokens, param = list(request.prompt), "prompt"
-        bad = next((t for t in tokens if not 0 <= t < model.n_vocab), None)
-        if bad is not None:
-            raise bad_request(f"token id {bad} is not in the model's vocabulary (0 to "
-                              f"{model.n_vocab - 1})", "prompt")
+        tokens = list(request.prompt)
     if not tokens:
         raise bad_request("the prompt is empty", param)
     if len(tokens) >= engine.n_ctx:  # not even one token of room for the reply
@@ -305,15 +315,38 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
     return tokens
 
 
+def _fim_tokens(engine: ChatEngine, request: GenerationRequest) -> list[int] | None:
+    """A fill-in-the-middle prompt; the extra files fill what the prompt and the reply's
+    ``max_tokens`` leave of the context. None: an empty suffix on a model without FIM."""
+    assert request.suffix is not None
+    try:
+        return fim_prompt(engine.model, request.prompt, request.suffix, extra=request.extra,
+                          repo_level=request.kind == "infill",
+                          limit=engine.n_ctx - request.settings.max_tokens)
+    except FimUnsupportedError as e:
+        if request.kind == "completion":
+            if not request.suffix:  # nothing after the gap: what a plain completion does
+                return None
+            raise bad_request(str(e), "suffix", "fim_not_supported") from None
+        # llama-server's answer to /infill on such a model
+        raise ApiError(501, str(e), type="not_supported_error", param="input_suffix",
+                       code="fim_not_supported") from None
+
+
 def generate(engine: ChatEngine, tokens: list[int], job: Job,
              settings: SamplerSettings | None = None) -> Finished:
     """Run the shared decoder on the prompt, posting each token as it is committed."""
     last_step: StepEvent | None = None
     notices: list[str] = []
+    pieces = job.pieces
     settings = settings or job.request.settings
     predicted = len(settings.prediction) if job.request.prediction is not None else None
     for ev in engine.decoder.run(tokens, settings, job.cancel):
         if isinstance(ev, TokenEvent):
+            if ev.logprob is not None:  # the texts its log-probabilities will be written with
+                for t in (ev.token_id, *(i for i, _ in ev.logprob.top)):
+                    if t not in pieces:
+                        pieces[t] = piece(engine.model, t, special=True)
             job.post(ev)
         elif isinstance(ev, StepEvent):
             last_step = ev

@@ -23,12 +23,22 @@ class TokenOrigin(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The target's log-probability of a committed token, and of the likeliest tokens at its
+    position (see ``sampling.token_logprobs`` for which distribution)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, log-probability), likeliest first
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     token_id: int
     text: str  # the characters this token completes ("" while a UTF-8 sequence is partial)
     origin: TokenOrigin
     position: int  # index of the token in the reply (0 = first generated token)
     t: float  # seconds since the request started
+    logprob: TokenLogprob | None = None  # only when the settings ask for it (``logprobs``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,13 @@ from collections.abc import Iterator, Sequence
 from specchat.engine.decode.decoding import Clock, prefill
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenOrigin
 from specchat.engine.decode.reply import Reply
-from specchat.engine.decode.sampling import SamplerSettings, distribution, greedy_token, make_rng
+from specchat.engine.decode.sampling import (
+    SamplerSettings,
+    distribution,
+    greedy_token,
+    make_rng,
+    token_logprobs,
+)
 from specchat.engine.llama.model import DecodeCancelled, LlamaContext
 
 
@@ -37,11 +43,14 @@ class PlainDecoder:
         t_first = t_last = prompt_s
         reason = "length"
         while True:
-            token = greedy_token(row) if greedy else distribution(row, settings).sample(rng)
+            dist = None if greedy else distribution(row, settings)
+            token = greedy_token(row) if dist is None else dist.sample(rng)
+            logprob = None if settings.logprobs is None else \
+                token_logprobs(row, token, settings, dist)
             t_last = clock.now()
             if not reply.tokens:
                 t_first = t_last
-            yield from reply.add(token, TokenOrigin.PLAIN, t_last)
+            yield from reply.add(token, TokenOrigin.PLAIN, t_last, logprob)
             if reply.done:
                 reason = reply.stop_reason or "eos"
                 break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
-from specchat.engine.decode.events import TokenEvent, TokenOrigin
+from specchat.engine.decode.events import TokenEvent, TokenLogprob, TokenOrigin
 from specchat.engine.llama.model import LlamaModel
 
 
@@ -29,7 +29,8 @@ class Reply:
     def done(self) -> bool:
         return self.stop_reason is not None
 
-    def add(self, token: int, origin: TokenOrigin, t: float) -> list[TokenEvent]:
+    def add(self, token: int, origin: TokenOrigin, t: float,
+            logprob: TokenLogprob | None = None) -> list[TokenEvent]:
         """Commit one token; return the events that can be shown now."""
         if self.done:
             return []
@@ -38,7 +39,7 @@ class Reply:
             self.stop_reason = "eos"
             return self.flush()
         piece = self._decoder.decode(self.model.piece(token))
-        event = TokenEvent(token, piece, origin, len(self.tokens) - 1, t)
+        event = TokenEvent(token, piece, origin, len(self.tokens) - 1, t, logprob)
         self.text += piece
         if not self.stop:
             self._released += len(piece)
@@ -67,7 +68,8 @@ class Reply:
             ev = self._held[0]
             cut = upto - self._released
             if cut > 0:
-                out.append(TokenEvent(ev.token_id, ev.text[:cut], ev.origin, ev.position, ev.t))
+                out.append(TokenEvent(ev.token_id, ev.text[:cut], ev.origin, ev.position, ev.t,
+                                      ev.logprob))
                 self._released += cut
             self._held.clear()
         return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -36,7 +37,14 @@ from specchat.engine.decode.drafting import (
     can_propose,
     fit_shape,
 )
-from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, StepEvent, TokenOrigin
+from specchat.engine.decode.events import (
+    Event,
+    GenerationStats,
+    NoticeEvent,
+    StepEvent,
+    TokenLogprob,
+    TokenOrigin,
+)
 from specchat.engine.decode.fallback import Fallback
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.registry import DrafterEnv, build
@@ -49,6 +57,7 @@ from specchat.engine.decode.sampling import (
     greedy_token,
     greedy_tokens,
     make_rng,
+    token_logprobs,
 )
 from specchat.engine.decode.spec_stats import SpecTally
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
@@ -75,6 +84,18 @@ class _TargetRows:
         if d is None:
             d = self._done[i] = distribution(self.rows[i], self.settings)
         return d
+
+
+def _path_logprobs(rows: npt.NDArray[np.float32], p: _TargetRows | None,
+                   tokens: Sequence[int], v: Verdict,
+                   settings: SamplerSettings) -> tuple[TokenLogprob, ...]:
+    """The target's log-probabilities of what a step commits: each kept draft token from its
+    parent's row (the root's is row 0, node i's row i + 1), then the target's own token from
+    the last kept node's — for a corrected token p, not the residual it was drawn from."""
+    at = (-1, *v.path)
+    committed = (*(tokens[i] for i in v.path), v.token)
+    return tuple(token_logprobs(rows[a + 1], t, settings, p[a + 1] if p is not None else None)
+                 for a, t in zip(at, committed, strict=True))
 
 
 class SpeculativeDecoder:
@@ -288,7 +309,8 @@ class SpeculativeDecoder:
             forward_s = time.perf_counter() - t0
             token = greedy_token(row) if settings.greedy else \
                 distribution(row, settings).sample(rng)
-            return Verdict(0, token, None), forward_s
+            lp = () if settings.logprobs is None else (token_logprobs(row, token, settings),)
+            return Verdict(0, token, None, logprobs=lp), forward_s
         tokens = [seq[-1], *proposal.tokens]
         # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
         tree = proposal.kind == "tree" or proposal.side is not None
@@ -303,11 +325,14 @@ class SpeculativeDecoder:
             rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
                     else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
+        p = None
         if settings.greedy:
             v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
         else:
-            v = verify_tree(_TargetRows(rows, settings), proposal.tokens, proposal.parents,
-                            proposal.q, rng)
+            p = _TargetRows(rows, settings)
+            v = verify_tree(p, proposal.tokens, proposal.parents, proposal.q, rng)
+        if settings.logprobs is not None:  # before keep_branch: rows view llama.cpp's buffer
+            v = replace(v, logprobs=_path_logprobs(rows, p, proposal.tokens, v, settings))
         if tree:
             tgt.keep_branch(shape, v.path[-1] + 1 if v.path else 0,
                             [seq[-1], *(proposal.tokens[i] for i in v.path)])
@@ -317,7 +342,8 @@ class SpeculativeDecoder:
                 settings: SamplerSettings, now: float) -> list[Event]:
         """The kept drafts, then the target's own token; the caches follow."""
         if not proposal.tokens:  # a plain step: the cache already holds seq[:-1] once appended
-            out: list[Event] = [*reply.add(verdict.token, TokenOrigin.PLAIN, now)]
+            out: list[Event] = [*reply.add(verdict.token, TokenOrigin.PLAIN, now,
+                                           verdict.logprobs[0] if verdict.logprobs else None)]
             seq.append(verdict.token)
             for d in self._alive:
                 d.commit(seq, proposal, verdict)
@@ -332,7 +358,8 @@ class SpeculativeDecoder:
                 out.extend(main)
                 origin = (TokenOrigin.CORRECTED if verdict.rejected is not None else
                           TokenOrigin.BONUS if proposal.tokens else TokenOrigin.PLAIN)
-            out.extend(reply.add(token, origin, now))
+            out.extend(reply.add(token, origin, now,
+                                 verdict.logprobs[j] if verdict.logprobs else None))
             seq.append(token)
             if reply.done or reply.n_generated >= settings.max_tokens:
                 break

@@ -45,6 +45,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.decode.events import TokenLogprob
 from specchat.engine.decode.sampling import Distribution
 
 # Below this residual mass p and q are equal up to rounding; a rejection then had probability
@@ -78,6 +79,9 @@ class Verdict:
     ranks: tuple[int, ...] = ()  # each kept node's rank among its siblings (0 = the best)
     rejections: tuple[Rejection, ...] = ()  # every child rejected where the path stopped
     judged: int = 0  # children the rule rejected on the whole path (each left a residual)
+    # The target's log-probabilities of the committed tokens (the path's, then ``token``),
+    # when the settings ask for them; the decoder adds them (see sampling.token_logprobs).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 def one_hot(token: int) -> Distribution:

@@ -1,8 +1,10 @@
-"""A loaded model's vocabulary at the byte level: what cross-vocabulary drafting matches on."""
+"""A loaded model's vocabulary at the byte level: what cross-vocabulary drafting matches on;
+and its fill-in-the-middle tokens."""
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import llama_cpp
 
@@ -36,3 +38,38 @@ def tokenize_bytes(model: LlamaModel, data: bytes) -> list[int]:
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(model.vocab, data, len(data), buf, n_max, False, True)
     return list(buf[:max(0, n)])
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A vocabulary's fill-in-the-middle tokens (Qwen2.5-Coder's ``<|fim_prefix|>``,
+    ``<|fim_suffix|>``, ``<|fim_middle|>``; ``<|repo_name|>`` and ``<|file_sep|>`` for
+    repository-level context, where the vocabulary has them)."""
+
+    pre: int
+    suf: int
+    mid: int
+    rep: int | None = None
+    sep: int | None = None
+
+
+def fim_tokens(model: LlamaModel) -> FimTokens | None:
+    """The model's FIM tokens, None when it lacks any of prefix, suffix and middle.
+
+    llama.cpp reads them from the GGUF's ``tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id``
+    and, for files converted before those keys existed, finds them by their text
+    (``<|fim_prefix|>``, ``<fim_prefix>``, ``<PRE>``, ...), so this asks it rather than the
+    metadata alone.
+    """
+    v = model.vocab
+
+    def known(t: int) -> int | None:
+        return t if 0 <= t < model.n_vocab else None  # LLAMA_TOKEN_NULL is −1
+
+    pre, suf, mid = (known(f(v)) for f in (llama_cpp.llama_vocab_fim_pre,
+                                           llama_cpp.llama_vocab_fim_suf,
+                                           llama_cpp.llama_vocab_fim_mid))
+    if pre is None or suf is None or mid is None:
+        return None
+    return FimTokens(pre, suf, mid, known(llama_cpp.llama_vocab_fim_rep(v)),
+                     known(llama_cpp.llama_vocab_fim_sep(v)))
