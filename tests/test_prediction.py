@@ -59,6 +59,17 @@ def test_the_drafter_follows_the_reply_and_rejoins_after_a_change() -> None:
     assert d.lookup(5) == [18, 19]  # to the prediction's end, no further
 
 
+def test_an_edit_is_learnt_and_made_in_later_proposals() -> None:
+    # The prediction uses 40 41 twice; the reply renames it to 90 at the first use.
+    pred = [1, 40, 41, 2, 3, 4, 5, 40, 41, 6, 7]
+    d = drafter(pred)
+    seq = [*PROMPT, 1, 90, 2, 3]  # departs at 40 41, re-joins at "2 3"
+    assert propose(d, seq, 6) == [4, 5, 90, 6, 7]  # the second use proposed renamed
+    seq += [4, 5, 90, 6]
+    assert propose(d, seq, 2) == [7]  # followed through the edit without losing its place
+    assert d.edits == {(40, 41): (90,)}
+
+
 def test_rejoining_prefers_the_occurrence_after_where_the_reply_left() -> None:
     # "7 8" occurs twice: the reply left the prediction after the first, so it goes on from
     # the second, not back at the start.

@@ -8,6 +8,8 @@ prediction's first token and moves with every committed token that equals the pr
 one. Where the reply departs (the renamed variable), the cursor is lost; after each later token
 the drafter looks up the reply's last tokens, longest match first, and takes the occurrence
 nearest after the point it lost, so the reply re-joins the prediction just past the change.
+What the reply wrote in place of the prediction's tokens there is learnt as an edit and made in
+what is proposed from then on: a renamed variable is proposed renamed from its second use.
 
 A proposal is a chain of point masses (q one-hot), cut after an end-of-generation token: the
 verification rule keeps a token with probability p(token), so the reply's distribution is the
@@ -26,6 +28,7 @@ from specchat.engine.decode.verify import Verdict, one_hot
 NAME = "prediction"
 N_MAX = 6  # longest n-gram looked up to re-join the prediction
 N_MIN = 2  # shorter matches re-join at chance places (" the", a newline)
+MAX_EDIT = 8  # longest replaced span (either side) learnt as an edit
 
 
 def _never(token: int) -> bool:
@@ -42,15 +45,25 @@ class PredictionDrafter(ChainDefault):
         self._start = 0  # where the reply begins in the committed sequence
         self._seen = 0  # reply tokens taken into account
         self._reply: list[int] = []
-        self.cursor: int | None = None  # the prediction's index the reply goes on from
-        self._lost_at = 0  # where the cursor was when the reply departed
+        # Where the reply goes on: the prediction's index, and the tokens of an edit being
+        # written before it (None: lost, the reply departed from the prediction).
+        self.state: tuple[int, tuple[int, ...]] | None = None
+        self._lost_at = (0, 0)  # (prediction index, reply index) where the reply departed
+        # Edits the reply made to the prediction so far (its tokens → the reply's), applied to
+        # what is proposed next: a renamed variable is proposed renamed from its second use.
+        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    @property
+    def cursor(self) -> int | None:
+        return None if self.state is None else self.state[0]
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._start = len(prompt)
         self._seen = 0
         self._reply = []
-        self.cursor = 0
-        self._lost_at = 0
+        self.state = (0, ())
+        self._lost_at = (0, 0)
+        self.edits = {}
 
     def configure(self, settings: SamplerSettings) -> None:
         if settings.prediction != self.prediction:
@@ -61,42 +74,71 @@ class PredictionDrafter(ChainDefault):
                 for j in range(n, len(p) + 1):
                     index.setdefault(p[j - n : j], []).append(j)
             self._index = index
-        self.cursor = 0 if self.prediction else None
+        self.state = (0, ()) if self.prediction else None
+        self.edits = {}
 
     # ------------------------------------------------------------------------ following
 
+    def _next(self, state: tuple[int, tuple[int, ...]]
+              ) -> tuple[int, tuple[int, tuple[int, ...]]] | None:
+        """The token expected after ``state``, and the state after it (None: the end)."""
+        i, pending = state
+        if pending:
+            return pending[0], (i, pending[1:])
+        p = self.prediction
+        for src, dst in self.edits.items():
+            if dst and p[i : i + len(src)] == src:
+                return dst[0], (i + len(src), dst[1:])
+        if i < len(p):
+            return p[i], (i + 1, ())
+        return None
+
     def _follow(self, seq: Sequence[int]) -> None:
         """Take the reply's new tokens into account (O(new tokens) per step)."""
-        p = self.prediction
         for t in seq[self._start + self._seen:]:
             t = int(t)
             self._reply.append(t)
             self._seen += 1
-            c = self.cursor
-            if c is not None and c < len(p) and p[c] == t:
-                self.cursor = c + 1
+            state = self.state
+            nxt = self._next(state) if state is not None else None
+            if nxt is not None and nxt[0] == t:
+                self.state = nxt[1]
                 continue
-            if c is not None:
-                self._lost_at = c
-            self.cursor = self._rejoin()
+            if state is not None:
+                self._lost_at = (state[0], len(self._reply) - 1)
+            self.state = self._rejoin()
 
-    def _rejoin(self) -> int | None:
-        """Where the reply's tail occurs in the prediction, nearest after where it was lost."""
+    def _rejoin(self) -> tuple[int, tuple[int, ...]] | None:
+        """Where the reply's tail occurs in the prediction, nearest after where it was lost;
+        what the reply wrote instead of the prediction's tokens in between is learnt as an
+        edit."""
         r = self._reply
+        lost_p, lost_r = self._lost_at
         for n in range(min(N_MAX, len(r)), N_MIN - 1, -1):
             hits = self._index.get(tuple(r[-n:]))
-            if hits:
-                after = [j for j in hits if j >= self._lost_at]
-                return min(after) if after else hits[-1]
+            if not hits:
+                continue
+            after = [j for j in hits if j >= lost_p]
+            j = min(after) if after else hits[-1]
+            src = self.prediction[lost_p : j - n]
+            dst = tuple(r[lost_r : len(r) - n])
+            if after and 0 < len(src) <= MAX_EDIT and len(dst) <= MAX_EDIT:
+                self.edits[src] = dst
+            return j, ()
         return None
 
     def lookup(self, k: int) -> list[int]:
-        c = self.cursor
-        if c is None or k <= 0:
-            return []
-        out = list(self.prediction[c : c + k])
-        cut = next((i + 1 for i, t in enumerate(out) if self.is_eog(t)), len(out))
-        return out[:cut]
+        out: list[int] = []
+        state = self.state
+        while state is not None and len(out) < k:
+            nxt = self._next(state)
+            if nxt is None:
+                break
+            out.append(nxt[0])
+            state = nxt[1]
+            if self.is_eog(nxt[0]):
+                break
+        return out
 
     # ------------------------------------------------------------------------- drafting
 
