@@ -87,6 +87,14 @@ def test_on_a_terminal_one_bar_redrawn_and_lines_said_above_it(
     assert term.getvalue().endswith("race: failed\nafter it\n")  # no bar to redraw
 
 
+def test_a_task_left_by_an_exception_ends_its_bar_as_failed() -> None:
+    term = Terminal()
+    with pytest.raises(KeyboardInterrupt), Steps("prove", 10, TextProgress(term), "samples") as s:
+        s.add()
+        raise KeyboardInterrupt
+    assert term.getvalue().endswith("\r\x1b[2Kprove: failed\n")  # the error starts a line
+
+
 def progress_lines(err: str, task: str) -> list[re.Match[str]]:
     found = [m for line in err.splitlines() if (m := BAR.match(line)) and m["task"] == task]
     assert found, err
