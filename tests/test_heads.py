@@ -102,7 +102,10 @@ def test_train_heads_cli(tiny_target: Path, home: AppPaths, tmp_path: Path,
     args = ["models", "train-heads", str(target), "--minutes", "0.05", "--prompts", "10",
             "--reply-tokens", "40", "--threads", "1"]
     assert main(args) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "3 heads" in out and "head 3 (token +4): top-1" in out and "saved:" in out
+    # Not on a terminal: each phase a line per few percent, with an ETA.
+    assert "generating the target's replies  [##########----------]  50%" in err
+    assert "training 3 Medusa heads  [" in err and "ETA" in err
     assert main(["models", "train-heads", str(target), "--minutes", "0"]) == 1
     assert "--minutes must be more than 0" in capsys.readouterr().err

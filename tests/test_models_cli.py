@@ -122,9 +122,12 @@ def test_an_incompatible_pair_is_not_saved(home: AppPaths, tiny_target: Path, tm
 def test_calibrate_a_pair_stores_gamma(home: AppPaths, tiny_target: Path, small_draft: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, "models", "pair", "tp", str(tiny_target), str(small_draft))
-    rc, out, _ = run(capsys, "models", "calibrate", "tp", "--tokens", "12", "--gamma-max", "3")
+    rc, out, err = run(capsys, "models", "calibrate", "tp", "--tokens", "12", "--gamma-max", "3")
     assert rc == 0, out
     assert "α (greedy agreement)" in out and "recommended: " in out
+    # Not on a terminal: a line per few percent, with an ETA once something is done.
+    assert "calibrate  [#####---------------]  25%" in err and "ETA" in err
+    assert "calibrate: done" in err
     gamma = load_catalog(home.user_catalog).pair("tp").gamma
     assert gamma is not None and 0 <= gamma <= 3  # 0: plain decoding is what pays here
     assert list((home.data_dir / "calibration").glob("*.json"))

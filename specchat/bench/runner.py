@@ -23,6 +23,7 @@ from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import batch_rounding
 from specchat.errors import SpecchatError
+from specchat.models.progress import ProgressFn, Steps, no_progress
 from specchat.runtime import Runtime
 
 
@@ -164,9 +165,11 @@ def _paired(runs: list[tuple[float, dict[str, Any]]],
 
 def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig,
               progress: Callable[[str], None] = lambda _m: None,
-              after_prompt: AfterPrompt | None = None) -> list[dict[str, Any]]:
+              after_prompt: AfterPrompt | None = None,
+              report: ProgressFn = no_progress) -> list[dict[str, Any]]:
     """Run every mode on every prompt at every temperature; ``after_prompt(T, prompt, text)``
-    runs right after a prompt's own runs (a reference tool on the same rendered text)."""
+    runs right after a prompt's own runs (a reference tool on the same rendered text).
+    ``progress`` gets a line per run, ``report`` the count of runs (a bar and its ETA)."""
     ms = modes(runtime, cfg)
     rendered = [render_prompt(runtime, p, cfg) for p in prompts]
     # Warm-up: page the weights in and let the CPU settle before anything is timed.
@@ -175,40 +178,42 @@ def run_bench(runtime: Runtime, prompts: Sequence[BenchPrompt], cfg: BenchConfig
     total = len(cfg.temperatures) * len(prompts) * len(ms) * max(1, cfg.runs)
     identity = _Identity(runtime, calibrated_rounding(runtime))
     n_done = 0  # runs so far, for the progress line
-    for temp in cfg.temperatures:
-        settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
-        for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
-            plain_ids: list[int] | None = None
-            done: dict[int, list[tuple[float, dict[str, Any]]]] = {i: [] for i in range(len(ms))}
-            for round_ in range(max(1, cfg.runs)):
-                # Every other round the other way round: a machine that drifts weighs on every
-                # mode alike (greedy identity needs plain first, which round 0 gives).
-                order = list(enumerate(ms))
-                for i, mode in (order if round_ % 2 == 0 else order[::-1]):
-                    stats, ids = run_tokens(runtime, mode, tokens, settings)
-                    rec = {"question_id": prompt.question_id, "category": prompt.category,
-                           "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
-                           **stats.as_dict()}
-                    same = ""
-                    if settings.greedy and mode.gamma is None:
-                        plain_ids = ids
-                    elif settings.greedy and plain_ids is not None:
-                        rec["identity"] = identity.verdict(tokens, plain_ids, ids)
-                        same = f" · {rec['identity']}"
-                    tps = stats.decode_tps  # once the reply has started (as the report)
-                    done[i].append((tps, rec))
-                    alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
-                        and stats.tau is not None else ""
-                    n_done += 1
-                    runs = f" (run {round_ + 1}/{cfg.runs})" if cfg.runs > 1 else ""
-                    progress(f"[{n_done}/{total}] T={temp:g} {prompt.category} "
-                             f"#{prompt.question_id} {mode.label}{runs}: "
-                             f"{stats.generated_tokens} tokens, {tps:.1f} tok/s{alpha}{same}")
-            for i in range(len(ms)):
-                rec = _median_run(done[i])
-                if i > 0:  # ms[0] is plain decoding
-                    rec["paired"] = _paired(done[i], done[0])
-                records.append(rec)
-            if after_prompt is not None:
-                after_prompt(temp, prompt, text)
+    with Steps("bench", total, report, "runs") as bar:
+        for temp in cfg.temperatures:
+            settings = SamplerSettings(temperature=temp, seed=cfg.seed, max_tokens=cfg.max_tokens)
+            for prompt, (text, tokens) in zip(prompts, rendered, strict=True):
+                plain_ids: list[int] | None = None
+                done: dict[int, list[tuple[float, dict[str, Any]]]] = {i: [] for i in range(len(ms))}
+                for round_ in range(max(1, cfg.runs)):
+                    # Every other round the other way round: a machine that drifts weighs on every
+                    # mode alike (greedy identity needs plain first, which round 0 gives).
+                    order = list(enumerate(ms))
+                    for i, mode in (order if round_ % 2 == 0 else order[::-1]):
+                        stats, ids = run_tokens(runtime, mode, tokens, settings)
+                        rec = {"question_id": prompt.question_id, "category": prompt.category,
+                               "mode": mode.name, "gamma": mode.gamma, "temperature": temp,
+                               **stats.as_dict()}
+                        same = ""
+                        if settings.greedy and mode.gamma is None:
+                            plain_ids = ids
+                        elif settings.greedy and plain_ids is not None:
+                            rec["identity"] = identity.verdict(tokens, plain_ids, ids)
+                            same = f" · {rec['identity']}"
+                        tps = stats.decode_tps  # once the reply has started (as the report)
+                        done[i].append((tps, rec))
+                        alpha = f" α {stats.alpha:.2f} τ {stats.tau:.2f}" if stats.alpha is not None \
+                            and stats.tau is not None else ""
+                        n_done += 1
+                        bar.add()
+                        runs = f" (run {round_ + 1}/{cfg.runs})" if cfg.runs > 1 else ""
+                        progress(f"[{n_done}/{total}] T={temp:g} {prompt.category} "
+                                 f"#{prompt.question_id} {mode.label}{runs}: "
+                                 f"{stats.generated_tokens} tokens, {tps:.1f} tok/s{alpha}{same}")
+                for i in range(len(ms)):
+                    rec = _median_run(done[i])
+                    if i > 0:  # ms[0] is plain decoding
+                        rec["paired"] = _paired(done[i], done[0])
+                    records.append(rec)
+                if after_prompt is not None:
+                    after_prompt(temp, prompt, text)
     return records

@@ -39,7 +39,7 @@ from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
 from specchat.loading import select
-from specchat.models.progress import TextProgress
+from specchat.models.progress import Steps, TextProgress
 from specchat.runtime import Runtime
 from specchat.textsafe import safe_text
 
@@ -92,7 +92,8 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         return _replay_from(args, out_dir)
     topics = tuple(t.strip() for t in args.topics.split(",")) if args.topics else DEFAULT_TOPICS
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
-    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    bar = TextProgress()  # the load's progress, then the conversations' bar
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), bar)
     print_notices(runtime)
     try:
         if runtime.draft_ctx is None or runtime.draft is None:
@@ -111,21 +112,25 @@ def run(env: Env, args: argparse.Namespace, out_dir: Path) -> int:
         load_before = os.getloadavg()
         watch = LoadWatch()
         started = time.time()
-        say = lambda m: print(safe_text(m), file=sys.stderr)  # noqa: E731
+        say = bar.say
         recordings: list[tuple[int, list[RecordedTurn]]] = []
-        for conv in convs:
-            say(f"recording {conv.name}: " + " → ".join(p.category for p in conv.turns))
-            recordings.append((conv.seed, record_conversation(runtime, conv, args.max_tokens,
-                                                              system)))
-        say("measuring costs")
-        costs = measure_costs(runtime, _longest(recordings), GAMMA_MAX)
         live_records: list[dict[str, Any]] = []
-        if args.chained:
-            for conv, (_, rec) in zip(convs, recordings, strict=True):
-                say(f"live: {conv.name}")
-                made = {name: make(time.perf_counter) for name, make in policies.items()}
-                decoders = live_decoders(runtime, {PLAIN: None, **made})
-                live_records += run_live(decoders, conv, rec, say)
+        with Steps("bench", len(convs) * (2 if args.chained else 1), bar,
+                   "conversations") as steps:
+            for conv in convs:
+                say(f"recording {conv.name}: " + " → ".join(p.category for p in conv.turns))
+                recordings.append((conv.seed, record_conversation(runtime, conv,
+                                                                  args.max_tokens, system)))
+                steps.add()
+            say("measuring costs")
+            costs = measure_costs(runtime, _longest(recordings), GAMMA_MAX)
+            if args.chained:
+                for conv, (_, rec) in zip(convs, recordings, strict=True):
+                    say(f"live: {conv.name}")
+                    made = {name: make(time.perf_counter) for name, make in policies.items()}
+                    decoders = live_decoders(runtime, {PLAIN: None, **made})
+                    live_records += run_live(decoders, conv, rec, say)
+                    steps.add()
         say("replaying")
         replay = evaluate(recordings, costs, policies, GAMMA_MAX, live_records)
         doc = {"specchat": __version__, "started": started, "seconds": time.time() - started,

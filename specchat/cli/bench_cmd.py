@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     cats = tuple(c.strip() for c in args.categories.split(",")) if args.categories else ()
     prompts = load_prompts(args.prompts, cats, args.per_category)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
-    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    bar = TextProgress()  # the load's progress, then the runs' bar with their lines above it
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), bar)
     print_notices(runtime)
     try:
         drafters = env.drafters(args)
@@ -122,15 +124,15 @@ def run(env: Env, args: argparse.Namespace) -> int:
         load_before = os.getloadavg()
         watch = LoadWatch()
         started = time.time()
-        ref = LlamaReference(runtime, cfg, args.llama_bin) if args.llama_bin else None
+        ref = LlamaReference(runtime, cfg, args.llama_bin, bar.say) if args.llama_bin else None
         curve = None
         if PLAN in gammas and any(isinstance(g, int) for g in gammas) and runtime.draft_ctx:
             curve = measure_curve(runtime, render_prompt(runtime, prompts[0], cfg)[1])
             print("verify cost T(n), ms: " + ", ".join(
                 f"{n}: {t * 1000:.1f}" for n, t in enumerate(curve.verify_s, 1))
                 + f"; draft {curve.draft_s * 1000:.2f} ms/token", file=sys.stderr)
-        records = run_bench(runtime, prompts, cfg, lambda m: print(safe_text(m), file=sys.stderr),
-                            ref.after_prompt if ref else None)
+        records = run_bench(runtime, prompts, cfg, bar.say, ref.after_prompt if ref else None,
+                            bar)
         rows = summarize(records)
         plan_table = planner_rows(rows, curve) if curve is not None else []
         llama = ref.finish(rows) if ref else None
@@ -177,8 +179,9 @@ class LlamaReference:
     see the same machine conditions.
     """
 
-    def __init__(self, runtime: Runtime, cfg: BenchConfig, bin_dir: Path) -> None:
-        self.runtime, self.cfg, self.bin_dir = runtime, cfg, bin_dir
+    def __init__(self, runtime: Runtime, cfg: BenchConfig, bin_dir: Path,
+                 say: Callable[[str], None]) -> None:
+        self.runtime, self.cfg, self.bin_dir, self.say = runtime, cfg, bin_dir, say
         llama_tools.tool(bin_dir, "llama-speculative-simple")  # fail early if missing
         llama_tools.tool(bin_dir, "llama-bench")
         self.threads = runtime.target_ctx.n_threads
@@ -197,8 +200,8 @@ class LlamaReference:
                 "question_id": prompt.question_id, "category": prompt.category,
                 "tokens": r.tokens, "seconds": r.seconds, "drafted": r.drafted,
                 "accepted": r.accepted, "prompt_tokens": r.prompt_tokens})
-            print(f"    llama-speculative-simple γ={gamma}: {r.tokens} tokens, "
-                  f"{r.tok_s:.1f} tok/s", file=sys.stderr)
+            self.say(f"    llama-speculative-simple γ={gamma}: {r.tokens} tokens, "
+                     f"{r.tok_s:.1f} tok/s")
 
     def finish(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"bin": str(self.bin_dir), "threads": self.threads,

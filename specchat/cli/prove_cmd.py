@@ -31,7 +31,7 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
 from specchat.loading import select
-from specchat.models.progress import TextProgress
+from specchat.models.progress import Steps, TextProgress
 from specchat.runtime import PREDICTION, Runtime, drafter_names
 
 PROMPT = "Write one sentence about the sea."
@@ -114,7 +114,7 @@ class Sample:
 
 def sample(decoder: Decoder, prompt: Sequence[int],
            settings_for: Callable[[int], SamplerSettings], seeds: range,
-           cancel: threading.Event) -> Sample:
+           cancel: threading.Event, progress: Steps | None = None, side: str = "") -> Sample:
     out = Sample()
     for seed in seeds:
         if cancel.is_set():
@@ -132,6 +132,8 @@ def sample(decoder: Decoder, prompt: Sequence[int],
                 break
         out.counts[tuple(tokens)] += 1
         out.tally.add(steps, corrected)
+        if progress is not None:
+            progress.add(1, side)
     return out
 
 
@@ -200,9 +202,12 @@ def run(env: Env, args: argparse.Namespace) -> int:
         print(f"[{selection.label}: {n} plain and {n} speculative ({what}, γ {gamma}) "
               f"continuations of {args.tokens} tokens at T = {args.temperature:g}, seeds from "
               f"{seed}]", file=sys.stderr)
-        a = sample(plain, prompt, lambda s: settings.with_(seed=s), range(seed, seed + n), cancel)
-        b = sample(spec, prompt, lambda s: settings.with_(seed=s),
-                   range(seed + n, seed + 2 * n), cancel)
+        # Both sides on one bar: its ETA is the whole run's (a long one must not look hung).
+        with Steps("prove", 2 * n, TextProgress(), "samples") as progress:
+            a = sample(plain, prompt, lambda s: settings.with_(seed=s), range(seed, seed + n),
+                       cancel, progress, "plain")
+            b = sample(spec, prompt, lambda s: settings.with_(seed=s),
+                       range(seed + n, seed + 2 * n), cancel, progress, "speculative")
     except KeyboardInterrupt:
         sys.stderr.write("specchat: interrupted\n")
         return 130

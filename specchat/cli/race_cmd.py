@@ -106,15 +106,16 @@ def run(env: Env, args: argparse.Namespace) -> int:
 
         return launch(env, args, race=setup)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair, args.draft)
-    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress())
+    bar = TextProgress()  # the load's progress, then the runs' bar with their lines above it
+    runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), bar)
     print_notices(runtime)
     try:
         if not drafter_names(env.drafters(args), env.ngram(args), runtime.draft_ctx is not None):
             raise SpecchatError("a race needs a draft model: give a pair (--pair), --model with "
                                 "--draft, or --drafter ngram")
         spec = race_decoder(runtime, env.gamma(args), env.ngram(args), env.drafters(args))
-        result = recorded_with(run_race(runtime, setup, spec, progress=lambda m: print(
-            f"[{safe_text(m)}]", file=sys.stderr)), spec)
+        result = recorded_with(run_race(runtime, setup, spec, progress=lambda m: bar.say(
+            f"[{m}]"), report=bar), spec)
     finally:
         runtime.close()
     out = sys.stdout

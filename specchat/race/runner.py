@@ -26,6 +26,7 @@ from specchat.engine.policy.planner_settings import Prediction
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
 from specchat.models.calibration_store import load_calibration
+from specchat.models.progress import ProgressFn, Steps, no_progress
 from specchat.race.result import Divergence, RaceResult
 from specchat.race.timeline import RaceTimeline, record
 from specchat.race.why import Costs, costs_from_calibration, costs_from_race
@@ -61,8 +62,10 @@ class RaceCancelled(SpecchatError):
 
 def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder | None = None,
              progress: Callable[[str], None] = lambda _m: None,
-             cancel: threading.Event | None = None) -> RaceResult:
-    """Race ``plain`` (default: the runtime's plain decoder) against ``spec`` on one prompt."""
+             cancel: threading.Event | None = None,
+             report: ProgressFn = no_progress) -> RaceResult:
+    """Race ``plain`` (default: the runtime's plain decoder) against ``spec`` on one prompt;
+    ``progress`` says each run as it starts, ``report`` counts the runs (a bar and its ETA)."""
     if spec.name == "plain":
         raise SpecchatError("a race needs a draft model (a pair) or n-gram drafting: "
                             "pick a pair with --pair")
@@ -89,18 +92,22 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
             ("speculative", f"recording speculative run {i + 1}/{n} ({k + 2}/{2 * n})…",
              spec, setup.settings)]
         steps += pair if i % 2 == 0 else pair[::-1]
-    for label, message, decoder, settings in steps:
-        if cancel.is_set():
-            raise RaceCancelled("race cancelled")
-        progress(message)
-        runtime.clear_caches()
-        timeline = record(label, decoder, tokens, settings, cancel)
-        if timeline.stats.stop_reason == "cancelled":
-            raise RaceCancelled("race cancelled")
-        if label == "plain":
-            plains.append(timeline)
-        elif label == "speculative":
-            specs.append(replace(timeline, predicted_tok_s=_predicted(decoder)))
+    # The bar counts runs, a warm-up as the share of a run its tokens are (the ETA stays true).
+    weight = [min(1.0, st[3].max_tokens / max(1, setup.settings.max_tokens)) for st in steps]
+    with Steps("race", sum(weight), report, "runs") as bar:
+        for (label, message, decoder, settings), w in zip(steps, weight, strict=True):
+            if cancel.is_set():
+                raise RaceCancelled("race cancelled")
+            progress(message)
+            runtime.clear_caches()
+            timeline = record(label, decoder, tokens, settings, cancel)
+            if timeline.stats.stop_reason == "cancelled":
+                raise RaceCancelled("race cancelled")
+            if label == "plain":
+                plains.append(timeline)
+            elif label == "speculative":
+                specs.append(replace(timeline, predicted_tok_s=_predicted(decoder)))
+            bar.add(w)
     load = watch.done()
     runtime.clear_caches()
     calibration = _calibration(runtime)

@@ -27,6 +27,9 @@ from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
+# Characters per stop string: the reply checks each one's prefixes at every token, so a long
+# one costs its length squared per token (a 30,000-character stop took 80 ms a token).
+MAX_STOP_CHARS = 1000
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 # The request fields that map onto the sampler, checked by the config's rules for the setting.
@@ -71,13 +74,25 @@ def wrong_type(param: str, expected: str, value: Any) -> ApiError:
                        "invalid_type")
 
 
-def _bool(doc: Mapping[str, Any], name: str, default: bool = False) -> bool:
+def _bool(doc: Mapping[str, Any], name: str, default: bool = False, where: str = "") -> bool:
     v = doc.get(name)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise wrong_type(name, "true or false", v)
+        raise wrong_type(where + name, "true or false", v)
     return v
+
+
+def unicode_text(text: str, param: str) -> str:
+    """``text`` if it is Unicode: JSON's \\u escapes can spell half of a UTF-16 pair (a lone
+    surrogate), which is no character and cannot be encoded for the tokenizer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise bad_request(f"'{param}' is not valid Unicode: character {e.start} is a lone "
+                          f"surrogate (\\u{ord(text[e.start]):04x}), half of a UTF-16 pair",
+                          param) from None
+    return text
 
 
 def _sampling_value(name: str, value: Any) -> Any:
@@ -110,6 +125,11 @@ def _stop(value: Any) -> tuple[str, ...]:
         raise wrong_type("stop", "a string or an array of strings", value)
     if len(value) > MAX_STOP:
         raise bad_request(f"'stop' has {len(value)} strings: at most {MAX_STOP}", "stop")
+    for s in value:
+        unicode_text(s, "stop")
+        if len(s) > MAX_STOP_CHARS:
+            raise bad_request(f"a stop string of {len(s):,} characters: at most "
+                              f"{MAX_STOP_CHARS:,}", "stop")
     return tuple(value)
 
 
@@ -214,7 +234,7 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
     if opts is not None:
         if not isinstance(opts, dict):
             raise wrong_type("stream_options", "an object", opts)
-        include_usage = _bool(opts, "include_usage")
+        include_usage = _bool(opts, "include_usage", where="stream_options.")
     ext = doc.get("specchat")
     fates = False
     if ext is not None:
@@ -251,7 +271,7 @@ def _content(value: Any, param: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return unicode_text(value, param)
     if not isinstance(value, list):
         raise wrong_type(param, "a string or an array of content parts", value)
     texts = []
@@ -265,7 +285,7 @@ def _content(value: Any, param: str) -> str:
         text = part.get("text")
         if not isinstance(text, str):
             raise wrong_type(f"{where}.text", "a string", text)
-        texts.append(text)
+        texts.append(unicode_text(text, f"{where}.text"))
     return "".join(texts)
 
 
@@ -299,18 +319,19 @@ def chat_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> Generatio
     return GenerationRequest("chat", messages=msgs, **_common(doc, defaults, "chat"))
 
 
-def _prompt(value: Any) -> str | tuple[int, ...]:
-    """Text, or token ids; OpenAI's batch forms (several prompts) are refused."""
+def _prompt(value: Any, batch: bool = True) -> str | tuple[int, ...]:
+    """Text, or token ids; OpenAI's batch forms (several prompts) are refused, a batch of one
+    is its prompt (one level: OpenAI's forms nest no deeper)."""
     if value is None:
         raise bad_request("'prompt' is required", "prompt", "missing_required_parameter")
     if isinstance(value, str):
-        return value
+        return unicode_text(value, "prompt")
     if isinstance(value, list):
-        if len(value) == 1 and isinstance(value[0], (str, list)):
-            return _prompt(value[0])  # a batch of one
+        if batch and len(value) == 1 and isinstance(value[0], (str, list)):
+            return _prompt(value[0], batch=False)  # a batch of one
         if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
             return tuple(value)
-        if all(isinstance(t, (str, list)) for t in value):
+        if batch and all(isinstance(t, (str, list)) for t in value):
             raise bad_request("one prompt per request: this server writes one choice",
                               "prompt")
     raise wrong_type("prompt", "a string or an array of token ids", value)

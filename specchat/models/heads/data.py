@@ -34,7 +34,7 @@ from specchat.engine.llama.hidden_states import states_over
 from specchat.engine.llama.model import LlamaContext
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.store import load_npz, save_npz
-from specchat.models.progress import Progress, ProgressFn, no_progress
+from specchat.models.progress import ProgressFn, Steps, no_progress
 
 SPEC_BENCH = Path(__file__).resolve().parents[2] / "data" / "spec_bench" / "question.jsonl"
 MIN_POSITIONS = 256  # fewer than this cannot train (nor test) anything
@@ -117,21 +117,6 @@ def _prompt_tokens(ctx: LlamaContext, text: str) -> list[int]:
     return ChatEngine(PlainDecoder(ctx)).tokenize_chat([Message("user", text)])
 
 
-class _Eta:
-    """Progress in tokens for one phase (the renderer computes rate and ETA)."""
-
-    def __init__(self, task: str, total: int, report: ProgressFn) -> None:
-        self.task, self.total, self.report, self.done = task, total, report, 0
-        report(Progress(task, 0, total, unit="tok"))  # the renderer's clock starts here
-
-    def add(self, n: int, detail: str = "") -> None:
-        self.done += n
-        self.report(Progress(self.task, self.done, self.total, unit="tok", detail=detail))
-
-    def finish(self) -> None:
-        self.report(Progress(self.task, self.done, self.total, unit="tok", finished=True))
-
-
 def sequences(ctx: LlamaContext, folder: Path, spec: DataSpec, report: ProgressFn = no_progress,
               cancel: threading.Event | None = None) -> list[list[int]]:
     """The token sequences to learn from (replies generated and cached as needed)."""
@@ -148,7 +133,7 @@ def sequences(ctx: LlamaContext, folder: Path, spec: DataSpec, report: ProgressF
     cache = folder / "replies.jsonl"
     done = _read_replies(cache)
     todo = [p for p in prompts if p[0] not in done]
-    eta = _Eta("generating the target's replies", len(todo) * spec.reply_tokens, report)
+    eta = Steps("generating the target's replies", len(todo) * spec.reply_tokens, report, "tok")
     settings = SamplerSettings(temperature=0.0, max_tokens=spec.reply_tokens)
     cancel = cancel or threading.Event()
     for qid, text in todo:
@@ -182,7 +167,7 @@ def collect(ctx: LlamaContext, folder: Path, spec: DataSpec, report: ProgressFn 
     if total < MIN_POSITIONS:
         raise SpecchatError(f"only {total} tokens of text: heads need at least {MIN_POSITIONS} "
                             "(a longer text file, or more prompts)")
-    eta = _Eta("reading the target's hidden states", total, report)
+    eta = Steps("reading the target's hidden states", total, report, "tok")
     hidden, ids, probs, starts = [], [], [], [0]
     for s in seqs:
         last = 0

@@ -1,0 +1,304 @@
+"""Generated request bodies for `specchat serve` and the check of what it answers.
+
+Bodies for ``/v1/chat/completions`` and ``/v1/completions`` (and their un-prefixed twins):
+valid ones with fields changed to wrong types, out-of-range or huge numbers, odd Unicode (lone
+surrogates included) and nested junk, required fields missing, unknown fields, bodies that are
+not JSON objects or not JSON at all, and bodies over the server's size limit. Whatever comes,
+the server must answer with an OpenAI error object and a 4xx status, or with a valid
+completion (whole or streamed), and keep answering. ``tests/test_serve_fuzz.py`` runs a small
+budget of them, ``scripts/fuzz_serve.py`` a large one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from hypothesis import strategies as st
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+COMPLETION_PATHS = ("/v1/completions", "/completions")
+ERROR_KEYS = {"message", "type", "param", "code"}
+FINISH = {"stop", "length"}
+
+# Numbers at the edges: around the ranges the server checks, the 32/64-bit limits, and ints too
+# large for a float (a 400-digit one).
+EDGE_INTS = [-(1 << 63), -(1 << 31), -2, -1, 0, 1, 2, 3, 16, 17, 255, (1 << 31) - 1, 1 << 31,
+             (1 << 32) - 1, 1 << 32, (1 << 63) - 1, 1 << 64, 10 ** 30, 10 ** 400]
+EDGE_FLOATS = [0.0, -0.0, 1e-300, 5e-324, 0.5, 1.0, 1.0000001, 2.0, 1e300, -1e300, 1.7e308]
+
+
+def _text() -> st.SearchStrategy[str]:
+    """Any Unicode, lone surrogates (valid JSON escapes, invalid UTF-8) and control codes too."""
+    surrogate = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+    anything = st.characters(codec=None, exclude_categories=())
+    return st.one_of(
+        st.text(max_size=12),
+        st.text(st.one_of(anything, surrogate), max_size=12),
+        st.sampled_from(["", " ", "\x00", "\u202e", "🦜" * 3, "a" * 3000, "<|im_start|>",
+                         "\ud800", "x\udfffy", "{{ raise }}", "{% for %}"]),
+    )
+
+
+def _number() -> st.SearchStrategy[int | float]:
+    return st.one_of(st.sampled_from(EDGE_INTS), st.sampled_from(EDGE_FLOATS),
+                     st.integers(-1000, 1000),
+                     st.floats(allow_nan=False, allow_infinity=False))
+
+
+def _leaf() -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), st.booleans(), _number(), _text())
+
+
+def junk() -> st.SearchStrategy[Any]:
+    """Any JSON value, nested a few levels."""
+    return st.recursive(_leaf(), lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_text(), inner, max_size=4)),
+        max_leaves=12)
+
+
+def _message() -> st.SearchStrategy[Any]:
+    role = st.one_of(st.sampled_from(["system", "developer", "user", "assistant", "tool",
+                                      "function", "USER", ""]), junk())
+    part = st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": _text()}),
+                     st.fixed_dictionaries({"type": st.sampled_from(["image_url", "text", 1]),
+                                            "text": junk()}),
+                     junk())
+    content = st.one_of(_text(), st.lists(part, max_size=3), junk())
+    plain = st.fixed_dictionaries({"role": st.just("user"), "content": _text()})
+    wild = st.fixed_dictionaries({}, optional={"role": role, "content": content,
+                                               "name": junk(), "tool_calls": junk()})
+    return st.one_of(plain, plain, wild, junk())
+
+
+def _messages() -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(_message(), min_size=1, max_size=4), st.just([]), junk())
+
+
+def _prompt() -> st.SearchStrategy[Any]:
+    ids = st.lists(st.one_of(st.integers(0, 51), st.sampled_from(EDGE_INTS)), min_size=1,
+                   max_size=8)
+    return st.one_of(_text(), ids, st.lists(_text(), min_size=1, max_size=3),
+                     st.lists(ids, min_size=1, max_size=2), st.just([[[[[["deep"]]]]]]),
+                     junk())
+
+
+def _field(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A field's value: a valid one half the time, else anything."""
+    return st.one_of(valid, valid, junk())
+
+
+# Every field the server reads, each with values it accepts (and, through _field, any other).
+FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "model": st.sampled_from(["tiny", "gpt-4o", ""]),
+    "stream": st.booleans(),
+    "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
+    "temperature": st.one_of(st.just(0), st.floats(0, 2)),
+    "top_p": st.floats(0.01, 1),
+    "top_k": st.integers(0, 100),
+    "min_p": st.floats(0, 0.99),
+    "max_tokens": st.integers(1, 6),
+    "max_completion_tokens": st.integers(1, 6),
+    "seed": st.one_of(st.integers(-1, 1 << 40), st.none()),
+    "stop": st.one_of(_text(), st.lists(_text(), max_size=20)),
+    "n": st.sampled_from([1, 2, None]),
+    "frequency_penalty": st.sampled_from([0, 0.5, None]),
+    "presence_penalty": st.sampled_from([0, -1.0, None]),
+    "logit_bias": st.one_of(st.just({}), st.dictionaries(st.text(max_size=3),
+                                                         st.integers(-100, 100), max_size=2)),
+    "logprobs": st.sampled_from([False, True, None, 0, 3]),
+    "top_logprobs": st.sampled_from([0, 2, None]),
+    "tools": st.sampled_from([[], None, [{"type": "function"}]]),
+    "functions": st.sampled_from([[], None]),
+    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {}, None]),
+    "echo": st.booleans(),
+    "suffix": st.sampled_from(["", None, "end"]),
+    "best_of": st.sampled_from([1, 2, None, True]),
+    "specchat": st.fixed_dictionaries({}, optional={"fates": st.booleans()}),
+    "user": st.text(max_size=5),
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    body: bytes
+    what: str  # for a failure's message: what kind of body this was
+
+    def __repr__(self) -> str:  # hypothesis prints the falsifying example: keep it readable
+        shown = self.body if len(self.body) <= 400 else self.body[:400] + b"..."
+        return f"Request({self.path!r}, {shown!r}, {self.what!r})"
+
+
+@st.composite
+def _object_body(draw: st.DrawFn, chat: bool) -> dict[str, Any]:
+    """A valid body, then some of its fields changed, dropped or added."""
+    doc: dict[str, Any] = ({"messages": [{"role": "user", "content": "hello"}]} if chat
+                           else {"prompt": "the cat"})
+    doc["max_tokens"] = draw(st.integers(1, 4))
+    if draw(st.booleans()):  # half the bodies stream
+        doc["stream"] = True
+    names = draw(st.lists(st.sampled_from(sorted(FIELDS)), max_size=3, unique=True))
+    for name in names:
+        doc[name] = draw(_field(FIELDS[name]))
+    main = "messages" if chat else "prompt"
+    choice = draw(st.sampled_from(["keep"] * 3 + ["text"] * 3 + ["change"] * 2
+                                  + ["drop", "null", "other"]))
+    if choice == "text":  # the right shape, any text in it
+        texts = draw(st.lists(_text(), min_size=1, max_size=3))
+        roles = (["user"], ["system", "user"], ["user", "assistant", "user"])[len(texts) - 1]
+        doc[main] = ([{"role": r, "content": t} for r, t in zip(roles, texts, strict=True)]
+                     if chat else texts[0])
+    elif choice == "change":
+        doc[main] = draw(_messages() if chat else _prompt())
+    elif choice == "drop":
+        del doc[main]
+    elif choice == "null":
+        doc[main] = None
+    elif choice == "other":  # the other endpoint's field instead
+        del doc[main]
+        doc["prompt" if chat else "messages"] = draw(_prompt() if chat else _messages())
+    extra = draw(st.dictionaries(_text(), junk(), max_size=2))
+    for k, v in extra.items():
+        doc.setdefault(k, v)
+    return doc
+
+
+def _dump(doc: Any) -> bytes:
+    # ASCII escapes: a lone surrogate travels as JSON's \\udXXX, which is valid JSON.
+    return json.dumps(doc, ensure_ascii=True).encode("ascii")
+
+
+@st.composite
+def requests(draw: st.DrawFn, max_body: int) -> Request:
+    """One request for a server whose body limit is ``max_body`` bytes."""
+    chat = draw(st.booleans())
+    path = draw(st.sampled_from(CHAT_PATHS if chat else COMPLETION_PATHS))
+    kind = draw(st.sampled_from(["object"] * 12 + ["value", "bytes", "cut", "huge", "number",
+                                                   "deep"]))
+    if kind == "object":
+        return Request(path, _dump(draw(_object_body(chat))), "a changed body")
+    if kind == "value":
+        return Request(path, _dump(draw(junk())), "a JSON value")
+    if kind == "bytes":
+        return Request(path, draw(st.binary(max_size=64)), "bytes")
+    if kind == "cut":
+        whole = _dump(draw(_object_body(chat)))
+        return Request(path, whole[: draw(st.integers(0, max(0, len(whole) - 1)))],
+                       "a cut body")
+    if kind == "huge":  # over the limit, or just under it
+        size = draw(st.sampled_from([max_body + 1, max_body * 2, max_body - 200]))
+        doc = draw(_object_body(chat))
+        doc["padding"] = ""
+        room = size - len(_dump(doc))
+        doc["padding"] = "x" * max(0, room)
+        return Request(path, _dump(doc), f"a body of about {size} bytes")
+    if kind == "number":  # numbers JSON allows that no float holds
+        field = draw(st.sampled_from(["temperature", "top_p", "top_k", "min_p", "max_tokens",
+                                      "seed", "n", "frequency_penalty"]))
+        number = draw(st.sampled_from(["1e400", "-1e400", "1e-400", "123456789" * 30, "-0",
+                                       "0.0e0", "1" + "0" * 5000]))
+        base = _dump(draw(_object_body(chat)))
+        return Request(path, base[:-1] + f', "{field}": {number}}}'.encode(),
+                       f"{field} = {number[:20]}")
+    depth = draw(st.sampled_from([50, 500, 990, 5000]))
+    key = "messages" if chat else "prompt"
+    return Request(path, f'{{"{key}": {"[" * depth}1{"]" * depth}}}'.encode(),
+                   f"{key} nested {depth} deep")
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def send(url: str, request: Request, timeout: float = 60.0) -> Answer:
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    try:
+        conn.request("POST", request.path, body=request.body,
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return Answer(resp.status, resp.getheader("content-type", ""), resp.read())
+    finally:
+        conn.close()
+
+
+def problems(answer: Answer) -> list[str]:
+    """What is wrong with an answer (nothing: an error object with a 4xx, or a completion)."""
+    if answer.status == 200 and answer.content_type.startswith("text/event-stream"):
+        return _stream_problems(answer.body)
+    try:
+        doc = json.loads(answer.body)
+    except ValueError:
+        return [f"status {answer.status} with a body that is not JSON: {answer.body[:200]!r}"]
+    if answer.status == 200:
+        return _completion_problems(doc, chunk=False)
+    if not 400 <= answer.status < 500:
+        return [f"status {answer.status}: {answer.body[:300]!r}"]
+    return _error_problems(doc)
+
+
+def _error_problems(doc: Any) -> list[str]:
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(err, dict) or set(err) != ERROR_KEYS or set(doc) != {"error"}:
+        return [f"not an OpenAI error object: {str(doc)[:300]}"]
+    if not isinstance(err["message"], str) or not err["message"] or not isinstance(
+            err["type"], str):
+        return [f"an error object without a message or type: {err}"]
+    if "Traceback" in err["message"]:
+        return [f"a traceback in the message: {err['message'][:300]}"]
+    return []
+
+
+def _completion_problems(doc: Any, chunk: bool) -> list[str]:
+    if not isinstance(doc, dict) or "error" in doc:
+        return [f"not a completion: {str(doc)[:300]}"]
+    if doc.get("object") not in ("chat.completion", "text_completion", "chat.completion.chunk"):
+        return [f"no completion object: {str(doc)[:300]}"]
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or len(choices) > 1 or (not chunk and len(choices) != 1):
+        return [f"wrong choices: {str(doc)[:300]}"]
+    if not chunk:
+        usage = doc.get("usage") or {}
+        if choices[0].get("finish_reason") not in FINISH or not isinstance(
+                usage.get("completion_tokens"), int):
+            return [f"no finish reason or usage: {str(doc)[:300]}"]
+    return []
+
+
+def _stream_problems(body: bytes) -> list[str]:
+    events = [e for e in body.split(b"\n\n") if e.strip()]
+    if not events or events[-1] != b"data: [DONE]":
+        return [f"a stream that does not end with [DONE]: {body[-300:]!r}"]
+    docs = []
+    for e in events[:-1]:
+        if not e.startswith(b"data: "):
+            return [f"a stream event that is not data: {e[:200]!r}"]
+        try:
+            docs.append(json.loads(e[6:]))
+        except ValueError:
+            return [f"a stream event that is not JSON: {e[:200]!r}"]
+    for d in docs:
+        if found := _completion_problems(d, chunk=True):
+            return found
+    finals = [d for d in docs if d["choices"] and d["choices"][0].get("finish_reason")]
+    if len(finals) != 1 or finals[0]["choices"][0]["finish_reason"] not in FINISH:
+        return [f"a stream without one finish reason: {body[-300:]!r}"]
+    return []
+
+
+def health(url: str) -> tuple[int, dict[str, Any]]:
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
