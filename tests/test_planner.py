@@ -418,6 +418,9 @@ def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
     p.begin("a long document")
     p.draft_lag(1500)
     assert p.next_plan(("model",)).drafter == "none"
+    # Not a lookup that has not been right yet: its warm-up steps wait for a repeated passage.
+    assert p.next_plan(("model", "ngram")).drafter == "none"
+    p.lookup_hot = True  # its last guesses were right
     assert p.next_plan(("model", "ngram")).reason == "warm-up"  # n-gram lookups can warm up
 
 
@@ -550,6 +553,7 @@ def test_a_draft_never_timed_is_not_priced_free_after_a_long_prompt(lag: int,
     drafters = []
     for i in range(40):
         available = ("model", "ngram") if i % 3 else ("model",)  # the lookup matches now and then
+        p.lookup_hot = True  # ... and is right when it does
         plan = p.next_plan(available)
         drafters.append(plan.drafter)
         n = plan.size

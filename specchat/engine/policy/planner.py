@@ -79,6 +79,7 @@ LOOKUP_PAUSE_MAX = 16
 LOOKUP_LIKE = ("prediction",)
 PREDICTION_PRIOR_ALPHA = 0.8
 LOOKUP_COST_PRIOR = 0.01  # × T(1) per proposed token, before one is measured
+LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's check may have
 
 
 class Planner(AutoGamma):
@@ -130,6 +131,7 @@ class Planner(AutoGamma):
         # left before it is tried again.
         self._lookup_fails: dict[str, int] = {}
         self._lookup_pause: dict[str, int] = {}
+        self._lookup_full = False  # the last n-gram step kept every token it checked
 
     def reseed(self, seed: AutoGammaSeed) -> None:
         super().reseed(seed)
@@ -216,13 +218,17 @@ class Planner(AutoGamma):
             deepest = min(self.lookup_depth, len(table) - 1) \
                 if name == "ngram" or name in LOOKUP_LIKE else top
             steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
+            # A lookup's checks come in a few sizes (2, 4, 8, 16, 32 rows): each new batch
+            # shape's first decode in a process costs up to twice a later one, and a lookup's
+            # runs vary, so 31 sizes would each pay it (and each be timed less often).
+            sizes = LOOKUP_SIZES if name == "ngram" or name in LOOKUP_LIKE else None
             for g in range(1, min(deepest, len(alph)) + 1):
                 run *= alph[g - 1]
                 e += run
                 sec = g * per_token + table[g] + o
                 steps.append((e, sec))
                 rate = e / sec if sec > 0 else 0.0
-                if rate > best_rate * 1.0001:
+                if rate > best_rate * 1.0001 and (sizes is None or g in sizes):
                     best_g, best_rate = g, rate
             explore = False
             # A guess is trusted at most twice past the largest check timed so far: a line
@@ -230,9 +236,11 @@ class Planner(AutoGamma):
             # check that fails costs many plain steps (a 27-token lookup check keeping 9 ran
             # at 0.8× plain on the Qwen pair); the curve is learnt by doubling instead.
             reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
-            # A lookup's longer check is timed only inside a passage the reply repeats: outside
-            # one, a long check of a guess is mostly rows that fail.
-            if name == "ngram" and not self.lookup.hot:
+            # A lookup's longer check is timed only inside a passage the reply repeats, right
+            # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
+            # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
+            # 13- to 22-token timing checks that kept nothing).
+            if name == "ngram" and not (self.lookup.hot and self._lookup_full):
                 reach = 0
             for g in range(min(len(steps) - 1, reach - 1), best_g, -1) if best_g else ():
                 # A longer check this machine never timed is priced by a guess: a line through
@@ -241,7 +249,7 @@ class Planner(AutoGamma):
                 # the best chain on the guesses can be far too short. Try the longest such
                 # check whose guessed rate costs little and still beats plain (twice: one
                 # timing moves the estimate a third of the way).
-                if not self._untimed(g):
+                if not self._untimed(g) or (sizes is not None and g not in sizes):
                     continue
                 e_g, s_g = steps[g]
                 if e_g / s_g >= max(TRY_UNTIMED * best_rate, ps.margin * base.rate):
@@ -364,7 +372,12 @@ class Planner(AutoGamma):
                 return self._chosen(plain("plain: the first token before the draft reads "
                                           "the prompt"))
         chains = [d for d in ("model", "ngram") if d in available]
-        warm = chains
+        # Unscored lookup steps (the warm-up's, a timing check) only inside a passage the reply
+        # repeats: elsewhere a lookup of two tokens or more is right a third of the time or
+        # less, and on a CPU each check that fails costs more than the plain step it replaced
+        # (a cold 34-token prose reply ran at 0.89× plain with them). Its guesses are scored on
+        # every step, so it turns hot as soon as the reply starts copying.
+        warm = [d for d in chains if d != "ngram" or self.lookup.hot]
         if chains and chains[0] == "model" and (
                 self._behind > ps.warmup_max_lag
                 or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
@@ -372,7 +385,7 @@ class Planner(AutoGamma):
             # guess (after a long document that costs more than the reply gains), nor when
             # the read costs more than a share of what the rest of the reply is expected to
             # take (a reply about to end cannot pay it back).
-            warm = chains[1:]
+            warm = warm[1:]
         if self._warmup_left and warm and (reply is None or reply >= ps.warmup_after
                                            or warm[0] == "ngram"):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
@@ -403,7 +416,8 @@ class Planner(AutoGamma):
                 # times T(1)) rather than a guess — or an n-gram lookup, which is a plain step
                 # when it finds nothing and otherwise times a check of several tokens (without
                 # it, a reply whose warm-up lookups found nothing would never leave plain).
-                lookup = next((n for n in (*LOOKUP_LIKE, "ngram") if n in available), None)
+                lookup = next((n for n in (*LOOKUP_LIKE, "ngram") if n in available
+                               and (n != "ngram" or self.lookup.hot)), None)
                 if lookup is not None:
                     return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
                 if self._warmup_left and warm and reply is not None:
@@ -607,6 +621,8 @@ class Planner(AutoGamma):
                                lam * self._read_cost[1] + step.read_tokens]
         if step.gamma > 0 and step.drafter in ("ngram", *LOOKUP_LIKE):
             self._lookup_outcome(step.drafter, step.accepted > 0)
+            if step.drafter == "ngram":
+                self._lookup_full = step.accepted == step.gamma
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
