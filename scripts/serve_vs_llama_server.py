@@ -1,4 +1,5 @@
-"""`specchat serve` against llama-cpp-python's own server on the same model, plain decoding.
+"""`specchat serve` against llama-cpp-python's own server on the same model, plain decoding, and
+(``--llama-server BIN``) against llama.cpp's own `llama-server`, with and without speculation.
 
 Both servers run the demo pair's target (or another pair's, --pair) with the same threads and
 context, side by side; each Spec-Bench prompt goes to one, then the other (greedy, through the
@@ -12,6 +13,21 @@ needs its extras (fastapi, sse-starlette, starlette-context, pydantic-settings),
 ``--llama-python`` (default: this Python).
 
     SPECCHAT_HOME=/tmp/servehome python scripts/serve_vs_llama_server.py
+
+With ``--llama-server BIN`` (built from the llama.cpp sources vendored in the installed
+llama-cpp-python, so both run the same kernels) it serves the pair's target six ways, one
+server at a time: llama-server plain, with the draft (``-md … --spec-type draft-simple``;
+without a type it loads the draft and does not speculate) and with ``--spec-type ngram-mod``;
+specchat plain, with its defaults, and with ``--drafter ngram``. Each round starts each server
+in turn (the order alternating) and sends it every prompt (one Spec-Bench prompt per category,
+plus a copy with a change and a code edit); it prints client-clock tokens per second per
+prompt as a ratio to llama-server plain in the same round (the median over rounds), whether
+the greedy replies matched llama-server plain's, and then, at T 0.8 with the same draft length
+(3) on both, each side's share of drafted tokens kept: llama-server keeps a draft token only
+when its own sample equals it, specchat with probability min(1, p/q).
+
+    SPECCHAT_HOME=~/.cache/specchat-qwen/home python scripts/serve_vs_llama_server.py \
+        --pair qwen-coder --llama-server /path/to/llama-server --rounds 2 --max-tokens 96
 """
 
 from __future__ import annotations
@@ -89,8 +105,8 @@ class Server:
         self.texts: dict[int, str] = {}
 
     def start(self) -> None:
-        wait_ready(self.url + ("/health" if self.name == "specchat" else "/v1/models"),
-                   self.proc)
+        wait_ready(self.url + ("/health" if self.name.startswith(("specchat", "llama-server"))
+                               else "/v1/models"), self.proc)
         self.api = OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0,
                           timeout=600)
         self.model = self.api.models.list().data[0].id
@@ -114,6 +130,144 @@ class Server:
             self.proc.kill()
 
 
+EXTRA = {  # prompts where lookups pay: a copy with a change, a code edit
+    "copy": ("Copy this list back exactly, but put the word DONE after the third item: "
+             "1. Buy flour and two dozen eggs from the market. 2. Call the plumber about the "
+             "leaking kitchen tap. 3. Send the quarterly report to the finance team. 4. Book "
+             "train tickets for the conference in Lyon. 5. Water the plants on the balcony "
+             "before Friday. 6. Renew the library books that are due next week."),
+    "code-edit": ("Rename the variable `total` to `running_sum` in this function. Reply with "
+                  "the whole function only, in a code block.\n\n```python\n"
+                  "def moving_average(values, window):\n"
+                  "    if window <= 0:\n        raise ValueError(\"window must be positive\")\n"
+                  "    result = []\n    total = 0.0\n"
+                  "    for index, value in enumerate(values):\n        total += value\n"
+                  "        if index >= window:\n            total -= values[index - window]\n"
+                  "        if index >= window - 1:\n            result.append(total / window)\n"
+                  "    return result\n```"),
+}
+CONFIGS = ("llama-server", "llama-server draft", "llama-server ngram", "specchat plain",
+           "specchat", "specchat ngram")
+
+
+def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
+             port: int) -> list[str]:
+    threads, ctx = str(args.threads), str(args.ctx)
+    if name.startswith("llama-server"):
+        cmd = [args.llama_server, "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
+               "-c", ctx, "-t", threads, "-tb", threads, "-fa", "off", "-np", "1",
+               "--no-webui"]
+        if name == "llama-server draft":
+            cmd += ["-md", str(draft), "--spec-type", "draft-simple", "-td", threads]
+        elif name == "llama-server ngram":
+            cmd += ["--spec-type", "ngram-mod"]
+        return cmd
+    cmd = [sys.executable, "-m", "specchat", "serve", "--model", str(target), "--threads",
+           threads, "--ctx-size", ctx, "--port", str(port), "--no-access-log"]
+    if name == "specchat plain":
+        return [*cmd, "--plain"]
+    if name == "specchat ngram":
+        return [*cmd, "--drafter", "ngram"]
+    return [*cmd, "--draft", str(draft)]
+
+
+def ask_timed(api: OpenAI, model: str, text: str, max_tokens: int, temperature: float,
+              seed: int | None = None) -> tuple[int, float, str, dict[str, int]]:
+    t0 = time.perf_counter()
+    raw = api.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
+        temperature=temperature, seed=seed, extra_body={"repeat_penalty": 1.0})
+    secs = time.perf_counter() - t0
+    r = raw.parse()
+    timings = (r.model_extra or {}).get("timings") or {}
+    drafts = {"drafted": int(timings.get("draft_n", 0) or 0),
+              "accepted": int(timings.get("draft_n_accepted", 0) or 0)}
+    return r.usage.completion_tokens, secs, r.choices[0].message.content or "", drafts
+
+
+def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) -> int:
+    prompts = [(q.category, q.text) for q in load_prompts(per_category=1)] + list(EXTRA.items())
+    if args.only:
+        keep = {c.strip() for c in args.only.split(",")}
+        prompts = [p for p in prompts if p[0] in keep]
+    print(f"{target.name} + {draft.name}: {len(prompts)} prompts × {args.rounds} rounds, "
+          f"greedy, max_tokens {args.max_tokens}, {args.threads} threads, one server at a time")
+    rates: dict[tuple[str, str], list[float]] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for r in range(args.rounds):
+        order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+        for name in order:
+            port = free_port()
+            s = Server(name, six_ways(name, args, target, draft, port), port)
+            try:
+                s.start()
+                for cat, text in prompts:
+                    n, secs, reply, _ = ask_timed(s.api, s.model, text, args.max_tokens, 0.0)
+                    rates.setdefault((name, cat), []).append(n / secs)
+                    texts.setdefault((name, cat), reply)
+            finally:
+                s.stop()
+            print(f"  round {r + 1}: {name} done", flush=True)
+    head = "| prompt | " + " | ".join(CONFIGS[1:]) + " |"
+    print("\nclient-clock tok/s as a ratio to llama-server plain (median of rounds; * = greedy "
+          "reply differs from llama-server plain's)\n")
+    print(head)
+    print("|" + "---|" * len(CONFIGS))
+    cols: dict[str, list[float]] = {c: [] for c in CONFIGS[1:]}
+    for cat, _ in prompts:
+        base = rates[("llama-server", cat)]
+        row = []
+        for c in CONFIGS[1:]:
+            ratio = statistics.median(x / b for x, b in zip(rates[(c, cat)], base, strict=True))
+            cols[c].append(ratio)
+            same = texts[(c, cat)] == texts[("llama-server", cat)]
+            row.append(f"{ratio:.2f}×{'' if same else '*'}")
+        print(f"| {cat} | " + " | ".join(row) + " |")
+    print("| median | " + " | ".join(f"{statistics.median(v):.2f}×" for v in cols.values()) + " |")
+    base_tps = statistics.median(x for (c, _), v in rates.items() if c == "llama-server"
+                                 for x in v)
+    print(f"\nllama-server plain: median {base_tps:.1f} tok/s")
+    if args.sampled_rounds:
+        acceptance(args, target, draft, prompts[: args.sampled_prompts])
+    return 0
+
+
+def acceptance(args: argparse.Namespace, target: Path, draft: Path,
+               prompts: Sequence[tuple[str, str]]) -> None:
+    """Drafted tokens kept at T 0.8, γ 3 on both sides, on the same prompts and seeds."""
+    print(f"\nT 0.8, draft length 3 on both: drafted tokens kept (accepted / drafted), "
+          f"{args.sampled_rounds} rounds")
+    sides = ("llama-server draft", "specchat")
+    got: dict[tuple[str, str], list[int]] = {}
+    for name in sides:
+        port = free_port()
+        cmd = six_ways(name, args, target, draft, port)
+        if name == "specchat":
+            cmd += ["--gamma", "3", "--drafter", "model"]
+        else:
+            cmd += ["--spec-draft-n-max", "3", "--spec-draft-n-min", "0"]
+        s = Server(name, cmd, port)
+        try:
+            s.start()
+            for r in range(args.sampled_rounds):
+                for cat, text in prompts:
+                    _, _, _, d = ask_timed(s.api, s.model, text, args.max_tokens, 0.8,
+                                           seed=1000 + r)
+                    acc = got.setdefault((name, cat), [0, 0])
+                    acc[0] += d["accepted"]
+                    acc[1] += d["drafted"]
+        finally:
+            s.stop()
+    print("| prompt | llama-server (match rule) | specchat (min(1, p/q)) |")
+    print("|---|---|---|")
+    for cat, _ in prompts:
+        row = []
+        for name in sides:
+            a, d = got[(name, cat)]
+            row.append(f"{a / d:.2f} ({a}/{d})" if d else "-")
+        print(f"| {cat} | " + " | ".join(row) + " |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="demo", help="whose target to serve (default demo)")
@@ -124,6 +278,12 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--llama-python", default=sys.executable,
                    help="a Python that can run llama_cpp.server (its extras installed)")
+    p.add_argument("--llama-server", metavar="BIN",
+                   help="llama.cpp's llama-server: compare six ways against it (see above)")
+    p.add_argument("--only", default="", help="with --llama-server: these categories only")
+    p.add_argument("--sampled-rounds", type=int, default=2,
+                   help="with --llama-server: rounds of the T 0.8 acceptance comparison (0: none)")
+    p.add_argument("--sampled-prompts", type=int, default=5)
     args = p.parse_args()
 
     paths = app_paths()
@@ -133,6 +293,13 @@ def main() -> int:
     if not state.present or state.path is None:
         raise SystemExit(f"{entry.id} is not in {paths.data}: run `specchat models pull "
                          f"{args.pair}` first (with the same SPECCHAT_HOME)")
+    if args.llama_server:
+        pair = catalog.pair(args.pair)
+        dstate = ModelResolver(catalog, paths).state(catalog.model(pair.draft)) \
+            if pair.draft else None
+        if dstate is None or dstate.path is None:
+            raise SystemExit(f"{args.pair} has no draft model on disk")
+        return against_llama_server(args, state.path, dstate.path)
     prompts = [q.text for q in load_prompts(per_category=1)[: args.prompts]]
     print(f"model {entry.id} ({state.path}), {len(prompts)} prompts x {args.rounds} rounds, "
           f"greedy, max_tokens {args.max_tokens}, {args.threads} threads")

@@ -1,0 +1,145 @@
+"""The default against plain decoding, cold: `specchat ask` in a fresh process and a fresh home.
+
+Per Spec-Bench category (one prompt each by default) and on two prompts that copy with changes
+(a list with a word added, a function with a variable renamed), each round runs `specchat ask
+--plain` and `specchat ask` with the defaults, the order alternating, each in a new process and
+a new, empty specchat home (nothing calibrated, nothing learnt: what a new user gets on the
+first try). Greedy. It prints decode tokens per second, the ratio of each round's default run
+to the plain run of the same round, the median ratio per prompt, and whether the outputs were
+the same tokens.
+
+The models are the pair's files in an existing home (``--models``, default the qwen-coder
+files of the test cache): nothing is fetched.
+
+    python scripts/default_vs_plain.py --rounds 2 --max-tokens 128
+    python scripts/default_vs_plain.py --max-tokens 48 --only copy,code-edit   # short replies
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
+
+from specchat.bench.prompts import load_prompts  # noqa: E402
+
+FUNCTION = '''def moving_average(values, window):
+    """Average of each run of `window` values."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    result = []
+    total = 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        if index >= window - 1:
+            result.append(total / window)
+    return result
+'''
+
+EXTRA = {
+    "copy": ("Copy this list back exactly, but put the word DONE after the third item: "
+             "1. Buy flour and two dozen eggs from the market. 2. Call the plumber about the "
+             "leaking kitchen tap. 3. Send the quarterly report to the finance team. 4. Book "
+             "train tickets for the conference in Lyon. 5. Water the plants on the balcony "
+             "before Friday. 6. Renew the library books that are due next week."),
+    "code-edit": ("Rename the variable `total` to `running_sum` in this function. Reply with "
+                  "the whole function only, in a code block.\n\n```python\n" + FUNCTION + "```"),
+}
+
+
+def ask(prompt: str, model: Path, draft: Path, max_tokens: int, threads: int, plain: bool,
+        rt: bool) -> dict[str, object]:
+    home = tempfile.mkdtemp(prefix="specchat-dvp-")
+    try:
+        cmd = [sys.executable, "-m", "specchat", "ask", prompt, "--model", str(model),
+               "--draft", str(draft), "--temperature", "0", "--max-tokens", str(max_tokens),
+               "--threads", str(threads), "--ctx-size", "4096", "--json"]
+        if plain:
+            cmd.append("--plain")
+        if rt:  # real-time priority: other work on the box does not stall llama.cpp's threads
+            cmd = ["chrt", "-f", "10", *cmd]
+        env = {**os.environ, "SPECCHAT_HOME": home, "PYTHONPATH": str(REPO)}
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"specchat ask failed: {out.stderr.strip()[-400:]}")
+        tokens: list[int] = []
+        stats: dict[str, object] = {}
+        for line in out.stdout.splitlines():
+            if not line.startswith("{"):
+                continue
+            ev = json.loads(line)
+            if ev.get("type") == "token":
+                tokens.append(int(ev["id"]))
+            elif ev.get("type") == "stats":
+                stats = ev
+        stats["tokens"] = tokens
+        return stats
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    home = Path.home() / ".cache" / "specchat-qwen" / "home" / "data" / "models"
+    ap.add_argument("--models", type=Path, default=home)
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated categories (and copy, code-edit)")
+    ap.add_argument("--no-rt", action="store_true", help="do not ask for real-time priority")
+    a = ap.parse_args()
+    model, draft = a.models / a.target, a.models / a.draft
+    prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(EXTRA.items())
+    if a.only:
+        keep = {c.strip() for c in a.only.split(",")}
+        prompts = [p for p in prompts if p[0] in keep]
+    rt = not a.no_rt and shutil.which("chrt") is not None and os.geteuid() == 0
+    print(f"{a.target} + {a.draft}: cold `specchat ask`, greedy, {a.max_tokens} tokens, "
+          f"{a.threads} threads, {a.rounds} rounds{' (real-time priority)' if rt else ''}")
+    print(f"{'prompt':<15} {'tokens':>6} {'plain tok/s':>11} {'default tok/s':>13} "
+          f"{'ratio':>6}  same  rounds  drafted/accepted")
+    all_ratios = []
+    for name, text in prompts:
+        ratios, same, plain_tps, dflt_tps, n = [], True, [], [], 0
+        drafted = accepted = 0
+        for r in range(a.rounds):
+            order = (True, False) if r % 2 == 0 else (False, True)
+            got = {p: ask(text, model, draft, a.max_tokens, a.threads, p, rt) for p in order}
+            pl, df = got[True], got[False]
+            n = int(pl["generated_tokens"])  # type: ignore[call-overload]
+
+            def tps(s: dict[str, object]) -> float:
+                dec = float(s["decode_s"])  # type: ignore[arg-type]
+                return (int(s["generated_tokens"]) - 1) / dec if dec > 0 else 0.0  # type: ignore[call-overload]
+
+            plain_tps.append(tps(pl))
+            dflt_tps.append(tps(df))
+            ratios.append(dflt_tps[-1] / plain_tps[-1] if plain_tps[-1] else 0.0)
+            same = same and pl["tokens"] == df["tokens"]
+            drafted += int(df.get("drafted", 0))  # type: ignore[call-overload]
+            accepted += int(df.get("accepted", 0))  # type: ignore[call-overload]
+        ratio = statistics.median(ratios)
+        all_ratios.append(ratio)
+        print(f"{name:<15} {n:>6} {statistics.median(plain_tps):>11.1f} "
+              f"{statistics.median(dflt_tps):>13.1f} {ratio:>5.2f}×  {'yes' if same else 'NO':>4}  "
+              f"{' '.join(f'{x:.2f}' for x in ratios)}  {drafted}/{accepted}", flush=True)
+    print(f"median over prompts: {statistics.median(all_ratios):.2f}× plain; "
+          f"lowest {min(all_ratios):.2f}×")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
