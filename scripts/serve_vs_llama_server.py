@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
+from default_vs_plain import EXTRA  # noqa: E402 (its copy and code-edit prompts)
 from openai import OpenAI  # noqa: E402
 
 from specchat.bench.prompts import load_prompts  # noqa: E402
@@ -130,22 +131,6 @@ class Server:
             self.proc.kill()
 
 
-EXTRA = {  # prompts where lookups pay: a copy with a change, a code edit
-    "copy": ("Copy this list back exactly, but put the word DONE after the third item: "
-             "1. Buy flour and two dozen eggs from the market. 2. Call the plumber about the "
-             "leaking kitchen tap. 3. Send the quarterly report to the finance team. 4. Book "
-             "train tickets for the conference in Lyon. 5. Water the plants on the balcony "
-             "before Friday. 6. Renew the library books that are due next week."),
-    "code-edit": ("Rename the variable `total` to `running_sum` in this function. Reply with "
-                  "the whole function only, in a code block.\n\n```python\n"
-                  "def moving_average(values, window):\n"
-                  "    if window <= 0:\n        raise ValueError(\"window must be positive\")\n"
-                  "    result = []\n    total = 0.0\n"
-                  "    for index, value in enumerate(values):\n        total += value\n"
-                  "        if index >= window:\n            total -= values[index - window]\n"
-                  "        if index >= window - 1:\n            result.append(total / window)\n"
-                  "    return result\n```"),
-}
 CONFIGS = ("llama-server", "llama-server draft", "llama-server ngram", "specchat plain",
            "specchat", "specchat ngram")
 

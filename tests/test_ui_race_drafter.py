@@ -43,7 +43,7 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
         screen = app.screen
         assert isinstance(screen, RaceScreen)
         await wait_for(pilot, lambda: screen.state == "done", timeout=60)
-        assert screen.result is not None and screen.result.drafters == ("model",)
+        assert screen.result is not None and screen.result.drafters == ("ngram", "model")
         first = screen.result
 
         offered = await pick(pilot, screen, "ngram")
@@ -67,5 +67,5 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
                        timeout=60)
         assert screen.result is not None
         assert (screen.result.drafters, screen.result.gamma_mode) == (("ngram", "model"), "plan")
-        assert services.settings().drafter == "model"  # the chat's settings did not change
+        assert services.settings().drafter == "ngram,model"  # the chat's settings did not change
         assert services.settings().gamma_mode == "fixed"

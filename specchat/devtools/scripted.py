@@ -23,6 +23,7 @@ class ScriptedModel:
     def __init__(self, n_vocab: int, eog: int | None = None) -> None:
         self.n_vocab = n_vocab
         self.eog = eog
+        self.size_bytes = 0  # no weights: no size ratio for a planner's priors
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog

@@ -20,7 +20,7 @@ from specchat.models.calibration import CalibrationOptions
 from specchat.models.choices import Choice
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime import DEFAULT_PAIR_DRAFTERS, Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
 
@@ -34,6 +34,8 @@ def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     drafter that needs no draft model is chosen.
     Sampling settings go with each request."""
     names = tuple(n for n in settings.drafter.split(",") if n)
+    if names == DEFAULT_PAIR_DRAFTERS and runtime.draft_ctx is None:
+        names = ()  # the default on one model is plain decoding, as on the command line
     return runtime.decoder(gamma=settings.gamma_setting, drafters=runtime.usable_drafters(names))
 
 

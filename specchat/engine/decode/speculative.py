@@ -213,11 +213,12 @@ class SpeculativeDecoder:
         for dr in self._alive:
             dr.configure(settings)
         d = self.draft
+        t_size = self.target.model.size_bytes
+        d_size = d.model.size_bytes if d is not None else 0
         self.policy.start_reply(ReplyStart(
             settings.max_tokens,
             (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
-            d.model.size_bytes / self.target.model.size_bytes
-            if d is not None and self.target.model.size_bytes > 0 else None))
+            d_size / t_size if d_size > 0 and t_size > 0 else None))
         lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
         if lag is not None and self.draft is not None:
             # What the draft model must read before it can draft (its cache is brought up
