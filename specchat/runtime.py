@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.drafting import Drafter
+from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.registry import DrafterEnv, build, usable
 from specchat.engine.decode.speculative import SpeculativeDecoder
@@ -64,6 +65,13 @@ from specchat.paths import AppPaths
 # the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
 PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
+
+
+def prediction_counts(stats: GenerationStats, predicted: int) -> dict[str, int]:
+    """A predicted output's tokens the reply kept (drafted from it and accepted) and the rest
+    of it, as OpenAI's ``completion_tokens_details`` count them."""
+    kept = min(stats.detail.accepted_by_drafter.get(PREDICTION, 0), predicted)
+    return {"accepted_prediction_tokens": kept, "rejected_prediction_tokens": predicted - kept}
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}

@@ -35,7 +35,7 @@ from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import PREDICTION, Runtime
+from specchat.runtime import Runtime, prediction_counts
 from specchat.textsafe import safe_json, safe_text
 
 
@@ -136,12 +136,6 @@ def read_prediction(path: str) -> str:
     except OSError as e:
         raise SpecchatError(f"--prediction: cannot read {safe_text(path)}: "
                             f"{safe_text(e.strerror or str(e))}") from None
-
-
-def prediction_counts(s: GenerationStats, predicted: int) -> dict[str, int]:
-    """The predicted output's tokens the reply kept, and the rest (as OpenAI counts them)."""
-    kept = min(s.detail.accepted_by_drafter.get(PREDICTION, 0), predicted)
-    return {"accepted_prediction_tokens": kept, "rejected_prediction_tokens": predicted - kept}
 
 
 def _stream(events: Any, as_json: bool, setup: InForce,

@@ -15,7 +15,7 @@ from typing import Any
 
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
 from specchat.engine.policy.in_force import InForce
-from specchat.runtime import PREDICTION
+from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
 
@@ -70,9 +70,7 @@ def usage(stats: GenerationStats, prediction_tokens: int | None = None) -> dict[
         "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
         "total_tokens": stats.prompt_tokens + stats.generated_tokens}
     if prediction_tokens is not None:
-        kept = min(stats.detail.accepted_by_drafter.get(PREDICTION, 0), prediction_tokens)
-        doc["completion_tokens_details"] = {"accepted_prediction_tokens": kept,
-                                            "rejected_prediction_tokens": prediction_tokens - kept}
+        doc["completion_tokens_details"] = prediction_counts(stats, prediction_tokens)
     return doc
 
 
