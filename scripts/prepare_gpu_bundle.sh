@@ -7,7 +7,8 @@
 #                                                   benches,tools/ui} (76 MB -> ~9 MB)
 #   .gpu-bundle/wheels/*.whl                        pure-Python packages the GPU image may lack
 #                                                   (gguf, diskcache, platformdirs, textual and
-#                                                   its two small dependencies)
+#                                                   its two small dependencies; starlette and
+#                                                   uvicorn, which the command line imports)
 #
 # Usage: scripts/prepare_gpu_bundle.sh [path/to/llama_cpp_python-X.tar.gz]
 # Without an argument the sdist of the installed llama-cpp-python version is fetched with
@@ -43,7 +44,7 @@ tar -czf "$BUNDLE/$name.tar.gz" -C "$tmp" "$name"
 
 echo "fetching wheels for Python $PYVER"
 want=()
-for dist in gguf diskcache platformdirs textual mdit-py-plugins; do
+for dist in gguf diskcache platformdirs textual mdit-py-plugins starlette uvicorn; do
   v=$(python -c "import importlib.metadata as m, sys
 try: print(m.version('$dist'))
 except m.PackageNotFoundError: print('')")
