@@ -5,9 +5,12 @@ batch rounding."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +23,7 @@ from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
+from tests.serve_helpers import cli_server, client
 
 pytestmark = pytest.mark.qwen
 
@@ -71,3 +75,33 @@ def test_batch_rounding_of_this_build_is_measurable(qwen_paths: AppPaths) -> Non
     reply = [int(t) for t in ctx.model.tokenize("Hello! How can I help you today?")]
     bound = batch_rounding.measure(ctx, prompt, reply)
     assert 0 <= bound.gap < 1.0  # rounding, not a different model
+
+
+def test_tool_calls_round_trip_with_auto(qwen_paths: AppPaths, tmp_path: Path) -> None:
+    """The model's own template shows the tool; its call comes back as OpenAI's tool_calls, the
+    result goes back as a tool message, and the answer uses it."""
+    cat = load_catalog()
+    res = ModelResolver(cat, qwen_paths)
+    pair = cat.pair("qwen-coder")
+    target, draft = (res.ensure(m, fetch=False) for m in (pair.target, pair.draft))
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather now in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}
+    with cli_server(tmp_path, "--model", str(target), "--draft", str(draft), "--ctx-size",
+                    "2048", "--threads", "2") as s:
+        api = client(s.url)
+        msgs: list[Any] = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+        r = api.chat.completions.create(model=s.host.model_id, messages=msgs, tools=[weather],
+                                        temperature=0, max_tokens=64)
+        calls = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls" and calls, r.choices[0].message
+        assert calls[0].function.name == "get_weather"
+        assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
+        msgs += [r.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": calls[0].id,
+                  "content": '{"temp_c": 14, "sky": "light rain"}'}]
+        answer = api.chat.completions.create(model=s.host.model_id, messages=msgs,
+                                             tools=[weather], tool_choice="none",
+                                             temperature=0, max_tokens=48)
+        assert "14" in (answer.choices[0].message.content or "")

@@ -187,7 +187,9 @@ def test_wrong_types_and_values_are_400_naming_the_field(api: openai.OpenAI,
              ({"stop": [1]}, "stop", "invalid_type"),
              ({"n": 2}, "n", "invalid_value"),
              ({"extra_body": {"specchat": {"fates": "yes"}}}, "specchat.fates", "invalid_type"),
-             ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role",
+             ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id",
+              "missing_required_parameter"),
+             ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role",
               "invalid_value"),
              ({"messages": []}, "messages", "invalid_value")]
     for kw, param, code in cases:

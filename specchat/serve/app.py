@@ -30,7 +30,15 @@ from specchat.serve.parse import (
     infill_request,
 )
 from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, sse
-from specchat.serve.worker import Failed, Finished, Job, ModelHost, Started
+from specchat.serve.worker import (
+    Failed,
+    Finished,
+    Job,
+    ModelHost,
+    Started,
+    reply_start,
+    tool_names,
+)
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over
 Writer = ReplyWriter | InfillWriter
@@ -165,7 +173,8 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
             InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
             if req.kind == "infill" else
             ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
-                        req.include_usage, pieces=pieces))
+                        req.include_usage, pieces=pieces, tools=tool_names(req),
+                        reply_start=reply_start(req)))
         if isinstance(first, (Failed, Finished)):
             watch.stop()
             if isinstance(first, Failed):

@@ -3,7 +3,7 @@
 Every field this server acts on is checked for its type and range (the sampling ones by the
 config file's own rules, so a temperature the app refuses is refused here too) and a wrong one
 is a 400 naming it. ``null`` is "not given", as in OpenAI's API. Fields of OpenAI's API that
-would change the reply in a way this server does not do (``n`` > 1, penalties, tools, a JSON
+would change the reply in a way this server does not do (``n`` > 1, penalties, a JSON
 response format) are refused rather than ignored: a client must not believe it got what it
 asked for. Anything else unknown is ignored, as OpenAI's servers do.
 
@@ -11,17 +11,20 @@ Log-probabilities (chat's ``logprobs`` and ``top_logprobs``, a completion's ``lo
 ``/infill``'s ``n_probs``) become the sampler's ``logprobs``. Fill-in-the-middle is a
 completion's ``suffix`` or llama-server's ``/infill`` (``input_prefix``, ``input_suffix``,
 ``input_extra``, ``prompt``); whether the model can do it is known only once it is loaded, so
-the worker says so.
+the worker says so. Tools (``tools``, ``tool_choice``, ``parallel_tool_calls``, assistant
+messages' ``tool_calls`` and ``tool`` messages) are a chat's; whether the model's template takes
+them is the worker's to say, likewise.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from specchat.config import check_setting
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.fim import ExtraFile
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
@@ -30,7 +33,10 @@ MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
 # Characters per stop string: the reply checks each one's prefixes at every token, so a long
 # one costs its length squared per token (a 30,000-character stop took 80 ms a token).
 MAX_STOP_CHARS = 1000
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for a function's name
+MAX_TOOLS = 128
 
 # The request fields that map onto the sampler, checked by the config's rules for the setting.
 SAMPLING_FIELDS = {"temperature": "sampling.temperature", "top_p": "sampling.top_p",
@@ -53,6 +59,11 @@ class GenerationRequest:
     # OpenAI's Predicted Outputs: the text the reply is expected to be mostly (an edited file),
     # drafted from; None when not given.
     prediction: str | None = None
+    # A chat's tools (OpenAI's objects, checked) and the choice: "auto", "none", "required" or
+    # the name of the function the reply must call.
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str = "none"
+    parallel_tool_calls: bool = True
 
 
 def _kind_name(value: Any) -> str:
@@ -176,9 +187,15 @@ def _unsupported(doc: Mapping[str, Any], kind: str) -> None:
     if doc.get("logit_bias"):
         raise bad_request("'logit_bias' is not supported: it would change the target's "
                           "distribution", "logit_bias")
-    for name in ("tools", "functions"):
+    for name in ("functions", "function_call"):
         if doc.get(name):
-            raise bad_request("tool calls are not supported by this server", name)
+            raise bad_request(f"'{name}' is the old form of tools: send 'tools' and "
+                              "'tool_choice'", name)
+    if kind != "chat":
+        for name in ("tools", "tool_choice"):
+            if doc.get(name) is not None:
+                raise bad_request(f"'{name}' is for chat completions (/v1/chat/completions)",
+                                  name)
     fmt = doc.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type", "text") == "text"):
         raise bad_request("only the text response format is supported", "response_format")
@@ -289,6 +306,102 @@ def _content(value: Any, param: str) -> str:
     return "".join(texts)
 
 
+def _function(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise wrong_type(where, "an object", value)
+    name = value.get("name")
+    if name is None:
+        raise bad_request(f"'{where}.name' is required", f"{where}.name",
+                          "missing_required_parameter")
+    if not isinstance(name, str):
+        raise wrong_type(f"{where}.name", "a string", name)
+    if not TOOL_NAME.fullmatch(name):
+        raise bad_request(f"'{where}.name' must be 1 to 64 letters, digits, '_' or '-', not "
+                          f"{name[:70]!r}", f"{where}.name")
+    out: dict[str, Any] = {"name": name}
+    desc = value.get("description")
+    if desc is not None:
+        if not isinstance(desc, str):
+            raise wrong_type(f"{where}.description", "a string", desc)
+        out["description"] = unicode_text(desc, f"{where}.description")
+    params = value.get("parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            raise wrong_type(f"{where}.parameters", "a JSON Schema object", params)
+        out["parameters"] = params
+    return out
+
+
+def tools(doc: Mapping[str, Any]) -> tuple[tuple[dict[str, Any], ...], str, bool]:
+    """A chat's tools, its choice (auto, none, required or a function's name) and whether
+    several calls may come in one reply."""
+    value = doc.get("tools")
+    listed: list[dict[str, Any]] = []
+    if value is not None:
+        if not isinstance(value, list):
+            raise wrong_type("tools", "an array of tools", value)
+        if len(value) > MAX_TOOLS:
+            raise bad_request(f"'tools' holds {len(value)} tools: at most {MAX_TOOLS}", "tools")
+        for i, t in enumerate(value):
+            where = f"tools[{i}]"
+            if not isinstance(t, dict):
+                raise wrong_type(where, "an object", t)
+            if t.get("type") != "function":
+                raise bad_request(f"'{where}.type' must be 'function'", f"{where}.type")
+            fn = _function(t.get("function"), f"{where}.function")
+            if any(x["function"]["name"] == fn["name"] for x in listed):
+                raise bad_request(f"two tools are named {fn['name']!r}", f"{where}.function.name")
+            listed.append({"type": "function", "function": fn})
+    choice = doc.get("tool_choice")
+    if choice is None:
+        name = "auto" if listed else "none"
+    elif isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise bad_request(f"'tool_choice' must be auto, none, required or a function, not "
+                              f"{choice[:40]!r}", "tool_choice")
+        name = choice
+    elif isinstance(choice, dict):
+        if choice.get("type") != "function":
+            raise bad_request("'tool_choice.type' must be 'function'", "tool_choice.type")
+        chosen = choice.get("function")
+        if not isinstance(chosen, dict) or not isinstance(chosen.get("name"), str):
+            raise bad_request("'tool_choice.function.name' is required",
+                              "tool_choice.function.name", "missing_required_parameter")
+        name = chosen["name"]
+        if not any(t["function"]["name"] == name for t in listed):
+            raise bad_request(f"'tool_choice' names {name[:70]!r}, which is not in 'tools'",
+                              "tool_choice.function.name")
+    else:
+        raise wrong_type("tool_choice", "a string or an object", choice)
+    if name != "none" and not listed:
+        raise bad_request("'tool_choice' needs 'tools'", "tool_choice")
+    return tuple(listed), name, _bool(doc, "parallel_tool_calls", True)
+
+
+def _tool_calls(value: Any, where: str) -> tuple[ToolCall, ...]:
+    if not isinstance(value, list):
+        raise wrong_type(where, "an array of tool calls", value)
+    out = []
+    for j, c in enumerate(value):
+        w = f"{where}[{j}]"
+        if not isinstance(c, dict):
+            raise wrong_type(w, "an object", c)
+        call_id = c.get("id")
+        if not isinstance(call_id, str):
+            raise wrong_type(f"{w}.id", "a string", call_id)
+        fn = c.get("function")
+        if not isinstance(fn, dict):
+            raise wrong_type(f"{w}.function", "an object", fn)
+        name, args = fn.get("name"), fn.get("arguments", "")
+        if not isinstance(name, str):
+            raise wrong_type(f"{w}.function.name", "a string", name)
+        if not isinstance(args, str):
+            raise wrong_type(f"{w}.function.arguments", "a string of JSON", args)
+        out.append(ToolCall(call_id, unicode_text(name, f"{w}.function.name"),
+                            unicode_text(args, f"{w}.function.arguments")))
+    return tuple(out)
+
+
 def messages(value: Any) -> tuple[Message, ...]:
     if value is None:
         raise bad_request("'messages' is required", "messages", "missing_required_parameter")
@@ -305,18 +418,32 @@ def messages(value: Any) -> tuple[Message, ...]:
         if not isinstance(role, str):
             raise wrong_type(f"{where}.role", "a string", role)
         if role not in ROLES:
-            raise bad_request(f"'{where}.role' must be system, developer, user or assistant, "
-                              f"not {role[:40]!r} (this server has no tools)", f"{where}.role")
-        if m.get("tool_calls"):
-            raise bad_request("tool calls are not supported by this server",
-                              f"{where}.tool_calls")
-        out.append(Message(ROLES[role], _content(m.get("content"), f"{where}.content")))
+            raise bad_request(f"'{where}.role' must be system, developer, user, assistant or "
+                              f"tool, not {role[:40]!r}", f"{where}.role")
+        calls: tuple[ToolCall, ...] = ()
+        if m.get("tool_calls") is not None:
+            if role != "assistant":
+                raise bad_request(f"'{where}.tool_calls' is an assistant message's",
+                                  f"{where}.tool_calls")
+            calls = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        call_id = m.get("tool_call_id")
+        if role == "tool":
+            if not isinstance(call_id, str):
+                raise bad_request(f"'{where}.tool_call_id' is required: the id of the call "
+                                  "this message answers", f"{where}.tool_call_id",
+                                  "missing_required_parameter")
+        else:
+            call_id = None
+        out.append(Message(ROLES[role], _content(m.get("content"), f"{where}.content"),
+                           calls, call_id))
     return tuple(out)
 
 
 def chat_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
     msgs = messages(doc.get("messages"))
-    return GenerationRequest("chat", messages=msgs, **_common(doc, defaults, "chat"))
+    listed, choice, parallel = tools(doc)
+    return GenerationRequest("chat", messages=msgs, tools=listed, tool_choice=choice,
+                             parallel_tool_calls=parallel, **_common(doc, defaults, "chat"))
 
 
 def _prompt(value: Any, batch: bool = True) -> str | tuple[int, ...]:

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
+from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
 from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import ApiError
@@ -157,12 +159,37 @@ class ReplyWriter:
     created: int = field(default_factory=lambda: int(time.time()))
     # Log-probabilities were asked for: the tokens' bytes to write them with (the job's).
     pieces: Mapping[int, bytes] | None = None
+    # Tools were offered: the reply's calls are read out of its text (which ``reply_start``,
+    # put after the prompt when a call is required, begins).
+    tools: frozenset[str] | None = None  # the offered tools' names
+    reply_start: str = ""
     ends_with_done = True  # a stream's last line is "data: [DONE]"
     _offset: int = 0  # characters streamed so far (a completion's text_offset)
+    _calls: ToolCallStream | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
+        if self.tools is not None:
+            self._calls = ToolCallStream(names=self.tools)
+
+    def _read(self, text: str, end: bool = False) -> tuple[str, list[CallDelta]]:
+        """A chunk's content and call deltas (the text itself when no tools were offered)."""
+        if self._calls is None:
+            return text, []
+        if self.reply_start:
+            text, self.reply_start = self.reply_start + text, ""
+        content, deltas = self._calls.feed(text)
+        if end:
+            more, rest = self._calls.finish()
+            content, deltas = content + more, deltas + rest
+        return content, deltas
+
+    def _finish_reason(self, done: Finished) -> str:
+        called = self._calls is not None and self._calls.calls
+        if called and done.stats.stop_reason in ("eos", "stop"):
+            return "tool_calls"
+        return FINISH_REASONS[done.stats.stop_reason]
 
     def _logprobs(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
         if self.pieces is None:
@@ -180,14 +207,23 @@ class ReplyWriter:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def _choice(self, text: str | None, finish: str | None, chunk: bool) -> dict[str, Any]:
+    def _choice(self, text: str | None, finish: str | None, chunk: bool,
+                deltas: Sequence[CallDelta] = (), calls: Sequence[ToolCall] = ()
+                ) -> dict[str, Any]:
         if not self.chat:
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         if chunk:
-            delta = {} if text is None else {"content": text}
+            delta: dict[str, Any] = {} if text is None else {"content": text}
+            if deltas:
+                delta["tool_calls"] = [_delta(d) for d in deltas]
             return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"index": 0, "message": {"role": "assistant", "content": text or ""},
-                "logprobs": None, "finish_reason": finish}
+        message: dict[str, Any] = {"role": "assistant", "content": text or ""}
+        if calls:  # OpenAI's content is null beside calls when there is no text
+            message["content"] = text if text and text.strip() else None
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
 
     def first_chunk(self) -> dict[str, Any] | None:
         """A chat stream opens with the assistant's role, as OpenAI's does."""
@@ -201,11 +237,11 @@ class ReplyWriter:
     def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
         """The text of tokens committed together (None when they add no text and neither
         fates nor log-probabilities were asked for: a character still incomplete)."""
-        text = "".join(t.text for t in tokens)
-        if not text and not self.with_fates and self.pieces is None:
+        text, deltas = self._read("".join(t.text for t in tokens))
+        if not text and not deltas and not self.with_fates and self.pieces is None:
             return None
         doc = self._head(True)
-        doc["choices"] = [self._choice(text, None, True)]
+        doc["choices"] = [self._choice(text if text or not deltas else None, None, True, deltas)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
             self._offset += len(text)
@@ -215,8 +251,9 @@ class ReplyWriter:
 
     def final_chunk(self, done: Finished) -> dict[str, Any]:
         """The last chunk: why it ended, the usage, llama-server's timings and ours."""
+        text, deltas = self._read("", end=True)
         doc = self._head(True)
-        doc["choices"] = [self._choice(None, FINISH_REASONS[done.stats.stop_reason], True)]
+        doc["choices"] = [self._choice(text or None, self._finish_reason(done), True, deltas)]
         doc["usage"] = usage(done.stats, done.prediction_tokens)
         doc["timings"] = timings(done.stats)
         doc["specchat"] = extension(done, self.setup)
@@ -232,7 +269,11 @@ class ReplyWriter:
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._head(False)
         text = "".join(t.text for t in tokens)
-        doc["choices"] = [self._choice(text, FINISH_REASONS[done.stats.stop_reason], False)]
+        calls: list[ToolCall] = []
+        if self.tools is not None:
+            text, calls = read_calls(self.reply_start + text, self.tools)
+            self._calls = ToolCallStream(calls)
+        doc["choices"] = [self._choice(text, self._finish_reason(done), False, calls=calls)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
         doc["usage"] = usage(done.stats, done.prediction_tokens)
@@ -242,6 +283,14 @@ class ReplyWriter:
             ext["tokens"] = fates(tokens)
         doc["specchat"] = ext
         return doc
+
+
+def _delta(d: CallDelta) -> dict[str, Any]:
+    """A call's piece as OpenAI streams it: id, type and name on its first, then arguments."""
+    if d.id is None:
+        return {"index": d.index, "function": {"arguments": d.arguments}}
+    return {"index": d.index, "id": d.id, "type": "function",
+            "function": {"name": d.name, "arguments": d.arguments}}
 
 
 # The engine's stop reasons as llama-server's stop_type.

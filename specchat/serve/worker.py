@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import queue
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.tool_calls import CLOSE, OPEN
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
@@ -246,6 +249,9 @@ class ModelHost:
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
             settings = job.request.settings
+            if tools_offered(job.request) and not job.request.parallel_tool_calls:
+                # One call: the reply ends at the first call's closing tag.
+                settings = settings.with_(stop=(*settings.stop, CLOSE))
             if job.request.prediction is not None:  # drafted from as the target's tokens
                 model = served.engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
@@ -298,8 +304,15 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
         tokens = fim
         param = "input_prefix" if request.kind == "infill" else param
     elif request.kind == "chat":
+        offered = tools_offered(request)
+        if offered and not engine.template.takes_tools:
+            raise bad_request("this model's chat template does not take tools (it has no "
+                              f"{OPEN} format to call them with): send the request without "
+                              "'tools', or use a model whose template has them (Qwen2.5, "
+                              "Hermes)", "tools", "tools_not_supported")
         try:
-            tokens = engine.tokenize_chat(request.messages, cancel)
+            tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
+                                          reply_start=reply_start(request))
         except ModelFileError as e:  # the template refused this conversation
             raise bad_request(str(e), "messages") from None
     elif isinstance(request.prompt, str):
@@ -313,6 +326,28 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
                           f"{engine.n_ctx}: shorten it, or start the server with a larger "
                           "--ctx-size", param, "context_length_exceeded")
     return tokens
+
+
+def tools_offered(request: GenerationRequest) -> tuple[dict[str, Any], ...]:
+    """The tools the template is shown: none when the choice is "none"."""
+    return request.tools if request.tool_choice != "none" else ()
+
+
+def tool_names(request: GenerationRequest) -> frozenset[str] | None:
+    """The names of the tools offered (None: none, and the reply is read as text only)."""
+    offered = tools_offered(request)
+    return frozenset(t["function"]["name"] for t in offered) if offered else None
+
+
+def reply_start(request: GenerationRequest) -> str:
+    """What a reply that must call a tool begins with, put after the prompt: the opening of a
+    call, and the function's name when one is named. The model writes the rest, sampled as
+    always from the target's distribution given that start."""
+    if request.tool_choice == "required":
+        return f'{OPEN}\n{{"name": "'
+    if request.tool_choice not in ("auto", "none"):
+        return f'{OPEN}\n{{"name": {json.dumps(request.tool_choice)}, "arguments": '
+    return ""
 
 
 def _fim_tokens(engine: ChatEngine, request: GenerationRequest) -> list[int] | None:

@@ -8,8 +8,9 @@ their KV caches, which carry the shared prefix over from one turn to the next.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specchat.engine.decode.chat_template import ChatTemplate, Message
 from specchat.engine.decode.decoding import Decoder
@@ -38,8 +39,14 @@ class ChatEngine:
         return self.decoder.target.n_ctx
 
     def tokenize_chat(self, messages: Sequence[Message],
-                      cancel: threading.Event | None = None) -> list[int]:
-        text = self.template.render(messages, add_generation_prompt=True, cancel=cancel)
+                      cancel: threading.Event | None = None,
+                      tools: Sequence[Mapping[str, Any]] | None = None,
+                      reply_start: str = "") -> list[int]:
+        """The conversation as the model's prompt; ``tools`` go to the template, and
+        ``reply_start`` is text the reply is made to begin with (a forced tool call's opening),
+        tokenized with the prompt so its tokens are the ones the model would write."""
+        text = self.template.render(messages, add_generation_prompt=True, cancel=cancel,
+                                    tools=tools) + reply_start
         tokens = self.model.tokenize(text, add_special=self.model.add_bos, parse_special=True)
         bos = self.model.bos
         if len(tokens) >= 2 and tokens[0] == bos and tokens[1] == bos:

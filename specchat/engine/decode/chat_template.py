@@ -15,11 +15,12 @@ about to build against a cap before building it. Refusals are :class:`ModelFileE
 
 from __future__ import annotations
 
+import json
 import re
 import string
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -55,12 +56,48 @@ _WIDTH_FILTERS = frozenset(["center", "indent", "batch", "slice", "wordwrap"])
 
 
 @dataclass(frozen=True)
-class Message:
-    role: str  # "system" | "user" | "assistant"
-    content: str
+class ToolCall:
+    """A function call an assistant message made, as OpenAI's API carries it."""
 
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            # Templates take arguments as a mapping (Hugging Face's convention: Qwen's writes
+            # `arguments | tojson`); OpenAI sends JSON text.
+            d["tool_calls"] = [{"id": c.id, "type": "function",
+                                "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
+                               for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        return d
+
+
+def _arguments(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # Hugging Face's tojson, which templates are written for: keys in their order and no HTML
+    # escapes (Jinja's own sorts keys and writes `<` as \u003c, unlike what the model saw).
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, separators=separators,
+                      sort_keys=sort_keys)
 
 
 def _raise(message: str) -> None:
@@ -219,6 +256,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     def __init__(self) -> None:
         super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=self._finalize)
         self._local = threading.local()
+        self.filters["tojson"] = _tojson
         for name, func in list(self.filters.items()):
             self.filters[name] = self._guard_filter(name, func)
         self.filters[_LOOP_FILTER] = lambda iterable: _Steps(self, iterable)
@@ -385,10 +423,18 @@ class ChatTemplate:
             raise ModelFileError(f"the model's chat template does not compile: "
                                  f"{type(e).__name__}") from None
 
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template renders a tool list and writes calls in a format specchat
+        reads back (:mod:`specchat.engine.decode.tool_calls`)."""
+        return not self.is_fallback and "tools" in self.source and "<tool_call>" in self.source
+
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-               cancel: threading.Event | None = None) -> str:
+               cancel: threading.Event | None = None,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         """The prompt text; raises :class:`ModelFileError` if the template fails or goes over
-        its time or size budget, :class:`Cancelled` if ``cancel`` is set meanwhile."""
+        its time or size budget, :class:`Cancelled` if ``cancel`` is set meanwhile. ``tools``:
+        OpenAI's tool list, handed to the template as ``tools`` (as Hugging Face does)."""
         ctx: dict[str, Any] = {
             "messages": [m.as_dict() for m in messages],
             "add_generation_prompt": add_generation_prompt,
@@ -397,7 +443,10 @@ class ChatTemplate:
             "raise_exception": _raise,
             "strftime_now": _strftime_now,
         }
-        size = sum(len(m.content) + len(m.role) for m in messages)
+        if tools:
+            ctx["tools"] = [dict(t) for t in tools]
+        size = sum(len(m.content) + len(m.role) for m in messages) \
+            + sum(len(json.dumps(t)) for t in tools or ())
         budget = _Budget(RENDER_SECONDS, BASE_VALUE_CHARS + 8 * size, cancel)
         self._env.bounded(budget)
         try:

@@ -1,0 +1,252 @@
+"""Tool calls: the reply's calls read out of its text (whole and streamed in any pieces), the
+request's tools and tool messages checked and rendered by the model's own template, and a round
+trip through `specchat serve` with the official openai client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from specchat.devtools.tiny_models import CHATML_TEMPLATE, TOOLS_TEMPLATE, TinySpec, write_tiny_model
+from specchat.engine.decode.chat_template import ChatTemplate, Message, ToolCall
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
+from specchat.serve.api_errors import ApiError
+from specchat.serve.parse import chat_request, completion_request
+from specchat.serve.server import Serving
+from tests.serve_helpers import cli_server, client
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather now in a city (°C; a < b)",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+NAMES = frozenset({"get_weather", "a", "b"})
+
+REPLIES = [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    'Let me look.\n<tool_call>\n{"name": "a", "arguments": {"x": {"y": [1, "}"]}}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>\n',
+    '<tool_call>\n{"arguments": {"q": 1}, "name": "c"}\n</tool_call>',  # not name-first
+    '<tool_call>\n{"name": "d", "arguments": "{\\"k\\": 2}"}\n</tool_call>',  # as a string
+    'text with < and <tool and a } brace',
+    '<tool_call>not json</tool_call> after',
+    '<tool_call>\n{"name": "e", "arguments": {"s": "}</tool"}}',  # cut at its closing tag
+    '```json\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n```',  # bare, fenced
+    '{"name": "get_weather", "arguments": {"city": "Nice"}}',  # bare
+    '{"name": "not_offered", "arguments": {}}',  # bare but no such tool: text
+    '```python\nprint(1)\n```',  # a code block is held back, then given as text
+]
+EXPECTED = [
+    ("", [("get_weather", '{"city": "Paris"}')]),
+    ("Let me look.\n", [("a", '{"x": {"y": [1, "}"]}}'), ("b", "{}")]),
+    ("", [("c", '{"q": 1}')]),
+    ("", [("d", '{"k": 2}')]),
+    ("text with < and <tool and a } brace", []),
+    ("<tool_call>not json</tool_call> after", []),
+    ("", [("e", '{"s": "}</tool"}')]),
+    ("", [("get_weather", '{"city": "Lyon"}')]),
+    ("", [("get_weather", '{"city": "Nice"}')]),
+    ('{"name": "not_offered", "arguments": {}}', []),
+    ("```python\nprint(1)\n```", []),
+]
+
+
+def _streamed(pieces: list[str]) -> tuple[str, list[tuple[str, str]], list[CallDelta]]:
+    stream = ToolCallStream(names=NAMES)
+    content, deltas = [], []
+    for p in pieces:
+        c, d = stream.feed(p)
+        content.append(c)
+        deltas += d
+    c, d = stream.finish()
+    return "".join(content) + c, [(x.name, x.arguments) for x in stream.calls], deltas + d
+
+
+def _rebuilt(deltas: list[CallDelta]) -> list[tuple[str, str]]:
+    calls: dict[int, list[str]] = {}
+    for d in deltas:
+        entry = calls.setdefault(d.index, ["", ""])
+        if d.id is not None:
+            assert d.id.startswith("call_") and d.name and not entry[0]
+            entry[0] = d.name
+        entry[1] += d.arguments
+    return [(name, args) for _, (name, args) in sorted(calls.items())]
+
+
+@pytest.mark.parametrize(("reply", "expected"), list(zip(REPLIES, EXPECTED, strict=True)))
+def test_calls_are_read_the_same_whole_or_in_any_pieces(reply: str,
+                                                        expected: tuple[str, Any]) -> None:
+    content, calls = read_calls(reply, NAMES)
+    assert (content, [(c.name, c.arguments) for c in calls]) == expected
+    for cut in range(1, len(reply)):  # every split in two
+        got = _streamed([reply[:cut], reply[cut:]])
+        assert got[:2] == expected, cut
+        assert _rebuilt(got[2]) == expected[1], cut
+    got = _streamed(list(reply))  # a character at a time
+    assert got[:2] == expected and _rebuilt(got[2]) == expected[1]
+
+
+def test_arguments_stream_while_the_call_is_written() -> None:
+    stream = ToolCallStream(names=NAMES)
+    _, deltas = stream.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
+    assert [(d.name, d.arguments) for d in deltas] == [("get_weather", ""), (None, '{"city": "Pa')]
+    _, deltas = stream.feed('ris"}}\n</tool_call>')
+    assert "".join(d.arguments for d in deltas) == 'ris"}'
+    assert stream.calls[0].arguments == '{"city": "Paris"}'
+
+
+def test_a_bare_call_is_read_only_when_tools_are_offered() -> None:
+    reply = '{"name": "get_weather", "arguments": {"city": "Nice"}}'
+    assert read_calls(reply) == (reply, [])
+    # While it could still be a call, nothing of it goes out as text.
+    stream = ToolCallStream(names=NAMES)
+    assert stream.feed('{"name": "get_weather", ')[0] == ""
+
+
+def test_the_template_renders_tools_calls_and_results() -> None:
+    t = ChatTemplate(TOOLS_TEMPLATE, "", "")
+    assert t.takes_tools and not ChatTemplate(CHATML_TEMPLATE, "", "").takes_tools
+    assert not ChatTemplate(None, "", "").takes_tools  # the fallback has no tool format
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris", "when": "<now>"}')
+    text = t.render([Message("user", "weather?"), Message("assistant", "", (call,)),
+                     Message("tool", '{"temp_c": 14}', tool_call_id="call_1")], tools=[WEATHER])
+    # Hugging Face's tojson: keys in order, no HTML escapes (Jinja's own gives \u003c).
+    assert json.dumps(WEATHER, ensure_ascii=False) in text
+    assert '{"name": "get_weather", "arguments": {"city": "Paris", "when": "<now>"}}' in text
+    assert "<tool_response>\n{\"temp_c\": 14}\n</tool_response>" in text
+    assert "<tools>" not in t.render([Message("user", "weather?")])
+
+
+def _bad(doc: dict[str, Any], parse: Any = chat_request) -> dict[str, Any]:
+    with pytest.raises(ApiError) as e:
+        parse({"messages": [{"role": "user", "content": "hi"}], **doc}, SamplerSettings())
+    assert e.value.status == 400
+    return e.value.body()["error"]
+
+
+@pytest.mark.parametrize(("doc", "param", "code"), [
+    ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name",
+     "missing_required_parameter"),
+    ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]},
+     "tools[0].function.name", "invalid_value"),
+    ({"tools": [{"type": "retrieval"}]}, "tools[0].type", "invalid_value"),
+    ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name", "invalid_value"),
+    ({"tools": {"x": 1}}, "tools", "invalid_type"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]},
+     "tools[0].function.parameters", "invalid_type"),
+    ({"tool_choice": "auto"}, "tool_choice", "invalid_value"),
+    ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice", "invalid_value"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "f"}}},
+     "tool_choice.function.name", "invalid_value"),
+    ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "invalid_type"),
+    ({"functions": [{"name": "f"}]}, "functions", "invalid_value"),
+    ({"messages": [{"role": "tool", "content": "14"}]}, "messages[0].tool_call_id",
+     "missing_required_parameter"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]},
+     "messages[0].tool_calls", "invalid_value"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                                                         "function": {"name": "f",
+                                                                      "arguments": {}}}]}]},
+     "messages[0].tool_calls[0].function.arguments", "invalid_type"),
+])
+def test_bad_tools_are_400_naming_the_field(doc: dict[str, Any], param: str, code: str) -> None:
+    err = _bad(doc)
+    assert (err["param"], err["code"]) == (param, code), err
+
+
+def test_tools_are_a_chats_and_a_choice_is_checked_against_them() -> None:
+    err = _bad({"prompt": "x", "tools": [WEATHER]}, completion_request)
+    assert err["param"] == "tools"
+    req = chat_request({"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER],
+                        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                        "parallel_tool_calls": False}, SamplerSettings())
+    assert (req.tool_choice, req.parallel_tool_calls) == ("get_weather", False)
+    assert req.tools[0]["function"]["name"] == "get_weather"
+    plain = chat_request({"messages": [{"role": "user", "content": "hi"}]}, SamplerSettings())
+    assert (plain.tools, plain.tool_choice) == ((), "none")
+
+
+# ------------------------------------------------------------------- through the server
+
+@pytest.fixture(scope="module")
+def tools_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tools") / "tools.gguf", TinySpec(seed=1),
+                            chat_template=TOOLS_TEMPLATE, name="tiny-tools")
+
+
+@pytest.fixture(scope="module")
+def server(tools_target: Path, tiny_draft: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    home = tmp_path_factory.mktemp("tools-home")
+    with cli_server(home, "--model", str(tools_target), "--draft", str(tiny_draft), "--gamma",
+                    "3", "--ctx-size", "1024") as s:
+        assert s.host.state == "ready", s.host.error
+        yield s
+
+
+def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> None:
+    api = client(server.url)
+    model = server.host.model_id
+    msgs: list[Any] = [{"role": "user", "content": "what is the weather in Paris?"}]
+    kw: dict[str, Any] = dict(model=model, tools=[WEATHER], temperature=0, max_tokens=16,
+                              tool_choice={"type": "function",
+                                           "function": {"name": "get_weather"}})
+    whole = api.chat.completions.create(messages=msgs, **kw)
+    calls = whole.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    assert whole.choices[0].message.content is None
+    assert whole.specchat["drafted"] > 0  # type: ignore[attr-defined]  # speculation ran
+    # Streamed: OpenAI's deltas (id, type and name first, then argument fragments) rebuild the
+    # same call, since greedy replies are the same.
+    name, args, ids = "", "", set()
+    for chunk in api.chat.completions.create(messages=msgs, stream=True, **kw):
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            assert tc.index == 0
+            ids.add(tc.id) if tc.id else None
+            name += (tc.function.name or "") if tc.function else ""
+            args += (tc.function.arguments or "") if tc.function else ""
+    assert (name, args, len(ids)) == ("get_weather", calls[0].function.arguments, 1)
+    # The result goes back through the template; the answer is text.
+    msgs += [whole.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 14}'}]
+    answer = api.chat.completions.create(messages=msgs, model=model, tools=[WEATHER],
+                                         tool_choice="none", temperature=0, max_tokens=8)
+    assert answer.choices[0].message.tool_calls is None
+    first = api.chat.completions.create(messages=msgs[:1], model=model, max_tokens=1)
+    assert answer.usage is not None and first.usage is not None
+    assert answer.usage.prompt_tokens > first.usage.prompt_tokens + 10  # the call and result
+
+
+def test_a_required_call_begins_the_reply_with_a_calls_opening(server: Serving) -> None:
+    api = client(server.url)
+    r = api.chat.completions.create(model=server.host.model_id, tools=[WEATHER],
+                                    tool_choice="required", parallel_tool_calls=False,
+                                    messages=[{"role": "user", "content": "weather?"}],
+                                    temperature=0, max_tokens=8)
+    # The tiny model's random weights never finish a name, so the reply is text: the opening
+    # it was made to begin with, and what the model wrote after it (real models, test_qwen).
+    msg = r.choices[0].message
+    assert msg.tool_calls is None and msg.content is not None
+    assert msg.content.startswith('<tool_call>\n{"name": "')
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_a_model_whose_template_has_no_tools_says_so(tiny_target: Path,
+                                                    tmp_path: Path) -> None:
+    with cli_server(tmp_path, "--model", str(tiny_target), "--ctx-size", "512") as s:
+        api = client(s.url)
+        with pytest.raises(openai.BadRequestError) as e:
+            api.chat.completions.create(model=s.host.model_id, tools=[WEATHER],
+                                        messages=[{"role": "user", "content": "hi"}])
+        err = e.value.body
+        assert (err["param"], err["code"]) == ("tools", "tools_not_supported")  # type: ignore[index]
+        # tool_choice "none" shows no tools: the request is served.
+        ok = api.chat.completions.create(model=s.host.model_id, tools=[WEATHER],
+                                         tool_choice="none", max_tokens=2,
+                                         messages=[{"role": "user", "content": "hi"}])
+        assert ok.usage is not None and ok.usage.completion_tokens == 2
