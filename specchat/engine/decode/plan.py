@@ -14,6 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# The drafters the core and the planner know by name (a plug-in's name is its module's).
+NONE = "none"  # a plain step: nothing drafted
+MODEL = "model"  # the draft model's chain
+NGRAM = "ngram"  # prompt lookup
+TREE = "tree"  # the draft model's token tree
+
 
 def depths(parents: Sequence[int]) -> list[int]:
     """Each node's depth (1 = a child of the root), for a shape given by parent indices."""
@@ -53,8 +59,8 @@ class Plan:
 
 
 def plain(reason: str = "") -> Plan:
-    return Plan("none", (), reason)
+    return Plan(NONE, (), reason)
 
 
 def chain(drafter: str, gamma: int, reason: str = "") -> Plan:
-    return Plan(drafter if gamma > 0 else "none", tuple(range(-1, gamma - 1)), reason)
+    return Plan(drafter if gamma > 0 else NONE, tuple(range(-1, gamma - 1)), reason)

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from specchat.engine.decode.events import StepEvent
-from specchat.engine.decode.plan import Plan, chain, plain
+from specchat.engine.decode.plan import MODEL, NGRAM, NONE, TREE, Plan, chain, plain
 from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
@@ -51,7 +52,7 @@ from specchat.engine.policy.reply_length import ReplyLengths
 from specchat.engine.policy.tree_stats import tree_draft_cost
 
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
-SCORED = ("model", "ngram", "tree")  # what the planner knows the costs of by construction
+SCORED = (MODEL, NGRAM, TREE)  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
 # ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain: plain
 # steps teach no acceptance, so only the costs' drift could change the answer, and scoring costs
@@ -82,13 +83,23 @@ LOOKUP_COST_PRIOR = 0.01  # × T(1) per proposed token, before one is measured
 LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's check may have
 
 
+@dataclass
+class _Step:
+    """What the phases of one step's choice share."""
+
+    available: tuple[str, ...]  # the drafters that can propose this step
+    reply: int | None  # tokens this reply has committed (None: not driven reply by reply)
+    chains: list[str] = field(default_factory=list)  # of the chain drafters the planner scores
+    warm: list[str] = field(default_factory=list)  # those a warm-up step may use
+
+
 class Planner(AutoGamma):
     skip_first_shapes = True
 
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
                  seed: AutoGammaSeed | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 drafters: Sequence[str] = ("model",)) -> None:
+                 drafters: Sequence[str] = (MODEL,)) -> None:
         super().__init__(settings.auto, seed, clock)
         self.plan_settings = ps = settings
         self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
@@ -177,7 +188,7 @@ class Planner(AutoGamma):
 
     def _own_plan(self, name: str, why: str = "") -> Plan:
         plan = self._own[name]()
-        if plan.drafter == "none":
+        if plan.drafter == NONE:
             return plan
         return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
 
@@ -187,21 +198,20 @@ class Planner(AutoGamma):
         """Plain's candidate and the best of each drafter's shapes, on the current costs.
         ``reshape`` False scores the tree shapes found last time instead of running the DP
         again (exploration's sampled α: a new score, not a new search)."""
-        c, ps = self.costs, self.plan_settings
+        c = self.costs
         table = c.verify_table()
         o = c.overhead
         t_d = self.t_draft
-        top = min(self.settings.gamma_max, len(table) - 1)
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
-        scored = [("model", alphas, t_d), ("ngram", ngram_alphas, self.t_ngram)]
+        scored = [(MODEL, alphas, t_d), (NGRAM, ngram_alphas, self.t_ngram)]
         if self._draft_unpriced():
-            available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, "tree"))
+            available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, TREE))
         for name in available:
             if name in self._own:
                 got = self.measured[name].per_step()
-                plan = self._own[name]() if got is not None else Plan("none")
-                if got is not None and plan.drafter != "none":
+                plan = self._own[name]() if got is not None else Plan(NONE)
+                if got is not None and plan.drafter != NONE:
                     out.append(Candidate(plan, got[0], got[1] + o))
             elif name not in SCORED:
                 other = self._other(name)
@@ -209,64 +219,81 @@ class Planner(AutoGamma):
                     continue  # never timed, and it would first read a long prompt
                 scored.append((name, other.model.position_alphas(), other.t(table[0])))
         for name, alph, per_token in scored:
-            if name not in available:
-                continue
-            # Every chain length in one pass, E(γ) grown term by term (this runs each step:
-            # plans are built for the winner only).
-            best_g, best_rate = 0, -1.0
-            e, run = 1.0, 1.0
-            deepest = min(self.lookup_depth, len(table) - 1) \
-                if name == "ngram" or name in LOOKUP_LIKE else top
-            steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
-            # A lookup's checks come in a few sizes (2, 4, 8, 16, 32 rows): each new batch
-            # shape's first decode in a process costs up to twice a later one, and a lookup's
-            # runs vary, so 31 sizes would each pay it (and each be timed less often).
-            sizes = LOOKUP_SIZES if name == "ngram" or name in LOOKUP_LIKE else None
-            for g in range(1, min(deepest, len(alph)) + 1):
-                run *= alph[g - 1]
-                e += run
-                sec = g * per_token + table[g] + o
-                steps.append((e, sec))
-                rate = e / sec if sec > 0 else 0.0
-                if rate > best_rate * 1.0001 and (sizes is None or g in sizes):
-                    best_g, best_rate = g, rate
-            explore = False
-            # A guess is trusted at most twice past the largest check timed so far: a line
-            # through small checks prices a long one far from what it costs, and a long
-            # check that fails costs many plain steps (a 27-token lookup check keeping 9 ran
-            # at 0.8× plain on the Qwen pair); the curve is learnt by doubling instead.
-            reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
-            # A lookup's longer check is timed only inside a passage the reply repeats, right
-            # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
-            # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
-            # 13- to 22-token timing checks that kept nothing).
-            if name == "ngram" and not (self.lookup.hot and self._lookup_full):
-                reach = 0
-            for g in range(min(len(steps) - 1, reach - 1), best_g, -1) if best_g else ():
-                # A longer check this machine never timed is priced by a guess: a line through
-                # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
-                # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so
-                # the best chain on the guesses can be far too short. Try the longest such
-                # check whose guessed rate costs little and still beats plain (twice: one
-                # timing moves the estimate a third of the way).
-                if not self._untimed(g) or (sizes is not None and g not in sizes):
-                    continue
-                e_g, s_g = steps[g]
-                if e_g / s_g >= max(TRY_UNTIMED * best_rate, ps.margin * base.rate):
-                    best_g, explore = g, True
-                    break
-            if best_g:
-                out.append(Candidate(chain(name, best_g), *steps[best_g], explore))
-        if "tree" in available:
-            tree = self.trees.best(alphas, table, t_d, o, "model" in available, reshape)
+            if name in available:
+                best = self._best_chain(name, alph, per_token, table, base)
+                if best is not None:
+                    out.append(best)
+        if TREE in available:
+            tree = self.trees.best(alphas, table, t_d, o, MODEL in available, reshape)
             if tree is not None:
                 out.append(tree)
         return base, out
 
+    def _best_chain(self, name: str, alph: Sequence[float], per_token: float,
+                    table: Sequence[float], base: Candidate) -> Candidate | None:
+        """The best chain of drafter ``name`` (α by depth ``alph``, ``per_token`` seconds a
+        drafted token), or a longer one to time; None when no chain is worth scoring."""
+        o = self.costs.overhead
+        top = min(self.settings.gamma_max, len(table) - 1)
+        lookup = name == NGRAM or name in LOOKUP_LIKE
+        # Every chain length in one pass, E(γ) grown term by term (this runs each step:
+        # plans are built for the winner only).
+        best_g, best_rate = 0, -1.0
+        e, run = 1.0, 1.0
+        deepest = min(self.lookup_depth, len(table) - 1) if lookup else top
+        steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
+        # A lookup's checks come in a few sizes (2, 4, 8, 16, 32 rows): each new batch
+        # shape's first decode in a process costs up to twice a later one, and a lookup's
+        # runs vary, so 31 sizes would each pay it (and each be timed less often).
+        sizes = LOOKUP_SIZES if lookup else None
+        for g in range(1, min(deepest, len(alph)) + 1):
+            run *= alph[g - 1]
+            e += run
+            sec = g * per_token + table[g] + o
+            steps.append((e, sec))
+            rate = e / sec if sec > 0 else 0.0
+            if rate > best_rate * 1.0001 and (sizes is None or g in sizes):
+                best_g, best_rate = g, rate
+        if not best_g:
+            return None
+        g, explore = self._longer_check(name, steps, best_g, best_rate, sizes, base)
+        return Candidate(chain(name, g), *steps[g], explore)
+
+    def _longer_check(self, name: str, steps: Sequence[tuple[float, float]], best_g: int,
+                      best_rate: float, sizes: frozenset[int] | None, base: Candidate
+                      ) -> tuple[int, bool]:
+        """A chain longer than the best on the guessed costs, to time its check: (its length,
+        True), else (``best_g``, False)."""
+        c = self.costs
+        # A guess is trusted at most twice past the largest check timed so far: a line
+        # through small checks prices a long one far from what it costs, and a long check
+        # that fails costs many plain steps (a 27-token lookup check keeping 9 ran at 0.8×
+        # plain on the Qwen pair); the curve is learnt by doubling instead.
+        reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
+        # A lookup's longer check is timed only inside a passage the reply repeats, right
+        # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
+        # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
+        # 13- to 22-token timing checks that kept nothing).
+        if name == NGRAM and not (self.lookup.hot and self._lookup_full):
+            reach = 0
+        for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
+            # A longer check this machine never timed is priced by a guess: a line through
+            # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
+            # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so the
+            # best chain on the guesses can be far too short. Try the longest such check
+            # whose guessed rate costs little and still beats plain (twice: one timing moves
+            # the estimate a third of the way).
+            if not self._untimed(g) or (sizes is not None and g not in sizes):
+                continue
+            e_g, s_g = steps[g]
+            if e_g / s_g >= max(TRY_UNTIMED * best_rate, self.plan_settings.margin * base.rate):
+                return g, True
+        return best_g, False
+
     def _lags_behind(self, name: str) -> bool:
         """Whether drafting with ``name`` now would first read tokens it has not seen (the
         draft model, or a drafter with a cache of its own, after a new prompt)."""
-        if name in (*MODEL_DRAFTERS, "tree"):
+        if name in (*MODEL_DRAFTERS, TREE):
             return self._draft_behind and self._behind > FIRST_STEP_READ
         return self._lags.get(name, 0) > FIRST_STEP_READ
 
@@ -335,7 +362,7 @@ class Planner(AutoGamma):
         if not self.seeded and self.costs.ratio is None:
             return True
         plan = self._own[name]()
-        if plan.drafter == "none":
+        if plan.drafter == NONE:
             return False
         table, o = self.costs.verify_table(), self.costs.overhead
         n = min(plan.size, len(table) - 1)
@@ -348,37 +375,52 @@ class Planner(AutoGamma):
 
     def next_gamma(self) -> int:
         plan = self.next_plan(self.drafters)
-        return plan.size if plan.drafter in ("model", "ngram") else 0
+        return plan.size if plan.drafter in (MODEL, NGRAM) else 0
 
     def next_plan(self, available: tuple[str, ...]) -> Plan:
+        """The step's plan: the phases below in turn, the first that decides giving it (a
+        phase answers None to pass the step on)."""
         self._step_starts()
-        s, ps = self.settings, self.plan_settings
+        step = _Step(self._unpaused(available), self._reply_tokens)
+        return (self._first_token(step) or self._warm_up(step) or self._no_drafter(step)
+                or self._measure_own(step) or self._probe_unseen(step)
+                or self._time_costs(step) or self._keep_hold(step) or self._scored(step))
+
+    def _unpaused(self, available: tuple[str, ...]) -> tuple[str, ...]:
+        """The drafters available less the lookups pausing (LOOKUP_PAUSE_MAX)."""
         for name, left in list(self._lookup_pause.items()):
             self._lookup_pause[name] = left - 1
             if left <= 0:
                 del self._lookup_pause[name]
-            elif name == "ngram" and self.lookup.hot:  # its guesses came right again
+            elif name == NGRAM and self.lookup.hot:  # its guesses came right again
                 self._lookup_pause.pop(name)
                 self._lookup_fails.pop(name, None)
             else:
                 available = tuple(n for n in available if n != name)
-        reply = self._reply_tokens
-        if reply == 0 and any(self._lags_behind(n) for n in available):
-            # The reply's first token comes from a plain step when a drafter would first have
-            # to read the prompt: its time to first token is then plain decoding's, and the
-            # read is paid (if at all) once the planner has chosen to draft.
-            available = tuple(n for n in available if not self._lags_behind(n))
-            if not available:
+        return available
+
+    def _first_token(self, step: _Step) -> Plan | None:
+        """The reply's first token comes from a plain step when a drafter would first have
+        to read the prompt: its time to first token is then plain decoding's, and the read is
+        paid (if at all) once the planner has chosen to draft."""
+        if step.reply == 0 and any(self._lags_behind(n) for n in step.available):
+            step.available = tuple(n for n in step.available if not self._lags_behind(n))
+            if not step.available:
                 return self._chosen(plain("plain: the first token before the draft reads "
                                           "the prompt"))
-        chains = [d for d in ("model", "ngram") if d in available]
+        return None
+
+    def _warm_up(self, step: _Step) -> Plan | None:
+        """The warm-up's unscored chains, which time the first checks."""
+        s, ps = self.settings, self.plan_settings
+        step.chains = [d for d in (MODEL, NGRAM) if d in step.available]
         # Unscored lookup steps (the warm-up's, a timing check) only inside a passage the reply
         # repeats: elsewhere a lookup of two tokens or more is right a third of the time or
         # less, and on a CPU each check that fails costs more than the plain step it replaced
         # (a cold 34-token prose reply ran at 0.89× plain with them). Its guesses are scored on
         # every step, so it turns hot as soon as the reply starts copying.
-        warm = [d for d in chains if d != "ngram" or self.lookup.hot]
-        if chains and chains[0] == "model" and (
+        warm = [d for d in step.chains if d != NGRAM or self.lookup.hot]
+        if step.chains and step.chains[0] == MODEL and (
                 self._behind > ps.warmup_max_lag
                 or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
             # A warm-up step would first read the whole prompt into the draft: not for a
@@ -386,55 +428,101 @@ class Planner(AutoGamma):
             # the read costs more than a share of what the rest of the reply is expected to
             # take (a reply about to end cannot pay it back).
             warm = warm[1:]
-        if self._warmup_left and warm and (reply is None or reply >= ps.warmup_after
-                                           or warm[0] == "ngram"):
+        step.warm = warm
+        if self._warmup_left and warm and (step.reply is None or step.reply >= ps.warmup_after
+                                           or warm[0] == NGRAM):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             self._warmup_left -= 1
             self.planned = gamma
             return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)
-        if not available:
-            return self._chosen(plain("plain: no drafter can propose here"))
-        for n in available:
+        return None
+
+    def _no_drafter(self, step: _Step) -> Plan | None:
+        return None if step.available else self._chosen(plain("plain: no drafter can propose "
+                                                              "here"))
+
+    def _measure_own(self, step: _Step) -> Plan | None:
+        """A drafter of its own shape: its first steps measure what it yields here."""
+        for n in step.available:
             if n in self._own and self.measured[n].measuring and self._own_can_pay(n):
-                # A drafter of its own shape: its first steps measure what it yields here.
                 own = self._own_plan(n, "measuring")
-                if own.drafter != "none":
+                if own.drafter != NONE:
                     self._plain_run = 0
                     self.measured[n].tried += 1
                     return self._chosen(own, scored=False)
-        unseen = [n for n in available if n not in SCORED and n not in self._own
+        return None
+
+    def _probe_unseen(self, step: _Step) -> Plan | None:
+        """A drafter never timed here: one short chain measures its cost and α."""
+        ps = self.plan_settings
+        unseen = [n for n in step.available if n not in SCORED and n not in self._own
                   and n not in LOOKUP_LIKE
                   and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
-        if unseen:  # a drafter never timed here: one short chain measures its cost and α
-            self._plain_run = 0
-            self._other(unseen[0]).tried += 1
-            return self._chosen(chain(unseen[0], min(s.probe_gamma, s.gamma_max), "probe"),
-                                scored=False)
-        if not self.seeded and self.costs.ratio is None:
-            if sum(1 for w in self.costs.table.weight if w > 0) < 2:
-                # One batch size timed: the curve's slope is unknown, so a plain step (which
-                # times T(1)) rather than a guess — or an n-gram lookup, which is a plain step
-                # when it finds nothing and otherwise times a check of several tokens (without
-                # it, a reply whose warm-up lookups found nothing would never leave plain).
-                lookup = next((n for n in (*LOOKUP_LIKE, "ngram") if n in available
-                               and (n != "ngram" or self.lookup.hot)), None)
-                if lookup is not None:
-                    return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
-                if self._warmup_left and warm and reply is not None:
-                    # The stats bar's words while the warm-up waits for a longer reply.
-                    return self._chosen(plain(f"plain: drafting tried from token "
-                                              f"{ps.warmup_after}"), scored=False)
-                return self._chosen(plain("plain: timing a target step"), scored=False)
+        if not unseen:
+            return None
+        self._plain_run = 0
+        self._other(unseen[0]).tried += 1
+        return self._chosen(chain(unseen[0], min(self.settings.probe_gamma,
+                                                 self.settings.gamma_max), "probe"),
+                            scored=False)
+
+    def _time_costs(self, step: _Step) -> Plan | None:
+        """Before the verify curve's slope is known (one batch size timed), a step that times
+        it rather than a guess."""
+        if self.seeded or self.costs.ratio is not None:
+            return None
+        if sum(1 for w in self.costs.table.weight if w > 0) >= 2:
             self.costs.set_shape(*self.costs.line())  # warm-up over: anchor the slope's shape
+            return None
+        # A plain step (which times T(1)) — or an n-gram lookup, which is a plain step when it
+        # finds nothing and otherwise times a check of several tokens (without it, a reply
+        # whose warm-up lookups found nothing would never leave plain).
+        lookup = next((n for n in (*LOOKUP_LIKE, NGRAM) if n in step.available
+                       and (n != NGRAM or self.lookup.hot)), None)
+        if lookup is not None:
+            return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
+        if self._warmup_left and step.warm and step.reply is not None:
+            # The stats bar's words while the warm-up waits for a longer reply.
+            return self._chosen(plain(f"plain: drafting tried from token "
+                                      f"{self.plan_settings.warmup_after}"), scored=False)
+        return self._chosen(plain("plain: timing a target step"), scored=False)
+
+    def _keep_hold(self, step: _Step) -> Plan | None:
+        """A plain answer held for a few steps (see _plain_or_probe), while nothing changed."""
         left, held, topic = self._hold
         self._hold = (0, (), 0)
-        if left > 0 and held == available and topic == id(self.current) \
+        if left > 0 and held == step.available and topic == id(self.current) \
                 and self._plain_run + 1 < self._probe_wait:
             self._hold = (left - 1, held, topic)
             self._plain_run += 1
             # Predicted on the costs of the scoring that chose it (the table is not worked
             # out again for a plain step: on a small model that was a sizeable share of it).
             return self._chosen(plain(self.reason), got=self._held_step)
+        return None
+
+    def _scored(self, step: _Step) -> Plan:
+        """Every candidate scored on the measured costs and estimates; then the best, plain,
+        or a probe."""
+        base, cands, chosen, sampled_best = self._choose(step.available)
+        catch = self.catch_up_cost(self._behind)
+        if chosen.plan.drafter in (MODEL, TREE) and catch > 0:
+            # Worth switching back to the draft only if the faster steps repay its catch-up
+            # within the tokens the reply is still expected to write.
+            gain = (1 / base.rate - 1 / chosen.rate) * self.expected_remaining()
+            if gain < catch:
+                self._plain_run += 1
+                return self._chosen(plain(f"plain: the draft would first re-read "
+                                          f"{self._behind} tokens"))
+        if chosen.plan.drafter == NONE:
+            return self._plain_or_probe(step, base, cands, sampled_best, catch)
+        return self._speculate(base, chosen)
+
+    def _choose(self, available: tuple[str, ...]
+                ) -> tuple[Candidate, list[Candidate], Candidate, float]:
+        """Plain's candidate, the candidates, the one chosen (the best on the mean estimates,
+        or exploration's pick on sampled ones where that costs little), and the best rate on
+        the sampled ones."""
+        s, ps = self.settings, self.plan_settings
         model = self.current.model
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
@@ -444,72 +532,74 @@ class Planner(AutoGamma):
         planned = max(cands, key=lambda c: c.rate, default=base)
         if planned.rate < base.rate * ps.margin:
             planned = base
-        self.planned = planned.plan.size if planned.plan.drafter == "model" else 0
+        self.planned = planned.plan.size if planned.plan.drafter == MODEL else 0
         self._rate = max(planned.rate, base.rate)
         chosen = planned
         sampled_best = 0.0  # the best speculative rate on exploration's sampled α
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
             ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
-                if "ngram" in available else ng
+                if NGRAM in available else ng
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = max(s_cands, key=lambda c: c.rate, default=s_base)
             sampled_best = max((c.rate for c in s_cands), default=0.0)
             if pick.rate < s_base.rate * ps.margin:
                 pick = s_base
             # What the mean estimates say of the sampled pick: explore, but not at any price.
-            if pick.plan.drafter == "none":
+            if pick.plan.drafter == NONE:
                 chosen = base
             else:
                 at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
                                     pick.seconds, pick.explore)
                 if at_mean.rate >= base.rate * ps.explore_floor:
                     chosen = at_mean
-        catch = self.catch_up_cost(self._behind)
-        if chosen.plan.drafter in ("model", "tree") and catch > 0:
-            # Worth switching back to the draft only if the faster steps repay its catch-up
-            # within the tokens the reply is still expected to write.
-            gain = (1 / base.rate - 1 / chosen.rate) * self.expected_remaining()
-            if gain < catch:
-                self._plain_run += 1
-                return self._chosen(plain(f"plain: the draft would first re-read "
-                                          f"{self._behind} tokens"))
-        if chosen.plan.drafter == "none":
-            if self._probed and self._probed != "ngram":
-                # The probe found nothing: wait longer before the next one. Not for an n-gram
-                # probe: one token checked costs little, and a reply that copies its prompt
-                # must not lose its lookups to an unlucky first guess at a changed word.
-                self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
-            self._probed = ""
-            self._plain_run += 1
-            if self._plain_run < self._probe_wait or not (
-                    chains or any(n not in SCORED for n in available)):
-                # Nothing pays: the next few plain steps keep this answer unscored (scoring
-                # costs a few ms of Python, a tenth of a small model's step).
-                best = max([c.rate for c in cands] + [sampled_best])
-                every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
-                self._hold = (every - 1, available, id(self.current))
-                self._held_step = (base.expected, base.seconds)
-                return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
-            # A probe: has drafting started to pay? (n-gram first: it costs nearly nothing; the
-            # draft model only if re-reading what it missed is cheap here.)
-            affordable = catch <= ps.probe_budget * self._behind * base.seconds \
-                and not self._draft_unpriced()
-            others = sorted((self._tried(n), n) for n in available if n not in SCORED
-                            and self._lags.get(n, 0) <= ps.warmup_max_lag
-                            and (n not in self._own or self._own_can_pay(n)))
-            probe = "ngram" if "ngram" in chains else (
-                "model" if "model" in chains and affordable else others[0][1] if others else "")
-            self._plain_run = 0
-            if not probe:
-                return self._chosen(plain(self._plain_reason(base, cands)))
-            self._probed = probe
-            if probe in self._own:
-                self.measured[probe].tried += 1
-                return self._chosen(self._own_plan(probe, "probe"))
-            if probe in self.others:
-                self.others[probe].tried += 1
-            return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
+        return base, cands, chosen, sampled_best
+
+    def _plain_or_probe(self, step: _Step, base: Candidate, cands: Sequence[Candidate],
+                        sampled_best: float, catch: float) -> Plan:
+        """Nothing pays: plain, held for the next few steps; or, every so often, a probe of
+        whether drafting has started to pay."""
+        s, ps = self.settings, self.plan_settings
+        if self._probed and self._probed != NGRAM:
+            # The probe found nothing: wait longer before the next one. Not for an n-gram
+            # probe: one token checked costs little, and a reply that copies its prompt must
+            # not lose its lookups to an unlucky first guess at a changed word.
+            self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
+        self._probed = ""
+        self._plain_run += 1
+        available = step.available
+        if self._plain_run < self._probe_wait or not (
+                step.chains or any(n not in SCORED for n in available)):
+            # The next few plain steps keep this answer unscored (scoring costs a few ms of
+            # Python, a tenth of a small model's step).
+            best = max([c.rate for c in cands] + [sampled_best])
+            every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
+            self._hold = (every - 1, available, id(self.current))
+            self._held_step = (base.expected, base.seconds)
+            return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
+        # A probe (n-gram first: it costs nearly nothing; the draft model only if re-reading
+        # what it missed is cheap here).
+        affordable = catch <= ps.probe_budget * self._behind * base.seconds \
+            and not self._draft_unpriced()
+        others = sorted((self._tried(n), n) for n in available if n not in SCORED
+                        and self._lags.get(n, 0) <= ps.warmup_max_lag
+                        and (n not in self._own or self._own_can_pay(n)))
+        probe = NGRAM if NGRAM in step.chains else (
+            MODEL if MODEL in step.chains and affordable else others[0][1] if others else "")
+        self._plain_run = 0
+        if not probe:
+            return self._chosen(plain(self._plain_reason(base, cands)))
+        self._probed = probe
+        if probe in self._own:
+            self.measured[probe].tried += 1
+            return self._chosen(self._own_plan(probe, "probe"))
+        if probe in self.others:
+            self.others[probe].tried += 1
+        return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
+
+    def _speculate(self, base: Candidate, chosen: Candidate) -> Plan:
+        """The chosen speculative step, labelled for the stats bar."""
+        s = self.settings
         self._plain_run = 0
         self._probed = ""
         self._probe_wait = s.probe_every
@@ -520,17 +610,17 @@ class Planner(AutoGamma):
             self.measured[plan.drafter].tried += 1
             return self._chosen(Plan(plan.drafter, plan.parents,
                                      f"{plan.reason} · {chosen.rate / base.rate:.2f}× plain"))
-        if plan.drafter == "tree":
-            return self._chosen(Plan("tree", plan.parents,
+        if plan.drafter == TREE:
+            return self._chosen(Plan(TREE, plan.parents,
                                      f"tree {plan.size} · depth {plan.depth}"))
-        reason = f"{'chain' if plan.drafter == 'model' else plan.drafter} {plan.size}"
+        reason = f"{'chain' if plan.drafter == MODEL else plan.drafter} {plan.size}"
         if chosen.explore:
             self._timing[plan.size] = self._timing.get(plan.size, 0) + 1
             reason += " · timing a longer check"
-        if plan.drafter == "model" and s.early_stop and self._confident():
+        if plan.drafter == MODEL and s.early_stop and self._confident():
             # The confidence rule (keep_drafting) decides where the step stops; the
             # prediction stays the planned chain's.
-            return self._chosen(chain("model", s.gamma_max, reason), predict=plan)
+            return self._chosen(chain(MODEL, s.gamma_max, reason), predict=plan)
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
@@ -551,11 +641,11 @@ class Planner(AutoGamma):
         return self.t_draft * max(shape - 1.0, 0.0)
 
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
-        if plan.drafter == "tree":
+        if plan.drafter == TREE:
             return self.trees.expected(alphas, plan)
         if plan.drafter in self.others:
             return expected_tokens(self.others[plan.drafter].model.position_alphas(), plan.size)
-        return expected_tokens(ngram if plan.drafter == "ngram" else alphas, plan.size)
+        return expected_tokens(ngram if plan.drafter == NGRAM else alphas, plan.size)
 
     def predict(self, plan: Plan) -> tuple[float, float] | None:
         """(expected tokens, seconds) of ``plan`` on the current estimates and costs, the draft
@@ -564,19 +654,19 @@ class Planner(AutoGamma):
         table = c.verify_table()
         o = c.overhead
         n = min(plan.size, len(table) - 1)
-        if plan.drafter == "none" or n == 0:
+        if plan.drafter == NONE or n == 0:
             return 1.0, table[0] + o
         if plan.drafter in self._own:
             got = self.measured[plan.drafter].per_step()
             return (got[0], got[1] + o) if got is not None else None
         alphas = self.current.model.position_alphas(self.current.model.alpha())
         expected = self._expected(plan, alphas, self.ngram.position_alphas())
-        if plan.drafter == "ngram":
+        if plan.drafter == NGRAM:
             return expected, n * self.t_ngram + table[n] + o
         catch = self.catch_up_cost(self._behind)
-        if plan.drafter == "model":
+        if plan.drafter == MODEL:
             return expected, catch + n * self.t_draft + table[n] + o
-        if plan.drafter == "tree":
+        if plan.drafter == TREE:
             return expected, catch + tree_draft_cost(plan, self.t_draft, table) + table[n] + o
         if plan.drafter in self.others and plan.is_chain:
             return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
@@ -599,7 +689,7 @@ class Planner(AutoGamma):
         """Why nothing pays, in a few words, from the measured costs."""
         table = self.costs.verify_table()
         ratio = self.t_draft / table[0] if table[0] > 0 else 0.0
-        model = next((c for c in cands if c.plan.drafter == "model"), None)
+        model = next((c for c in cands if c.plan.drafter == MODEL), None)
         if model is not None and ratio >= 0.3:
             return f"plain: a draft token costs {ratio:.0%} of a target step"
         n = 5  # a typical chain's check: the last token and four drafts
@@ -615,13 +705,13 @@ class Planner(AutoGamma):
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
         self.costs.add_verify(step.batch, step.verify_s)
-        if step.read_tokens >= READ_LEARN and step.drafter in (*MODEL_DRAFTERS, "tree"):
+        if step.read_tokens >= READ_LEARN and step.drafter in (*MODEL_DRAFTERS, TREE):
             lam = self.ngram._lam_slow
             self._read_cost = [lam * self._read_cost[0] + step.read_s,
                                lam * self._read_cost[1] + step.read_tokens]
-        if step.gamma > 0 and step.drafter in ("ngram", *LOOKUP_LIKE):
+        if step.gamma > 0 and step.drafter in (NGRAM, *LOOKUP_LIKE):
             self._lookup_outcome(step.drafter, step.accepted > 0)
-            if step.drafter == "ngram":
+            if step.drafter == NGRAM:
                 self._lookup_full = step.accepted == step.gamma
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
@@ -631,24 +721,24 @@ class Planner(AutoGamma):
             else:
                 self.costs.add_draft(step.gamma, step.draft_s)
             self._learn(step)
-        elif step.gamma > 0 and step.drafter == "ngram":
+        elif step.gamma > 0 and step.drafter == NGRAM:
             lam = self.ngram._lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
             self.lookup.step(step_outcomes(step))
-        elif step.gamma > 0 and step.drafter == "tree":
+        elif step.gamma > 0 and step.drafter == TREE:
             outcomes = self.trees.learn(self.last_plan, step)
             if outcomes:
                 self.current.model.observe(outcomes)
                 self.overall.observe(outcomes)
-        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != "none" \
+        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != NONE \
                 and step.drafter not in self._own:
             self._other(step.drafter).observe(step)
         if self.last_plan.drafter in self._own:
             # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
             # still paid for its window (its drafter then reads "none").
             self.measured[self.last_plan.drafter].observe(step)
-        self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, "tree") or step.gamma == 0
+        self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, TREE) or step.gamma == 0
         self._behind = self._behind + step.committed if self._draft_behind else 0
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed
@@ -670,7 +760,7 @@ class Planner(AutoGamma):
         proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.policy.guesses`)."""
-        guess = guessers.get("ngram")
+        guess = guessers.get(NGRAM)
         # Guesses as long as the draft model's chains: scored deeper, a copy's long runs of
         # right tokens would outweigh the first token in the pooled α that every depth shrinks
         # toward (deeper depths learn from the lookup's own steps).
