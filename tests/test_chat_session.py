@@ -28,8 +28,9 @@ from specchat.errors import ModelFileError
 from specchat.runtime import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.views import Ended, Failed, Notice, SaveState, Streamed, View
-from specchat.session.worker import ReplyDone, ReplyUpdate, run_reply
+from specchat.session.worker import ReplyChunk, ReplyDone, ReplyUpdate, run_reply
 from specchat.store import ChatStore, ReplyStats
+from specchat.store.fates import merge_segments
 
 SYSTEM = "Be brief."
 REPO = Path(__file__).resolve().parent.parent
@@ -103,7 +104,10 @@ def test_a_reply_is_built_once_saved_with_its_fates_and_stats(tmp_path: Path,
     views += more
     done = updates[-1]
     assert isinstance(done, ReplyDone)
-    assert reply.trace is done.trace  # the worker's trace, not a second one
+    # The one trace: the session's, built from the segments the worker sent (ReplyDone
+    # carries no second copy).
+    sent = [seg for u in updates if isinstance(u, ReplyChunk) for seg in u.segments]
+    assert reply.trace.segments == merge_segments(sent) and not hasattr(done, "trace")
     expected = reference_reply(runtime, [Message("system", SYSTEM), Message("user", "hello there")])
     assert reply.text == expected and reply.status == "done" and reply.saved
     streamed = "".join(s.text for v in views if isinstance(v, Streamed) for s in v.segments)

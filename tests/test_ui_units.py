@@ -60,11 +60,11 @@ def test_batcher_rolls_tokens_per_second_alpha_tau_and_time_share() -> None:
         t += 0.01
         b.add(TokenEvent(pos, "x", origin, pos, t))
     b.add(RejectedEvent(99, "y", 3, 0.1, 0.5))
-    b.add(StepEvent(4, 3, 0.01, 0.03))
+    b.add(StepEvent(4, 3, 0.01, 0.03, position=0, committed=4))
     for pos, origin in enumerate([A, A, A, A, B], start=4):
         t += 0.01
         b.add(TokenEvent(pos, "x", origin, pos, t))
-    b.add(StepEvent(4, 4, 0.01, 0.03))
+    b.add(StepEvent(4, 4, 0.01, 0.03, position=4, committed=5))
     assert not b.due()
     clock.t = 0.2
     assert b.due() and b.dirty

@@ -316,7 +316,6 @@ class ChatSession:
                 views += self.flush()
             return views
         assert isinstance(update, ReplyDone)
-        reply.trace = update.trace  # the worker has finished with it: the one built trace
         s = update.stats
         # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder.
         decoder = self._meta.decoder if s.drafted else "plain"

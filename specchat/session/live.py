@@ -20,7 +20,9 @@ from specchat.engine.decode.events import (
     RejectedEvent,
     StepEvent,
     TokenEvent,
+    acceptance,
 )
+from specchat.engine.decode.spec_stats import SpecTally
 from specchat.store.fates import FateTrace, Segment, merge_segments
 from specchat.store.stats import ReplyStats
 
@@ -69,7 +71,7 @@ class EventBatcher:
     def __init__(self, interval: float = 0.08, ctx_used: Callable[[], int] | None = None,
                  ctx_size: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
-        self.trace = FateTrace()
+        self.trace = FateTrace(keep=False)  # orders the segments; the session keeps them
         self._ctx_used = ctx_used
         self._ctx_size = ctx_size
         self._clock = clock
@@ -80,12 +82,10 @@ class EventBatcher:
         self._steps: deque[tuple[float, int, bool]] = deque()  # (t, accepted, rejected)
         self._last_t = 0.0
         self.tokens = 0
-        self.steps = 0
-        self.accepted = 0
-        self.rejections = 0
-        self.committed_in_steps = 0
-        self.draft_s = 0.0
-        self.verify_s = 0.0
+        # The decoder's own tally, fed the same steps (one count, one α and τ for the bar and
+        # the saved reply), and the reply's length after the latest step, as the engine had it.
+        self.tally = SpecTally()
+        self.generated = 0
         self.gamma: int | None = None
         self.mode: str | None = None
         self._gammas: list[int] = []  # since the last posted stats (see gammas_posted)
@@ -105,7 +105,8 @@ class EventBatcher:
         elif isinstance(ev, RejectedEvent):
             self._pending.segments += self.trace.add_rejected(ev)
         elif isinstance(ev, StepEvent):
-            self.steps += 1
+            self.tally.count(ev)
+            self.generated = ev.position + ev.committed
             self.gamma = ev.gamma
             # What chose the step, and the plan's few words when it has them ("tree 12 · depth 4").
             # (The planner's label already ends with its plan's reason: not said twice.)
@@ -113,12 +114,7 @@ class EventBatcher:
             self.mode = " · ".join(x for x in (ev.mode, ev.reason if with_reason else "") if x) \
                 or None
             self._gammas.append(ev.gamma)
-            self.accepted += ev.accepted
             rejected = ev.accepted < ev.depth  # a tree drafts more tokens than it can keep
-            self.rejections += int(rejected)
-            self.committed_in_steps += ev.accepted + 1  # the correction or the bonus token
-            self.draft_s += ev.draft_s
-            self.verify_s += ev.verify_s
             self._steps.append((self._last_t, ev.accepted, rejected))
         elif isinstance(ev, NoticeEvent):
             self._pending.notices.append(ev.message)
@@ -156,15 +152,15 @@ class EventBatcher:
         tps = None
         if len(self._times) >= 2 and self._times[-1] > self._times[0]:
             tps = (len(self._times) - 1) / (self._times[-1] - self._times[0])
-        spent = self.draft_s + self.verify_s
+        t = self.tally
+        spent = t.draft_s + t.verify_s
         win_acc = sum(a for _, a, _ in self._steps)
         win_rej = sum(int(r) for _, _, r in self._steps)
         return LiveStats(
-            tokens=self.tokens, tps=tps,
-            alpha=_ratio(self.accepted, self.accepted + self.rejections),
-            alpha_window=_ratio(win_acc, win_acc + win_rej),
-            tau=_ratio(self.committed_in_steps, self.steps), gamma=self.gamma,
-            draft_share=self.draft_s / spent if spent > 0 else None,
+            tokens=self.tokens, tps=tps, alpha=t.alpha,
+            alpha_window=acceptance(win_acc, win_rej),
+            tau=t.tau(self.generated), gamma=self.gamma,
+            draft_share=t.draft_s / spent if spent > 0 else None,
             ctx_used=ctx_used, ctx_size=self._ctx_size, mode=self.mode,
             gammas=tuple(self._gammas))
 
@@ -175,10 +171,6 @@ def _drafted_per_step(s: GenerationStats) -> float | None:
     if not s.steps or (not s.drafted and (s.accepted or s.rejections)):
         return None
     return s.drafted / s.steps
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
 
 
 def live_from_record(r: ReplyStats) -> LiveStats:

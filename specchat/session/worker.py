@@ -20,7 +20,7 @@ from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
-from specchat.store.fates import FateTrace, Segment
+from specchat.store.fates import Segment
 
 # A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
 # most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
@@ -46,12 +46,11 @@ class ReplyFigures:
 
 @dataclass(frozen=True)
 class ReplyDone:
-    """The reply ended: its stats, and the whole fate trace (the worker lets go of it)."""
+    """The reply ended: its stats (every segment went out in the chunks before it)."""
 
     job: int
     stats: GenerationStats
     live: LiveStats
-    trace: FateTrace
 
 
 ReplyUpdate = ReplyChunk | ReplyFigures | ReplyDone
@@ -88,7 +87,7 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
         if batch.segments or batch.notices:
             emit(ReplyChunk(job.id, batch.segments, batch.notices))
         if batch.final is not None:
-            emit(ReplyDone(job.id, batch.final, batch.stats, batcher.trace))
+            emit(ReplyDone(job.id, batch.final, batch.stats))
         elif time.monotonic() - last_stats[0] >= stats_interval:
             last_stats[0] = time.monotonic()
             emit(ReplyFigures(job.id, batch.stats))

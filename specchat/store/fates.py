@@ -51,7 +51,10 @@ class FateTrace:
     position; one that comes after the token it belongs to is shown at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        # keep False: only orders the segments and gives them out (the reply's generation
+        # worker: the trace is built where the segments arrive, on the UI thread).
+        self._keep = keep
         self.segments: list[Segment] = []
         self._last_pos: int | None = None  # position of the last reply token shown
         self._run_next: int | None = None  # position a rejected event must have to extend the run
@@ -70,7 +73,8 @@ class FateTrace:
             waiting, self._pending = self._pending, []
             out += [Segment(_visible(r.text), REJECTED) for r in waiting if r.text]
             self._run_next = waiting[-1].position + 1
-        self.extend(out)
+        if self._keep:
+            self.extend(out)
         return out
 
     def add_rejected(self, ev: RejectedEvent) -> list[Segment]:
@@ -88,14 +92,16 @@ class FateTrace:
         else:
             self._branch = 0
             out = [Segment(_visible(ev.text), REJECTED)] if ev.text else []
-        self.extend(out)
+        if self._keep:
+            self.extend(out)
         return out
 
     def finish(self) -> list[Segment]:
         """At the end of the reply: show any rejected drafts whose token never came (an EOG)."""
         out = [Segment(_visible(r.text), REJECTED) for r in self._pending if r.text]
         self._pending.clear()
-        self.extend(out)
+        if self._keep:
+            self.extend(out)
         return out
 
     def extend(self, new: Iterable[Segment]) -> None:

@@ -173,14 +173,11 @@ class GenerationStats:
 
     @property
     def alpha(self) -> float | None:
-        """Acceptance rate: accepted / (accepted + rejections), the MLE for a cut geometric run."""
-        n = self.accepted + self.rejections
-        return self.accepted / n if n else None
+        return acceptance(self.accepted, self.rejections)
 
     @property
     def tau(self) -> float | None:
-        """Mean tokens committed per target forward pass during decoding."""
-        return self.generated_tokens / self.target_forwards if self.target_forwards else None
+        return tokens_per_pass(self.generated_tokens, self.target_forwards)
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as JSON-ready values, derived rates included."""
@@ -191,3 +188,18 @@ class GenerationStats:
 
 
 Event = TokenEvent | RejectedEvent | StepEvent | NoticeEvent | GenerationStats
+
+
+# α and τ have one definition each, used for a reply's stats and for the live figures while it
+# streams, so the stats bar and the saved reply agree by construction.
+
+def acceptance(accepted: int, rejections: int) -> float | None:
+    """α: accepted / (accepted + rejections), the MLE for a cut geometric run (a step's kept
+    draft tokens, ended by a rejection or by running out of drafts)."""
+    n = accepted + rejections
+    return accepted / n if n else None
+
+
+def tokens_per_pass(tokens: int, passes: int) -> float | None:
+    """τ: the reply's tokens per target verify pass (None for plain decoding: no steps)."""
+    return tokens / passes if passes else None

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specchat.engine.decode.events import BatchTiming, SpecDetail, StepEvent
+from specchat.engine.decode.events import (
+    BatchTiming,
+    SpecDetail,
+    StepEvent,
+    acceptance,
+    tokens_per_pass,
+)
 
 
 class SpecTally:
@@ -37,8 +43,29 @@ class SpecTally:
         self.step_s = 0.0  # wall time of the steps, events excluded
         self.llama_s = 0.0  # of which inside llama_decode (both models)
 
+    @property
+    def alpha(self) -> float | None:
+        return acceptance(self.accepted, self.rejections)
+
+    def tau(self, generated: int) -> float | None:
+        """τ with the reply at ``generated`` tokens."""
+        return tokens_per_pass(generated, self.target_forwards)
+
     def add(self, step: StepEvent, match: tuple[float, ...], forward_s: float, step_s: float,
             llama_s: float) -> None:
+        """A step the decoder took, with what only the decoder measures (Σ p·q, the verify
+        pass's own time, the step's wall time and its time inside llama.cpp)."""
+        self.count(step)
+        self.match_sum += sum(match)
+        entry = self.verify_batches.setdefault(step.batch, [0, 0.0])
+        entry[0] += 1
+        entry[1] += forward_s
+        self.step_s += step_s
+        self.llama_s += llama_s
+
+    def count(self, step: StepEvent) -> None:
+        """What a step tells anyone who reads the events: the stats bar counts a reply with
+        this as the decoder does, so the two show the same α and τ."""
         self.steps += 1
         self.drafted += step.gamma
         self.accepted += step.accepted
@@ -63,13 +90,7 @@ class SpecTally:
         for i in range(step.accepted):
             self.position_accepted[i] += 1
         self.overlap_sum += sum(step.overlap)
-        self.match_sum += sum(match)
         self.overlap_n += len(step.overlap)
-        entry = self.verify_batches.setdefault(step.batch, [0, 0.0])
-        entry[0] += 1
-        entry[1] += forward_s
-        self.step_s += step_s
-        self.llama_s += llama_s
 
     def fields(self) -> dict[str, Any]:
         """Keyword arguments for ``GenerationStats``."""
