@@ -460,6 +460,8 @@ class RecordsAvailable(PolicyBase):
     """A planner-like policy: n-gram chains when offered, else the draft model; records what
     the decoder offered each step."""
 
+    plans_steps = True
+
     def __init__(self) -> None:
         self.offered: list[tuple[str, ...]] = []
         self.seen: list[StepEvent] = []

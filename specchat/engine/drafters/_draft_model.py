@@ -39,7 +39,8 @@ def without(q: Distribution, token: int) -> Distribution | None:
 
 
 def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distribution]]:
-    """Greedy decoding: a node's k children are the draft's k best tokens (ties by id)."""
+    """Greedy decoding: a node's k children are the draft's k best tokens (ties by id) of its
+    logits ``row`` (n_vocab,)."""
     first = greedy_token(row)  # checks the row (NaN logits are the draft's failure)
     if k == 1:
         best = [first]

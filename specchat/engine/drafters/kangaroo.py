@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
@@ -65,7 +65,8 @@ class KangarooAdapter:
 
     def logits(self, base: npt.NDArray[np.float32], h: npt.NDArray[np.float32]
                ) -> npt.NDArray[np.float32]:
-        """The draft's logits from the shallow model's (``base`` = W · h) and its hidden h."""
+        """The draft's logits (n_vocab,) from the shallow model's (``base`` = W · h, (n_vocab,))
+        and its hidden state ``h`` (n_embd,)."""
         u = self.a @ h + self.bias
         s = u / (1.0 + np.exp(-u))
         out = base[: self.wb.shape[0]].astype(F32, copy=True)
@@ -79,10 +80,11 @@ def _const(x: float) -> Callable[[], float]:
 
 def _top_prob(row: npt.NDArray[np.float32]) -> float:
     z = row - row.max()
+    """The top-1 probability of the softmax of logits ``row`` (n_vocab,)."""
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
 
 
-class KangarooDrafter(ChainDefault):
+class KangarooDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext,

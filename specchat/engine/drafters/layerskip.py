@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
@@ -26,7 +26,7 @@ NAME = "layerskip"
 SHARED_KEY = "layerskip"
 
 
-class LayerSkipDrafter(ChainDefault):
+class LayerSkipDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext, load: Callable[[], LlamaContext]) -> None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict, one_hot
@@ -87,8 +87,9 @@ def n_leaves(parents: Sequence[int]) -> int:
     return sum(1 for i in range(len(parents)) if i not in inner)
 
 
-class LookaheadDrafter(ChainDefault):
+class LookaheadDrafter(DrafterBase):
     name = NAME
+    plans_own_step = True
 
     def __init__(self, target: LlamaContext, settings: LookaheadSettings = LookaheadSettings(),
                  is_eog: Callable[[int], bool] = _never) -> None:

@@ -33,10 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape
+from specchat.engine.decode.drafting import (
+    DrafterBase,
+    DraftFailed,
+    DraftRequest,
+    Proposal,
+    fit_shape,
+)
 from specchat.engine.decode.plan import Plan, depths
 from specchat.engine.decode.registry import DrafterEnv
-from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution
+from specchat.engine.decode.sampling import Distribution, distribution
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
@@ -99,9 +105,10 @@ def default_shape(n: int, k: int) -> tuple[int, ...]:
     return fit_shape(best_shape(4 * n, RANK_ACCEPT), n, k, 1 << 30)
 
 
-class MedusaDrafter:
+class MedusaDrafter(DrafterBase):
     name = NAME
     reads_hidden = True  # the decoder's verify pass keeps hidden states (see the docstring)
+    plans_own_step = True
 
     def __init__(self, target: LlamaContext, load: Callable[[], MedusaHeads]) -> None:
         self.target = target
@@ -133,9 +140,6 @@ class MedusaDrafter:
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._h, self._h_len = None, -1
-
-    def configure(self, settings: SamplerSettings) -> None:
-        return None
 
     def settle(self, seq: Sequence[int]) -> None:
         self._h, self._h_len = None, -1

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
@@ -54,7 +54,7 @@ from specchat.engine.llama.mtp import MtpContext, MtpFailed, capture_for, hooks_
 
 NAME = "mtp"
 
-class MtpDrafter(ChainDefault):
+class MtpDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext) -> None:

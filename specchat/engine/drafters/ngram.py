@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict, one_hot
 
@@ -36,8 +36,9 @@ def _never(token: int) -> bool:
     return False
 
 
-class NgramDrafter(ChainDefault):
+class NgramDrafter(DrafterBase):
     name = NAME
+    free_guesses = True  # a guess is a dictionary look-up
 
     def __init__(self, n_max: int = 3, n_min: int = 1,
                  is_eog: Callable[[int], bool] = _never) -> None:

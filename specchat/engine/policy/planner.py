@@ -84,6 +84,7 @@ LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's chec
 
 class Planner(AutoGamma):
     skip_first_shapes = True
+    plans_steps = True  # next_plan chooses every step (see step_policy)
 
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
                  seed: AutoGammaSeed | None = None,
