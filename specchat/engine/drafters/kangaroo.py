@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -79,9 +80,21 @@ def _const(x: float) -> Callable[[], float]:
 
 
 def _top_prob(row: npt.NDArray[np.float32]) -> float:
-    z = row - row.max()
     """The top-1 probability of the softmax of logits ``row`` (n_vocab,)."""
+    z = row - row.max()
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
+
+
+def _once(f: Callable[[], float]) -> Callable[[], float]:
+    """``f``, computed on the first call only (a greedy token's confidence: a softmax over the
+    vocabulary, paid only when the early stop or the policy reads it)."""
+    got: list[float] = []
+
+    def once() -> float:
+        if not got:
+            got.append(f())
+        return got[0]
+    return once
 
 
 class KangarooDrafter(DrafterBase):
@@ -136,16 +149,18 @@ class KangarooDrafter(DrafterBase):
             if s.greedy:
                 d = greedy_token(row)
                 q = one_hot(d)
-                conf = _top_prob(row)
+                conf = _once(partial(_top_prob, row))  # row stays valid until the next decode
             else:
                 q = distribution(row, s)
                 d = q.sample(req.rng)
-                conf = float(q.probs.max())
-            if conf < adapter.eta:
-                break  # Kangaroo's early stop: this token is not worth a verification row
+                conf = _const(float(q.probs.max()))
+            # Kangaroo's early stop: this token is not worth a verification row. The
+            # probability is never below 0: an eta of 0 reads no confidence.
+            if adapter.eta > 0 and conf() < adapter.eta:
+                break
             tokens.append(d)
             qs.append(q)
-            if eog(d) or not req.keep_drafting(len(tokens), _const(conf)) or len(tokens) >= gamma:
+            if eog(d) or not req.keep_drafting(len(tokens), conf) or len(tokens) >= gamma:
                 break
             rows, hidden = self._decode(ctx, (d,))
             base, h = rows[-1], hidden[-1]

@@ -103,7 +103,14 @@ class NgramDrafter(DrafterBase):
                         tuple(one_hot(t) for t in drafts))
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
-        self.reset(seq)
+        """Index what the step committed: O(new tokens). Within a reply ``seq`` extends what the
+        index holds (the decoder only appends; rejected drafts were never indexed), so the
+        last indexed token is checked, not the whole sequence; anything else re-indexes."""
+        n = len(self.tokens)
+        if len(seq) >= n and (n == 0 or seq[n - 1] == self.tokens[-1]):
+            self.extend(seq[n:])
+        else:
+            self.reset(seq)
 
     def can_propose(self, seq: Sequence[int]) -> bool:
         """A match for the sequence's tail (the index follows ``seq`` after each commit)."""
