@@ -318,9 +318,11 @@ class ChatSession:
         assert isinstance(update, ReplyDone)
         reply.trace = update.trace  # the worker has finished with it: the one built trace
         s = update.stats
-        # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder.
+        # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder;
+        # the drafters are those that proposed tokens, not those the decoder could try.
         decoder = self._meta.decoder if s.drafted else "plain"
         stats = replace(self._meta, generation=s, gamma=update.live.gamma, decoder=decoder,
+                        drafters=s.detail.drafters_used,
                         gamma_mode=update.live.mode or self._meta.gamma_mode)
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         return [*self._end(status, stats), Figures(update.live, busy=False)]

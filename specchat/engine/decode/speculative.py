@@ -123,7 +123,9 @@ class SpeculativeDecoder:
                                         for d in drafters]
         # A planner scores self-planning drafters on what they do.
         self.policy.own_plans({d.name: d.own_plan for d in self.drafters if d.plans_own_step})
-        self.name = "speculative" if draft is not None else "ngram"
+        # The decoder's kind: what drafted each token is in the reply's stats
+        # (SpecDetail.drafted_by_drafter), never in this name.
+        self.name = "speculative"
         self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
         self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
         self._default: Drafter | None = None
@@ -142,7 +144,8 @@ class SpeculativeDecoder:
         if not prompt:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
-        reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
+        reply, seq = Reply(tgt.model, settings.stop), list(prompt)
+        tally = SpecTally(tuple(d.name for d in self.drafters))
         reused = self._start(seq, cancel, settings)
         if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
