@@ -58,7 +58,7 @@ from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import Finding
 from specchat.paths import AppPaths
 
-# Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
+# Calibration prompt categories → the auto controller's topics (engine.policy.topics.TOPICS).
 # What drafts when nothing says (see drafter_names): prompt lookup where the conversation has a
 # match (it reads nothing and costs a dictionary look-up, so it is free to try; the planner
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,

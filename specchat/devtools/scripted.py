@@ -54,7 +54,7 @@ class ScriptedContext:
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
 
-    # Hidden states (engine.hidden_states asks a context for its own when it has them): the
+    # Hidden states (engine.llama.hidden_states asks a context for its own when it has them): the
     # state after token t at position i is the one-hot of its row's index, which determines the
     # next-token logits as a real final hidden state does.
 

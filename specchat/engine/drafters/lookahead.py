@@ -28,10 +28,10 @@ defaults below). They are fixed, not planned per step: on 2 CPU cores every extr
 (Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
 window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
 step is whether to run Lookahead at all: under γ ``plan`` the planner runs ``own_plan()`` (every
-candidate at full depth) while its measured rate beats plain's (:mod:`specchat.engine.
-planner_arms`). ``--gamma K`` runs it every step with at most K candidate tokens. A step whose
-batch would not fit the context, ``n_batch`` or the sequences shrinks the window (to none if
-need be); the candidates were already fitted by the decoder.
+candidate at full depth) while its measured rate beats plain's
+(:mod:`specchat.engine.policy.planner_arms`). ``--gamma K`` runs it every step with at most K
+candidate tokens. A step whose batch would not fit the context, ``n_batch`` or the sequences
+shrinks the window (to none if need be); the candidates were already fitted by the decoder.
 
 Combined with other drafters (``--drafter lookahead,ngram``) a step whose pool has no candidate
 is handed to the next drafter, so the window runs only on steps Lookahead proposes tokens.

@@ -120,8 +120,8 @@ class NgramDrafter(DrafterBase):
 
     def guess(self, seq: Sequence[int], k: int) -> list[int]:
         """The chain of up to ``k`` tokens a step would propose now: it costs a look-up, so the
-        planner scores it on steps that did not run this drafter (:mod:`specchat.engine.
-        guesses`)."""
+        planner scores it on steps that did not run this drafter
+        (:mod:`specchat.engine.policy.guesses`)."""
         if len(seq) != len(self.tokens):
             self.reset(seq)
         return self._chain(k)
