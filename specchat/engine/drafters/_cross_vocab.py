@@ -99,15 +99,6 @@ def cross_map(target: LlamaModel, draft: LlamaModel) -> VocabMap | None:
     return _MAPS[key]
 
 
-def shared_mass(vmap: VocabMap, target_tokens: Sequence[int]) -> float:
-    """The share of a text's target tokens that the draft can propose (the target's own
-    tokenisation of it: its empirical probability mass on that text)."""
-    if not target_tokens:
-        return 0.0
-    ids = np.asarray(target_tokens, dtype=np.int64)
-    return float(np.mean(vmap.t2d[ids] >= 0))
-
-
 def valid_utf8_prefix(data: bytes | bytearray) -> int:
     """Length of ``data`` without a trailing incomplete UTF-8 character."""
     n = len(data)
