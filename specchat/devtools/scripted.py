@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.side_branch import SideBranch
 
 
@@ -150,11 +151,7 @@ class ScriptedContext:
         del self.tokens[n:]
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = min(len(tokens), len(self.tokens))
-        i = 0
-        while i < n and self.tokens[i] == tokens[i]:
-            i += 1
-        return i
+        return common_prefix(self.tokens, tokens)
 
     def clear(self) -> None:
         self.tokens.clear()

@@ -63,6 +63,7 @@ from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplySta
 from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
 from specchat.engine.llama.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
 
 # A prompt read of at least this many new tokens is timed for the policy (ReplyStart): fewer
@@ -392,9 +393,5 @@ class SpeculativeDecoder:
         """The text of what the prompt adds to the previous reply's sequence (in a chat, the
         user's new turn): its first ``head`` and last ``tail`` tokens, where a request's
         instruction and question usually are."""
-        last = self._last_seq
-        n = min(len(last), len(prompt))
-        i = 0
-        while i < n and last[i] == prompt[i]:
-            i += 1
+        i = common_prefix(self._last_seq, prompt)
         return new_text(self.target.model.detokenize, prompt[i:], head, tail)

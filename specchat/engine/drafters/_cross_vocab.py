@@ -25,6 +25,7 @@ from specchat.engine.decode.sampling import Distribution, distribution, greedy_t
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.vocab import is_special, piece, tokenize_bytes
 
 Key = tuple[bool, bytes]  # (special, bytes)
@@ -159,10 +160,7 @@ class CrossVocabDraft(DraftModel):
 
     def _draft_seq(self, seq: Sequence[int]) -> list[int]:
         """The draft's tokenisation of the committed text."""
-        n = min(len(seq), len(self._tseq))
-        i = 0
-        while i < n and seq[i] == self._tseq[i]:
-            i += 1
+        i = common_prefix(seq, self._tseq)
         del self._tseq[i:], self._ends[i:]
         del self._text[self._ends[-1] if self._ends else 0:]
         for t in seq[i:]:

@@ -26,6 +26,7 @@ from specchat.engine.decode.sampling import Distribution, distribution, greedy_t
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._pick import TokenPicker
 from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.prefix import common_prefix
 
 
 def without(q: Distribution, token: int) -> Distribution | None:
@@ -102,10 +103,7 @@ class DraftModel:
             raise DraftFailed(f"its context window is full ({dft.n_ctx} tokens)")
         dft.drop_tree()
         cached = dft.tokens
-        n = min(len(cached), len(seq))
-        i = min(self._known, n)
-        while i < n and cached[i] == seq[i]:
-            i += 1
+        i = common_prefix(cached, seq, min(self._known, len(cached), len(seq)))
         if i == len(seq):
             i -= 1  # the last token must be evaluated again for its logits
         dft.truncate(i)

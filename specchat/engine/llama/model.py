@@ -38,6 +38,7 @@ from specchat.engine.llama.model_settings import (
     default_threads,
     flash_attention,
 )
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate
@@ -450,11 +451,8 @@ class LlamaContext:
             del self.tokens[n:]
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = min(len(tokens), len(self.tokens))
-        i = 0
-        while i < n and self.tokens[i] == tokens[i]:
-            i += 1
-        return i
+        """How many of the cache's tokens ``tokens`` starts with."""
+        return common_prefix(self.tokens, tokens)
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)
