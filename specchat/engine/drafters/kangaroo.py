@@ -19,7 +19,7 @@ on a CPU costs real time. The chain goes to the one verifier (:mod:`specchat.eng
 so the output is exact whatever the adapter predicts: under sampling each token is drawn from
 q (the adapter's logits after the target's sampler transform) and q is what the rule reads.
 
-Whoever loads models puts a loader in ``env.shared["kangaroo"]``: a zero-argument callable
+Whoever loads models provides a loader for ``LOADER`` (``env.provide``): a zero-argument callable
 returning ``(shallow context, adapter)``, called on the first step that asks.
 """
 
@@ -33,14 +33,15 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.llama.hidden_states import decode_with_hidden
 from specchat.engine.llama.model import LlamaContext
 
 NAME = "kangaroo"
-SHARED_KEY = "kangaroo"
+# Loads the shallow model's context and the adapter when the drafter first drafts.
+LOADER: Need[Callable[[], tuple[LlamaContext, KangarooAdapter]]] = Need(NAME)
 ETA = 0.6  # the early-stop threshold on the draft's top-1 probability (Kangaroo's η)
 
 F32 = np.float32
@@ -177,8 +178,8 @@ class KangarooDrafter(DrafterBase):
 
 
 def build(env: DrafterEnv) -> KangarooDrafter | None:
-    load = env.shared.get(SHARED_KEY)
-    if not callable(load):
+    load = env.get(LOADER)
+    if load is None:
         return None
     return KangarooDrafter(env.target, load)
 

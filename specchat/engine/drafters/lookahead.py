@@ -23,7 +23,7 @@ pool, with the committed text's own n-grams (prompt lookup). After the step the 
 holds only the committed path (``keep_branch`` drops the window's sequences with the losing
 branches); nothing of the window is ever committed.
 
-Sizes: W, N, G come from :class:`LookaheadSettings` (``env.shared["lookahead"]``, else the
+Sizes: W, N, G come from :class:`LookaheadSettings` (``SETTINGS`` when provided, else the
 defaults below). They are fixed, not planned per step: on 2 CPU cores every extra row costs
 (Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
 window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import Plan
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.llama.model import LlamaContext
@@ -55,7 +55,7 @@ from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import SpecchatError
 
 NAME = "lookahead"
-SHARED_KEY = "lookahead"
+SETTINGS: Need[LookaheadSettings] = Need(NAME)
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,5 @@ class LookaheadDrafter(DrafterBase):
 
 
 def build(env: DrafterEnv) -> LookaheadDrafter:
-    settings = env.shared.get(SHARED_KEY)
-    if not isinstance(settings, LookaheadSettings):
-        settings = LookaheadSettings()
+    settings = env.get(SETTINGS) or LookaheadSettings()
     return LookaheadDrafter(env.target, settings, env.target.model.is_eog)
