@@ -11,6 +11,7 @@ it checks only that every setup's output equals plain greedy decoding's.
 
     python scripts/step_overhead.py                      # 3 rounds of 96 tokens
     python scripts/step_overhead.py --rounds 5 --max-tokens 200
+    python scripts/step_overhead.py --repeat 12   # a longer conversation (~600 prompt tokens)
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="the prompt's sentence this many times (costs that grow with the "
+                    "conversation show up)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tm, dm = tiny_pair(Path(tmp))
         settings = ContextSettings(n_ctx=1024, n_threads=a.threads)
         tc, dc = LlamaContext(tm, settings), LlamaContext(dm, settings)
-        prompt = tm.tokenize("the cat sat on the mat. the cat sat on the")
+        prompt = tm.tokenize("the cat sat on the mat. " * a.repeat + "the cat sat on the")
         s = SamplerSettings(temperature=0, max_tokens=a.max_tokens)
         setups: dict[str, Callable[[], Decoder]] = {
             "model chain γ4": lambda: SpeculativeDecoder(tc, dc, FixedGamma(4)),
@@ -79,7 +83,8 @@ def main() -> int:
             once(make())
         loop: dict[str, list[float]] = {m: [] for m in setups}
         ratio: dict[str, list[float]] = {m: [] for m in setups}
-        print(f"tiny pair, {a.max_tokens} tokens, greedy, {a.threads} thread(s); per step: "
+        print(f"tiny pair, {len(prompt)} prompt tokens, {a.max_tokens} generated, greedy, "
+              f"{a.threads} thread(s); per step: "
               "loop ms (outside llama_decode) / decode ms (inside) = overhead ratio")
         for r in range(a.rounds):
             names = list(setups) if r % 2 == 0 else list(reversed(setups))
