@@ -30,7 +30,7 @@ class UserConfig:
     n_ctx: int = 4096
     n_threads: int = 0
     # plan (the planner: chain, tree or plain per step), auto, pair (its calibrated γ) or N;
-    # see engine.gamma.parse_gamma, the one reader of this field.
+    # see engine.policy.gamma.parse_gamma, the one reader of this field.
     gamma: GammaSetting = field(default_factory=GammaSetting)
     ngram: bool = False  # the old spelling of drafter "ngram,model"
     drafter: str | None = None  # drafters tried in turn, e.g. "ngram,model" (None: the draft model)

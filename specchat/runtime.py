@@ -19,6 +19,7 @@ from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.registry import DrafterEnv, build, usable
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.drafters import kangaroo, layerskip, medusa
 from specchat.engine.drafters.kangaroo import NAME as KANGAROO
 from specchat.engine.drafters.kangaroo import KangarooAdapter
 from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
@@ -58,7 +59,7 @@ from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import Finding
 from specchat.paths import AppPaths
 
-# Calibration prompt categories → the auto controller's topics (engine.topics.TOPICS).
+# Calibration prompt categories → the auto controller's topics (engine.policy.topics.TOPICS).
 # What drafts when nothing says (see drafter_names): prompt lookup where the conversation has a
 # match (it reads nothing and costs a dictionary look-up, so it is free to try; the planner
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,
@@ -307,10 +308,10 @@ class Runtime:
                 why = mtp_problem(self.target)
                 if why is not None:
                     raise SpecchatError(why)
-            if n == KANGAROO and KANGAROO not in env.shared:
+            if n == KANGAROO and env.get(kangaroo.LOADER) is None:
                 self._find_kangaroo()
                 env = self._drafter_env()
-            if n == LAYERSKIP and LAYERSKIP not in env.shared:
+            if n == LAYERSKIP and env.get(layerskip.LOADER) is None:
                 t = self.selection.target.id
                 raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
                                     f"`specchat models self-draft {t} --layers auto`")
@@ -330,16 +331,16 @@ class Runtime:
     def _drafter_env(self, names: Sequence[str] = ()) -> DrafterEnv:
         env = DrafterEnv(self.target_ctx, self.draft_ctx)
         if self.layerskip_path is not None:
-            env.shared[LAYERSKIP] = self._load_layerskip
+            env.provide(layerskip.LOADER, self._load_layerskip)
         if MEDUSA in names or self._medusa is not None:
             with contextlib.suppress(SpecchatError):  # no heads: the drafter is not usable
                 self._medusa_heads()
-                env.shared[MEDUSA] = self._medusa_heads
+                env.provide(medusa.LOADER, self._medusa_heads)
         if self._kangaroo_found is None and self.paths is not None:
             with contextlib.suppress(SpecchatError):  # decoder() says what is wrong, if asked
                 self._find_kangaroo(known_only=True)
         if self._kangaroo_found is not None:
-            env.shared[KANGAROO] = self._load_kangaroo
+            env.provide(kangaroo.LOADER, self._load_kangaroo)
         return env
 
     def _medusa_heads(self) -> MedusaHeads:

@@ -348,3 +348,41 @@ def test_deleting_the_current_chat_drops_it_whole(tmp_path: Path, runtime: Runti
     assert session.delete_chat(chat) == [SaveState(0)]
     assert session.conversation.chat_id is None and store.list_chats() == []
     assert session.tick() == []  # nothing left to retry
+
+
+REPEATS = "the cat sat on the mat. the cat sat on the mat. the cat sat on the"
+
+
+def _saved_stats(tmp_path: Path, engine: ChatEngine) -> ReplyStats:
+    """One reply through the session, its meta as the chat screen makes it; its saved stats."""
+    store = ChatStore.open(tmp_path / "chats.sqlite3")
+    session = ChatSession(store, "tiny")
+    session.send(REPEATS, SYSTEM, GREEDY.with_(max_tokens=60),
+                 meta=ReplyStats(decoder=engine.decoder.name))
+    run_job(session, engine)
+    saved = store.messages(session.conversation.chat_id or 0)[1].stats
+    assert saved is not None
+    return saved
+
+
+def test_a_reply_records_the_drafter_that_drafted_not_ngram(tmp_path: Path,
+                                                            runtime: Runtime) -> None:
+    """Without a draft model the decoder once called itself "ngram", whatever drafted: a
+    Lookahead reply is saved as Lookahead's."""
+    engine = ChatEngine(runtime.decoder(gamma=8, drafters=("lookahead",)))
+    stats = _saved_stats(tmp_path, engine)
+    assert stats.generation.detail.drafted_by_drafter.get("lookahead", 0) > 0  # it drafted
+    assert (stats.decoder, stats.drafters) == ("speculative", ("lookahead",))
+
+
+def test_a_pair_reply_records_both_drafters_in_the_decoders_order(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path) -> None:
+    rt = tiny_runtime(tiny_target, tiny_draft)
+    try:
+        stats = _saved_stats(tmp_path, ChatEngine(rt.decoder(gamma=4, drafters=("ngram", "model"))))
+    finally:
+        rt.close()
+    drafted = stats.generation.detail.drafted_by_drafter
+    assert drafted.get("ngram", 0) > 0 and drafted.get("model", 0) > 0  # both drafted
+    assert (stats.decoder, stats.drafters) == ("speculative", ("ngram", "model"))
+    assert list(drafted) == ["ngram", "model"]  # the figures read back in the same order

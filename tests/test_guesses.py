@@ -1,4 +1,4 @@
-"""A free drafter's guesses, scored on steps that did not run it (engine.guesses).
+"""A free drafter's guesses, scored on steps that did not run it (engine.policy.guesses).
 
 - The book: a guess is resolved over as many steps as its tokens take, and a step of the
   guessing drafter itself drops it.

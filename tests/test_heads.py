@@ -15,6 +15,7 @@ from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads import data as heads_data
 from specchat.models.heads import medusa
+from specchat.models.heads.budget import Budget, fit_within
 from specchat.models.heads.output_matrix import output_rows
 from specchat.models.heads.store import HeadsError, target_dir, target_sha256
 from specchat.models.progress import Progress
@@ -109,3 +110,31 @@ def test_train_heads_cli(tiny_target: Path, home: AppPaths, tmp_path: Path,
     assert "training 3 Medusa heads  [" in err and "ETA" in err
     assert main(["models", "train-heads", str(target), "--minutes", "0"]) == 1
     assert "--minutes must be more than 0" in capsys.readouterr().err
+
+
+def test_the_shared_training_loop_keeps_the_best_scored_weights_and_stops_on_cancel() -> None:
+    """One loop for Medusa's heads and Kangaroo's adapter: every epoch's minibatches, a score
+    every ``eval_every`` steps and at the end; the best weights kept (a tie: the later ones)."""
+    w = [0.0]
+    seen: list[int] = []
+
+    def step(pos: np.ndarray) -> float:
+        seen.extend(pos.tolist())
+        w[0] += 1.0
+        return 1.0 / w[0]
+
+    scores = iter([0.5, 0.9, 0.2, 0.9, 0.1, 0.3])  # start, every 2 steps (4 of them), the end
+    lines: list[Progress] = []
+    got = fit_within(Budget(minutes=60, epochs=2, batch=3, eval_every=2), np.arange(12),
+                     np.random.default_rng(0), step, snapshot=lambda: w[0],
+                     score=lambda: next(scores), key=float, describe=lambda s: f"top-1 {s:.0%}",
+                     task="training", report=lines.append, cancel=None, cancelled="stopped")
+    assert (got.best, got.score, got.steps) == (6.0, 0.9, 8)  # the tie at step 6 wins
+    assert sorted(seen) == sorted(list(range(12)) * 2)  # each epoch sees every position once
+    assert lines[-1].finished and "top-1 90%" in lines[-2].detail
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled, match="stopped"):
+        fit_within(Budget(60, 1, 3, 2), np.arange(12), np.random.default_rng(0), step,
+                   snapshot=lambda: w[0], score=lambda: 0.0, key=float, describe=str,
+                   task="training", report=lines.append, cancel=cancel, cancelled="stopped")

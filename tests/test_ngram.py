@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
+from specchat.engine.decode.drafting import DraftRequest, Proposal
+from specchat.engine.decode.plan import chain
+from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters.ngram import NgramDrafter
 
 
@@ -141,3 +146,42 @@ def test_reset_keeps_the_index_when_the_conversation_grows_and_rebuilds_otherwis
 def test_bad_sizes() -> None:
     with pytest.raises(ValueError):
         NgramDrafter(n_max=1, n_min=2)
+
+
+def _state(d: NgramDrafter) -> tuple[object, ...]:
+    return (d.tokens, d._index, d._before, d._edits, d._unedit, d._pending, d._cursor)
+
+
+def test_commit_after_a_rejection_indexes_only_what_was_committed() -> None:
+    """commit reads only the new tokens: after steps whose drafts were cut by a rejection (the
+    rejected drafts never indexed) and after a rollback to another sequence, the index is the
+    one built from the committed sequence at once."""
+    rng = random.Random(11)
+    source = [rng.randrange(10) for _ in range(40)]
+    seq = source[:20]
+    d = NgramDrafter()
+    d.reset(seq)
+    drafted = 0
+    while len(seq) < 120:
+        proposal = d.propose(_request(seq, 4))
+        drafts = proposal.tokens
+        drafted += len(drafts)
+        kept = rng.randrange(len(drafts) + 1)
+        corrected = rng.randrange(14)  # the target's own token: a rejection or a bonus
+        seq = [*seq, *drafts[:kept], corrected]
+        d.commit(seq, proposal, Verdict(kept, corrected, None, path=tuple(range(kept))))
+        full = NgramDrafter()
+        full.reset(seq)
+        assert _state(d) == _state(full)
+        assert d.lookup(6) == full.lookup(6)
+    assert drafted > 20  # the steps drafted, and some drafts were cut
+    rolled = [*seq[:50], 13, 12]  # a rollback (an edited turn): indexed afresh
+    d.commit(rolled, Proposal("none"), Verdict(0, 12, None))
+    full = NgramDrafter()
+    full.reset(rolled)
+    assert _state(d) == _state(full)
+
+
+def _request(seq: list[int], k: int) -> DraftRequest:
+    return DraftRequest(seq, chain("ngram", k), SamplerSettings(temperature=0.0),
+                        np.random.default_rng(0))

@@ -208,12 +208,13 @@ def test_ngram_alone_greedy_is_identical_and_drafts(target: LlamaModel) -> None:
     prompt = prompt_of(target, "the cat sat on the mat, the cat sat on the mat, the cat")
     plain, _ = run(PlainDecoder(ctx(target)), prompt, GREEDY.with_(max_tokens=60))
     dec = SpeculativeDecoder(ctx(target), None, FixedGamma(4), ["ngram"])
-    assert dec.name == "ngram"
+    assert dec.name == "speculative"  # the decoder's kind; what drafted is in the stats
     spec, stats = run(dec, prompt, GREEDY.with_(max_tokens=60))
     assert token_ids(spec) == token_ids(plain)
     steps = [e for e in spec if isinstance(e, StepEvent)]
     assert any(s.drafter == "ngram" and s.gamma > 0 for s in steps)
     assert stats.detail.steps_by_drafter.get("ngram", 0) > 0
+    assert stats.detail.drafters_used == ("ngram",)
 
 
 # ----------------------------------------------------------------- caches and rollback
@@ -459,6 +460,8 @@ def test_policy_can_stop_drafting_early_and_sees_every_step(
 class RecordsAvailable(PolicyBase):
     """A planner-like policy: n-gram chains when offered, else the draft model; records what
     the decoder offered each step."""
+
+    plans_steps = True
 
     def __init__(self) -> None:
         self.offered: list[tuple[str, ...]] = []

@@ -66,6 +66,7 @@ def test_greedy_speculative_equals_plain_on_the_demo_pair(
 
 class TreePlan(PolicyBase):
     label = "tree"
+    plans_steps = True
 
     def __init__(self, n: int) -> None:
         self.shape = best_shape(n)

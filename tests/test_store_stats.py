@@ -118,17 +118,21 @@ def test_reply_stats_round_trip_through_the_store(tmp_path: Path) -> None:
     detail = SpecDetail(position_drafted=(3, 2), position_accepted=(2, 1), overlap_mean=0.5,
                         exact_match_alpha=0.4, overlap_n=5, draft_ms_per_token=1.5,
                         verify_batches=(BatchTiming(1, 2, 0.5), BatchTiming(4, 3, 1.25)),
-                        steps_by_drafter={"draft": 3, "ngram": 1}, step_s=0.2, llama_s=0.15)
+                        steps_by_drafter={"ngram": 1, "model": 3},
+                        drafted_by_drafter={"ngram": 2, "model": 3},
+                        accepted_by_drafter={"ngram": 1, "model": 2}, step_s=0.2, llama_s=0.15)
     stats = ReplyStats(GenerationStats(prompt_tokens=9, generated_tokens=7, decode_s=0.3,
                                        steps=4, drafted=5, accepted=3, rejections=2,
                                        target_forwards=4, stop_reason="stop", detail=detail),
-                       decoder="speculative", gamma=3, gamma_mode="auto · code", ctx_size=2048,
-                       pair="demo")
+                       decoder="speculative", drafters=("ngram", "model"), gamma=3,
+                       gamma_mode="auto · code", ctx_size=2048, pair="demo")
     store = ChatStore.open(tmp_path / "c.db")
     chat = store.create_chat("t")
     store.add_message(chat, "assistant", "x", stats=stats)
     (m,) = store.messages(chat)
     assert m.stats == stats
+    # The per-drafter figures come back, in the order they were saved (the decoder's).
+    assert list(m.stats.generation.detail.drafted_by_drafter) == ["ngram", "model"]
     assert m.stats.generation.detail.acceptance_by_position == (2 / 3, 0.5)
     assert m.stats.generation.detail.overhead_share == pytest.approx(0.25)
 

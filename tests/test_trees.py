@@ -50,6 +50,7 @@ class Planner(PolicyBase):
     """A policy that answers next_plan with a fixed shape, recording what it is told."""
 
     label = "planner"
+    plans_steps = True
 
     def __init__(self, shape: Sequence[int], drafter: str = "tree") -> None:
         self.shape = tuple(shape)

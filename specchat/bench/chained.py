@@ -30,6 +30,7 @@ from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.llama.model import LlamaModel
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
 from specchat.engine.policy.replay import TurnTrace
 from specchat.errors import SpecchatError
@@ -85,14 +86,6 @@ def _pieces(model: LlamaModel, tokens: Sequence[int]) -> list[str]:
     return ["" if model.is_eog(t) else dec.decode(model.piece(t)) for t in tokens]
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def record_conversation(runtime: Runtime, conv: Conversation, max_tokens: int,
                         system: str | None) -> list[RecordedTurn]:
     """Run the conversation greedily (target alone) and teacher-force the draft over it."""
@@ -109,7 +102,7 @@ def record_conversation(runtime: Runtime, conv: Conversation, max_tokens: int,
         reply = greedy_continuation(tctx, prompt, max_tokens, include_eog=True)
         tr = agreement_trace(tctx, dctx, prompt, reply, draft_top=True, draft_stepwise=True)
         assert tr.draft_top is not None
-        request = new_text(runtime.target.detokenize, prompt[_common_prefix(previous, prompt):])
+        request = new_text(runtime.target.detokenize, prompt[common_prefix(previous, prompt):])
         trace = TurnTrace(request, tuple(tr.agree), tuple(tr.draft_top),
                           tuple(runtime.draft.is_eog(d) for d in tr.draft_tokens),
                           tuple(_pieces(runtime.target, reply)), max_tokens, p.category,

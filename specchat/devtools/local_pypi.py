@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 # Settings that would send pip elsewhere as well (find-links, extra indexes, no index at all).
 PIP_UNSET = ("PIP_NO_INDEX", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")
@@ -65,13 +64,6 @@ class LocalPypi:
     def add(self, name: str, version: str, files: dict[str, bytes]) -> Wheel:
         w = Wheel(normalize(name), f"{name.replace('-', '_')}-{version}-py3-none-any.whl",
                   wheel_bytes(name, version, files))
-        self.wheels[w.filename] = w
-        return w
-
-    def add_file(self, path: Path) -> Wheel:
-        """A real wheel from disk (its project name read from the file name)."""
-        project = normalize(path.name.split("-")[0])
-        w = Wheel(project, path.name, path.read_bytes())
         self.wheels[w.filename] = w
         return w
 

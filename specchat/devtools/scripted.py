@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.side_branch import SideBranch
 
 
@@ -54,7 +55,7 @@ class ScriptedContext:
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
 
-    # Hidden states (engine.hidden_states asks a context for its own when it has them): the
+    # Hidden states (engine.llama.hidden_states asks a context for its own when it has them): the
     # state after token t at position i is the one-hot of its row's index, which determines the
     # next-token logits as a real final hidden state does.
 
@@ -150,11 +151,7 @@ class ScriptedContext:
         del self.tokens[n:]
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = min(len(tokens), len(self.tokens))
-        i = 0
-        while i < n and self.tokens[i] == tokens[i]:
-            i += 1
-        return i
+        return common_prefix(self.tokens, tokens)
 
     def clear(self) -> None:
         self.tokens.clear()

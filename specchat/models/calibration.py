@@ -106,7 +106,7 @@ class CalibrationResult:
     ngram_gamma: int = 0
     ngram_speedup: float = 0.0  # its predicted speed-up at ngram_gamma (replayed on the replies)
     # Logits: how far a gap between the target's top tokens moves with batch shape on this
-    # build (engine.batch_rounding); a greedy divergence at a closer tie is rounding, not a bug.
+    # build (engine.llama.batch_rounding); a greedy divergence at a closer tie is rounding, not a bug.
     # None in old records.
     batch_rounding: float | None = None
     # What competed with the timing: the load average when it started, the share of CPU time

@@ -3,10 +3,12 @@
 Draft & Verify (Zhang et al. 2024) searches the skipped set with Bayesian optimisation; here a
 coordinate search over one dropped span of blocks (the first and last block are always kept:
 they matter most) — its length (centred), then where it starts, then its length again — with a small
-budget of candidates. Each candidate is scored by the speed-up model (:mod:`engine.speedup`) on:
+budget of candidates. Each candidate is scored by the speed-up model
+(:mod:`specchat.engine.policy.speedup`) on:
 
 - α: greedy agreement between the cut model and the target along the target's own greedy
-  continuation of a few calibration prompts (teacher forcing, :mod:`engine.agreement`);
+  continuation of a few calibration prompts (teacher forcing,
+  :mod:`specchat.engine.policy.agreement`);
 - costs measured here: the target's verification curve T(n), and a cut's per-token cost, which
   is about ``head + kept × block``: both terms are fitted from two measured points (a one-block
   cut and the target itself).

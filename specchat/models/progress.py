@@ -11,10 +11,8 @@ from __future__ import annotations
 import math
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -56,29 +54,6 @@ def waits(report: ProgressFn) -> WaitFn:
 
 def notice(report: ProgressFn, text: str) -> None:
     report(Progress("", finished=True, notice=text))  # finished: never replaced by a later one
-
-
-@contextmanager
-def watch_folder(folder: Path, task: str, report: ProgressFn, total: float | None = None,
-                 every: float = 0.25) -> Iterator[None]:
-    """Report the growing size of the files under ``folder`` while the body runs.
-
-    Lets us show byte progress for a child process (pip) that only writes files. The caller
-    reports the end (finished or failed): only it knows how the child process ended.
-    """
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.wait(every):
-            report(Progress(task, folder_bytes(folder), total))
-
-    t = threading.Thread(target=poll, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
 
 
 def folder_bytes(folder: Path) -> int:

@@ -3,7 +3,7 @@
 A race times two decoders one after the other; on a busy or shared machine each run may get a
 different share of the CPU, and a single race can swing from a loss to a win with the same
 settings. The race therefore runs each side several times, alternating, and reports the median
-and the spread — and this module says when the machine was busy (engine.machine_load) or the
+and the spread — and this module says when the machine was busy (engine.llama.machine_load) or the
 runs disagree, so the user knows to rerun.
 """
 

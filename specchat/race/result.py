@@ -44,7 +44,7 @@ def gamma_trace_text(gammas: Sequence[int], limit: int = 8) -> str:
     return " → ".join(parts)
 
 
-Divergence = Parting  # where greedy outputs part, examined (engine.batch_rounding)
+Divergence = Parting  # where greedy outputs part, examined (engine.llama.batch_rounding)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class RaceResult:
     divergence: Divergence | None = None
     costs: Costs | None = None  # what a target token, a check and a draft token cost here
     device: str = "CPU"
-    # What the speculative side ran with (engine.in_force, read from its decoder).
+    # What the speculative side ran with (engine.policy.in_force, read from its decoder).
     drafters: tuple[str, ...] = ()
     gamma_mode: str = ""
     # The load while the pair's stored calibration was timed (None: none, or not recorded).

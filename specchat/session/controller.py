@@ -317,9 +317,11 @@ class ChatSession:
             return views
         assert isinstance(update, ReplyDone)
         s = update.stats
-        # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder.
+        # What ran: a reply that drafted nothing was decoded plainly, whatever the decoder;
+        # the drafters are those that proposed tokens, not those the decoder could try.
         decoder = self._meta.decoder if s.drafted else "plain"
         stats = replace(self._meta, generation=s, gamma=update.live.gamma, decoder=decoder,
+                        drafters=s.detail.drafters_used,
                         gamma_mode=update.live.mode or self._meta.gamma_mode)
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         return [*self._end(status, stats), Figures(update.live, busy=False)]

@@ -22,6 +22,9 @@ STATS_VERSION = 2
 class ReplyStats:
     generation: GenerationStats = field(default_factory=GenerationStats)
     decoder: str = ""  # "plain" | "speculative"
+    # The drafters that proposed tokens in this reply, in the decoder's order ("ngram",
+    # "model"; "lookahead"): what drafted, not what the decoder could have tried.
+    drafters: tuple[str, ...] = ()
     gamma: int | None = None  # the last step's γ; None for plain decoding
     gamma_mode: str = ""  # what chose γ: "fixed", "auto · code", "pair"...
     ctx_size: int = 0
@@ -29,7 +32,8 @@ class ReplyStats:
 
     def to_json(self) -> str:
         doc = {"version": STATS_VERSION, "generation": self.generation.as_dict(),
-               "decoder": self.decoder, "gamma": self.gamma, "gamma_mode": self.gamma_mode,
+               "decoder": self.decoder, "drafters": list(self.drafters),
+               "gamma": self.gamma, "gamma_mode": self.gamma_mode,
                "ctx_size": self.ctx_size, "pair": self.pair}
         return json.dumps(doc, ensure_ascii=False)
 
@@ -54,6 +58,7 @@ class ReplyStats:
         gamma = doc.get("gamma")
         return cls(_generation(_map(doc.get("generation", {}))),
                    decoder=_str(doc.get("decoder", "")),
+                   drafters=tuple(_str(n) for n in _list(doc.get("drafters", []))),
                    gamma=None if gamma is None else _int(gamma),
                    gamma_mode=_str(doc.get("gamma_mode", "")),
                    ctx_size=_int(doc.get("ctx_size", 0)), pair=_str(doc.get("pair", "")))
@@ -79,7 +84,9 @@ def _detail(d: Mapping[str, Any]) -> SpecDetail:
                                          _float(b.get("ms")))
                              for b in map(_map, _list(d.get("verify_batches", [])))),
         draft_ms_per_token=_maybe_float(d.get("draft_ms_per_token")),
-        steps_by_drafter={_str(k): _int(v) for k, v in _map(d.get("steps_by_drafter", {})).items()},
+        steps_by_drafter=_counts(d.get("steps_by_drafter", {})),
+        drafted_by_drafter=_counts(d.get("drafted_by_drafter", {})),
+        accepted_by_drafter=_counts(d.get("accepted_by_drafter", {})),
         step_s=_float(d.get("step_s", 0.0)), llama_s=_float(d.get("llama_s", 0.0)))
 
 
@@ -105,6 +112,10 @@ def upgrade_v1(doc: Any) -> dict[str, Any]:
            **{k: doc[k] for k in _V1_SETTINGS if k in doc}}
     ReplyStats.from_dict(out)  # refuse now what could not be read later
     return out
+
+
+def _counts(v: Any) -> dict[str, int]:
+    return {_str(k): _int(n) for k, n in _map(v).items()}
 
 
 def _int(v: Any) -> int:

@@ -7,19 +7,24 @@ parent indices are a sub-tree of the plan's shape, with the distribution q each 
 from (a point mass for deterministic proposals). It is told what the target committed
 (``commit``), when a reply starts (``reset``) and ends or is cancelled (``settle``).
 
-A drafter that can tell cheaply that it has nothing to propose this step (the n-gram lookup
-without a match) may define ``can_propose(seq) -> bool``; :func:`can_propose` asks it, so the
-planner scores only the drafters that can draft now (an n-gram chain planned without a match
-is a plain step that kept the draft model from drafting).
+Every hook the decoder calls is declared on ``Drafter``, and :class:`DrafterBase` gives each a
+default, so a drafter writes only what it does (llama.cpp's ``common_speculative_impl`` and
+transformers' ``CandidateGenerator`` are built the same way). Besides the core above:
 
-A drafter whose step has a shape of its own (Lookahead's window and candidate trie, Medusa's
-heads' tree) defines ``own_plan() -> Plan``: the planner runs that step and keeps it only while
-its measured rate beats plain's (:mod:`specchat.engine.policy.planner_arms`); chain drafters are sized
-by the planner instead.
-
-A drafter with a KV cache of its own (the layer-skip cut, Kangaroo's shallow model) defines
-``lag(seq) -> int``, the tokens its cache lacks: the planner does not probe it when its first
-step would read a long prompt first.
+- ``can_propose(seq)``: whether it may have something to propose now (default True). The n-gram
+  lookup without a match says no, so the planner scores only the drafters that can draft now
+  (an n-gram chain planned without a match is a plain step that kept the draft model idle).
+- ``plans_own_step`` / ``own_plan()``: a drafter whose step has a shape of its own (Lookahead's
+  window and candidate trie, Medusa's heads' tree) says so and returns that step; the planner
+  runs it and keeps it only while its measured rate beats plain's
+  (:mod:`specchat.engine.policy.planner_arms`). Chain drafters are sized by the planner.
+- ``lag(seq)``: the tokens a cache of its own lacks (the layer-skip cut, Kangaroo's shallow
+  model; default 0): the planner does not probe it when its first step would read a long prompt.
+- ``free_guesses`` / ``guess(seq, k)``: a drafter whose proposal costs nothing (the n-gram
+  lookup, a predicted output) says what it would propose now, so a planner scores it on steps
+  that did not run it (:mod:`specchat.engine.policy.guesses`).
+- ``reads_hidden``: it drafts from the target's hidden states (Medusa): the verify pass of its
+  steps keeps them.
 """
 
 from __future__ import annotations
@@ -96,6 +101,10 @@ def path_to(parents: Sequence[int], node: int) -> list[int]:
 
 class Drafter(Protocol):
     name: str
+    # Capabilities, declared (DrafterBase: all False); see the module docstring.
+    reads_hidden: bool  # its steps' verify pass keeps the target's hidden states
+    plans_own_step: bool  # own_plan() is its step; else the planner sizes a chain
+    free_guesses: bool  # guess() costs nothing: a planner may ask it every step
 
     def default_plan(self, gamma: int) -> Plan:
         """The step to take when the γ policy gives only a length (no ``next_plan``)."""
@@ -122,20 +131,49 @@ class Drafter(Protocol):
         """The reply ended (or was cancelled): leave any cache holding a prefix of ``seq``."""
         ...
 
+    def can_propose(self, seq: Sequence[int]) -> bool:
+        """Whether it may propose something after the committed ``seq`` (asked before a
+        planner's step; False only when it knows it has nothing, cheaply)."""
+        ...
 
-def can_propose(drafter: Drafter, seq: Sequence[int]) -> bool:
-    """Whether ``drafter`` may propose something after ``seq`` (True unless it says not)."""
-    ask: Callable[[Sequence[int]], bool] | None = getattr(drafter, "can_propose", None)
-    return True if ask is None else bool(ask(seq))
+    def own_plan(self) -> Plan:
+        """Its own step (asked only when ``plans_own_step``)."""
+        ...
+
+    def lag(self, seq: Sequence[int]) -> int:
+        """Tokens of the committed ``seq`` its own cache lacks: what its first step reads."""
+        ...
+
+    def guess(self, seq: Sequence[int], k: int) -> list[int]:
+        """The chain of up to ``k`` tokens it would propose after ``seq`` now (asked only when
+        ``free_guesses``)."""
+        ...
 
 
-class ChainDefault:
-    """Mix-in: a chain of γ tokens is the default step."""
+class DrafterBase:
+    """The defaults of every ``Drafter`` hook: a chain of γ tokens is the default step; no
+    state to reset, configure, commit or settle; always able to propose; no step of its own,
+    no cache of its own, no free guesses, no hidden states."""
 
     name: str
+    reads_hidden = False
+    plans_own_step = False
+    free_guesses = False
 
     def default_plan(self, gamma: int) -> Plan:
         return chain(self.name, gamma)
+
+    def can_propose(self, seq: Sequence[int]) -> bool:
+        return True
+
+    def own_plan(self) -> Plan:
+        return Plan("none")  # no step of its own: a plain step, were it asked
+
+    def lag(self, seq: Sequence[int]) -> int:
+        return 0
+
+    def guess(self, seq: Sequence[int], k: int) -> list[int]:
+        return []
 
     def reset(self, prompt: Sequence[int]) -> None:
         return None

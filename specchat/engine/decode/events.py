@@ -128,6 +128,11 @@ class SpecDetail:
                      zip(self.position_accepted, self.position_drafted, strict=True))
 
     @property
+    def drafters_used(self) -> tuple[str, ...]:
+        """The drafters that proposed tokens, in the decoder's order ("ngram", "model")."""
+        return tuple(n for n, k in self.drafted_by_drafter.items() if k > 0)
+
+    @property
     def overhead_share(self) -> float | None:
         """The share of step time spent outside llama_decode (Python, sampling, bookkeeping)."""
         return 1 - self.llama_s / self.step_s if self.step_s > 0 else None

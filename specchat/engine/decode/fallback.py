@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from specchat.engine.decode.drafting import (
-    ChainDefault,
     Drafter,
+    DrafterBase,
     DraftFailed,
     DraftRequest,
     Proposal,
-    can_propose,
 )
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.sampling import SamplerSettings
@@ -24,7 +23,7 @@ from specchat.engine.llama.model import DecodeCancelled
 from specchat.errors import SpecchatError
 
 
-class Fallback(ChainDefault):
+class Fallback(DrafterBase):
     def __init__(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = list(drafters)
         self.name = ",".join(d.name for d in self.drafters)
@@ -49,13 +48,14 @@ class Fallback(ChainDefault):
             except DecodeCancelled:
                 raise
             except SpecchatError as e:  # say which one failed, so only it drops out
-                raise DraftFailed(str(e), getattr(e, "drafter", None) or d.name) from e
+                failed = e.drafter if isinstance(e, DraftFailed) else None
+                raise DraftFailed(str(e), failed or d.name) from e
             if got.tokens:
                 return got
         return Proposal(self.name)
 
     def can_propose(self, seq: Sequence[int]) -> bool:
-        return any(can_propose(d, seq) for d in self.drafters)
+        return any(d.can_propose(seq) for d in self.drafters)
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
         for d in self.drafters:  # each hears what was committed; the proposal names its owner

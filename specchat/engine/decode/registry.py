@@ -14,12 +14,25 @@ import pkgutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Generic, TypeVar, cast
 
 from specchat.engine.decode.drafting import Drafter
 from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 PACKAGE = "specchat.engine.drafters"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Need(Generic[T]):
+    """A typed key for something a drafter needs from whoever loads models (a loader for its
+    weights, its settings) or shares with other drafters: the drafter's module defines the key,
+    the loader provides the value (:meth:`DrafterEnv.provide`), and both are checked against
+    ``T`` where they are written, not cast from a string-keyed dict where they are read."""
+
+    name: str
 
 
 def _package() -> ModuleType:
@@ -34,7 +47,15 @@ class DrafterEnv:
     draft: LlamaContext | None = None
     stepwise_draft: bool = False  # see drafters._draft_model.DraftModel
     ngram_n_min: int | None = None  # None: 2 with a draft model behind it, else 1
-    shared: dict[str, object] = field(default_factory=dict)  # helpers drafters share
+    _provided: dict[Need[object], object] = field(default_factory=dict, repr=False)
+
+    def provide(self, need: Need[T], value: T) -> None:
+        """Make ``value`` available to the drafters that ``get`` this need."""
+        self._provided[cast(Need[object], need)] = value
+
+    def get(self, need: Need[T]) -> T | None:
+        """What was provided for ``need``; None when nothing was (the drafter is not usable)."""
+        return cast("T | None", self._provided.get(cast(Need[object], need)))
 
 
 def names() -> tuple[str, ...]:

@@ -68,7 +68,8 @@ class SamplerSettings:
 
 @dataclass(frozen=True)
 class Distribution:
-    """A distribution over a few token ids; ``probs`` sums to 1, ids sorted by falling prob."""
+    """A distribution over a few token ids: ``ids`` (k,) and ``probs`` (k,), which sums to 1,
+    sorted by falling probability."""
 
     ids: npt.NDArray[np.int64]
     probs: npt.NDArray[np.float64]
@@ -106,13 +107,15 @@ def check_top(top: float) -> None:
 
 
 def greedy_token(row: npt.NDArray[np.float32]) -> int:
+    """The argmax of one logits row (n_vocab,), checked for NaN and +∞."""
     i = int(np.argmax(row))
     check_top(float(row[i]))
     return i
 
 
 def greedy_tokens(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
-    """The argmax of each row, checked as :func:`greedy_token` does."""
+    """The argmax of each logits row of ``rows`` (n, n_vocab): (n,), checked as
+    :func:`greedy_token` does."""
     if rows.shape[0] == 1:  # a plain step's one row: half the numpy calls
         return np.array([greedy_token(rows[0])])
     best = np.argmax(rows, axis=1)
@@ -123,7 +126,8 @@ def greedy_tokens(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
 
 
 def distribution(row: npt.NDArray[np.float32], s: SamplerSettings) -> Distribution:
-    """The sampling distribution for one logits row under settings ``s`` (temperature > 0).
+    """The sampling distribution for one logits row (n_vocab,) under settings ``s``
+    (temperature > 0).
 
     Raises :class:`BadLogitsError` when the row holds NaN or +∞ (or nothing above −∞).
     """

@@ -21,7 +21,11 @@ from specchat.engine.decode.events import (
 
 
 class SpecTally:
-    def __init__(self) -> None:
+    def __init__(self, order: tuple[str, ...] = ()) -> None:
+        # The decoder's drafters, in the order it tries them: the per-drafter figures are
+        # listed in it (then any other name, as first seen), so a reply's drafters read the
+        # same way wherever they are shown ("ngram", "model").
+        self.order = order
         self.steps = 0
         self.drafted = 0
         self.accepted = 0
@@ -110,9 +114,13 @@ class SpecTally:
                                  for b, (c, s) in sorted(self.verify_batches.items())),
             draft_ms_per_token=(1000 * self.model_draft_s / self.model_drafted
                                 if self.model_drafted else None),
-            steps_by_drafter=dict(self.by_drafter),
-            drafted_by_drafter=dict(self.drafted_by),
-            accepted_by_drafter=dict(self.accepted_by),
+            steps_by_drafter=self._ordered(self.by_drafter),
+            drafted_by_drafter=self._ordered(self.drafted_by),
+            accepted_by_drafter=self._ordered(self.accepted_by),
             step_s=self.step_s,
             llama_s=self.llama_s,
         )
+
+    def _ordered(self, counts: Counter[str]) -> dict[str, int]:
+        rank = {n: i for i, n in enumerate(self.order)}
+        return {n: counts[n] for n in sorted(counts, key=lambda n: rank.get(n, len(rank)))}

@@ -1,6 +1,6 @@
 """Speculative decoding: drafters propose, the target checks everything in one forward pass.
 
-Per step: a plan (the γ policy's ``next_plan`` when it has one, else the default drafter's
+Per step: a plan (the γ policy's ``next_plan`` when it plans steps, else the default drafter's
 step for ``next_gamma()``) names the drafter and the shape — a chain or a token tree; the
 drafter proposes tokens with the distribution q each was drawn from (:mod:`.drafters`); the
 target evaluates ``[last, proposal…]`` in one batched decode with logits on every row (a tree
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -34,7 +34,6 @@ from specchat.engine.decode.drafting import (
     DraftFailed,
     DraftRequest,
     Proposal,
-    can_propose,
     fit_shape,
 )
 from specchat.engine.decode.events import (
@@ -64,6 +63,7 @@ from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplySta
 from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
 from specchat.engine.llama.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
 
 # A prompt read of at least this many new tokens is timed for the policy (ReplyStart): fewer
@@ -72,7 +72,8 @@ READ_TIMED = 16
 
 
 class _TargetRows:
-    """The target's distributions for a verify batch, computed only for the rows consulted."""
+    """The target's distributions for a verify batch, computed only for the rows consulted:
+    ``rows`` (1 + drafted tokens, n_vocab), row 0 the root's (the last committed token)."""
 
     def __init__(self, rows: npt.NDArray[np.float32], settings: SamplerSettings) -> None:
         self.rows = rows
@@ -90,7 +91,8 @@ def _path_logprobs(rows: npt.NDArray[np.float32], p: _TargetRows | None,
                    tokens: Sequence[int], v: Verdict,
                    settings: SamplerSettings) -> tuple[TokenLogprob, ...]:
     """The target's log-probabilities of what a step commits: each kept draft token from its
-    parent's row (the root's is row 0, node i's row i + 1), then the target's own token from
+    parent's row of ``rows`` (1 + drafted tokens, n_vocab; the root's is row 0, node i's row
+    i + 1), then the target's own token from
     the last kept node's — for a corrected token p, not the residual it was drawn from."""
     at = (-1, *v.path)
     committed = (*(tokens[i] for i in v.path), v.token)
@@ -120,11 +122,11 @@ class SpeculativeDecoder:
         env = DrafterEnv(target, draft, stepwise_draft)
         self.drafters: list[Drafter] = [build(d, env) if isinstance(d, str) else d
                                         for d in drafters]
-        own: Callable[[dict[str, Callable[[], Plan]]], None] | None = getattr(
-            self.policy, "own_plans", None)
-        if own is not None:  # the planner scores self-planning drafters on what they do
-            own({d.name: d.own_plan for d in self.drafters if hasattr(d, "own_plan")})
-        self.name = "speculative" if draft is not None else "ngram"
+        # A planner scores self-planning drafters on what they do.
+        self.policy.own_plans({d.name: d.own_plan for d in self.drafters if d.plans_own_step})
+        # The decoder's kind: what drafted each token is in the reply's stats
+        # (SpecDetail.drafted_by_drafter), never in this name.
+        self.name = "speculative"
         self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
         self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
         self._default: Drafter | None = None
@@ -143,7 +145,8 @@ class SpeculativeDecoder:
         if not prompt:
             raise ValueError("the prompt has no tokens")
         tgt, clock = self.target, Clock()
-        reply, seq, tally = Reply(tgt.model, settings.stop), list(prompt), SpecTally()
+        reply, seq = Reply(tgt.model, settings.stop), list(prompt)
+        tally = SpecTally(tuple(d.name for d in self.drafters))
         reused = self._start(seq, cancel, settings)
         if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
@@ -219,15 +222,13 @@ class SpeculativeDecoder:
             settings.max_tokens,
             (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
             d_size / t_size if d_size > 0 and t_size > 0 else None))
-        lag: Callable[[int], None] | None = getattr(self.policy, "draft_lag", None)
-        if lag is not None and self.draft is not None:
+        if self.draft is not None:
             # What the draft model must read before it can draft (its cache is brought up
             # only when a step first asks it): a planner weighs that against what drafting
             # would gain — after a long pasted document it can outweigh the whole reply.
-            lag(len(seq) - self.draft.common_prefix(seq))
-        lags: Callable[[dict[str, int]], None] | None = getattr(self.policy, "drafter_lags", None)
-        if lags is not None:  # drafters with a cache of their own (layer-skip, Kangaroo)
-            lags({d.name: d.lag(seq) for d in self._alive if hasattr(d, "lag")})
+            self.policy.draft_lag(len(seq) - self.draft.common_prefix(seq))
+        # Drafters with a cache of their own (layer-skip, Kangaroo); the others lack nothing.
+        self.policy.drafter_lags({d.name: d.lag(seq) for d in self._alive})
         return reused
 
     def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
@@ -246,7 +247,7 @@ class SpeculativeDecoder:
         if seq is not None:
             for d in self._alive:
                 d.reset(seq)
-        self._guessers = [d for d in self._alive if hasattr(d, "guess")]  # free proposals
+        self._guessers = [d for d in self._alive if d.free_guesses]
         n = len(self._alive)
         self._default = None if n == 0 else self._alive[0] if n == 1 else Fallback(self._alive)
 
@@ -255,11 +256,10 @@ class SpeculativeDecoder:
         default = self._default
         if default is None:
             return Plan("none")
-        next_plan: Callable[[tuple[str, ...]], Plan] | None = getattr(
-            self.policy, "next_plan", None)
-        if next_plan is not None:
-            plan = next_plan(tuple(d.name for d in self._alive if can_propose(d, seq)))
-        else:
+        plan: Plan | None = None
+        if self.policy.plans_steps:
+            plan = self.policy.next_plan(tuple(d.name for d in self._alive if d.can_propose(seq)))
+        if plan is None:
             plan = default.default_plan(self.policy.next_gamma())
         if plan.drafter == "none":
             return plan if not plan.parents else Plan("none", (), plan.reason)
@@ -301,7 +301,7 @@ class SpeculativeDecoder:
         # (else it re-reads a token first). Not on other steps: hidden states cost every pass
         # they are on, and a plain step must be plain.
         hidden = proposal.drafter != "none" and any(
-            getattr(d, "reads_hidden", False) for d in self._alive if d.name == proposal.drafter)
+            d.reads_hidden for d in self._alive if d.name == proposal.drafter)
         if not proposal.tokens and proposal.side is None and not hidden:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
             # model the general path's Python was a measurable share of the step.
@@ -382,12 +382,9 @@ class SpeculativeDecoder:
         """Let a planner score the guesses of drafters whose proposals cost nothing (the
         n-gram lookup) against what this step committed, and take their next ones: it learns
         their acceptance on steps that did not run them (:mod:`specchat.engine.policy.guesses`)."""
-        score: Callable[..., None] | None = getattr(self.policy, "score_guesses", None)
-        if score is None:
-            return
         if self._guessers:
-            score(seq[start:], ran, {d.name: partial(d.guess, seq)  # type: ignore[attr-defined]
-                                     for d in self._guessers})
+            self.policy.score_guesses(seq[start:], ran, {d.name: partial(d.guess, seq)
+                                                         for d in self._guessers})
 
     def _llama_s(self) -> float:
         return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)
@@ -396,9 +393,5 @@ class SpeculativeDecoder:
         """The text of what the prompt adds to the previous reply's sequence (in a chat, the
         user's new turn): its first ``head`` and last ``tail`` tokens, where a request's
         instruction and question usually are."""
-        last = self._last_seq
-        n = min(len(last), len(prompt))
-        i = 0
-        while i < n and last[i] == prompt[i]:
-            i += 1
+        i = common_prefix(self._last_seq, prompt)
         return new_text(self.target.model.detokenize, prompt[i:], head, tail)

@@ -4,19 +4,26 @@ The speculative decoder tells the policy when a reply starts (``begin``, with th
 new part of the prompt — in a chat, the user's new turn), asks ``next_gamma()`` before each
 step, asks ``keep_drafting`` after each drafted token (an early stop when the drafter is
 unsure), and reports every finished step to ``committed`` (the text it added) and ``observe``.
-``label`` names what the policy is doing, for status lines ("fixed", "auto · code"). A policy
-that also answers ``next_plan(available)`` chooses the drafter and the tree shape per step
-(the planner, :mod:`specchat.engine.policy.planner`). The policies live in
-:mod:`specchat.engine.policy`; the decoder knows only this interface and the fixed length.
+``label`` names what the policy is doing, for status lines ("fixed", "auto · code").
+
+A policy that chooses the drafter and the tree shape per step (the planner,
+:mod:`specchat.engine.policy.planner`) declares ``plans_steps`` and answers ``next_plan``; it is
+also told which drafters plan their own steps (``own_plans``), what the draft model's and the
+other drafters' caches lack as a reply starts (``draft_lag``, ``drafter_lags``) and, after each
+step, what the drafters with free guesses would have proposed (``score_guesses``). Every hook is
+declared here and :class:`PolicyBase` gives each a default, so a policy writes only what it
+uses. The policies live in :mod:`specchat.engine.policy`; the decoder knows only this interface
+and the fixed length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import Plan
 
 GAMMA_CAP = 32  # the longest draft any setting may ask for (the planner's cost table's reach)
 
@@ -35,6 +42,11 @@ class ReplyStart:
 
 
 class GammaPolicy(Protocol):
+    # Declared (PolicyBase: False): ``next_plan`` chooses each step. The decoder then works
+    # out which drafters can propose (``Drafter.can_propose``) for it, which a policy that
+    # gives only a length does not need.
+    plans_steps: bool
+
     @property
     def label(self) -> str:
         """What the policy is doing, in a few words ("fixed", "auto · code")."""
@@ -71,11 +83,40 @@ class GammaPolicy(Protocol):
         """The outcome of a finished step."""
         ...
 
+    def next_plan(self, available: tuple[str, ...]) -> Plan | None:
+        """The next step, drafter and shape, from the drafters of ``available`` (asked only
+        when ``plans_steps``). None: the default drafter's step for ``next_gamma()``."""
+        ...
+
+    def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
+        """Once, as the decoder is built: the drafters that plan their own step, by name, with
+        how to ask each for it (``Drafter.own_plan``)."""
+        ...
+
+    def draft_lag(self, tokens: int) -> None:
+        """After ``start_reply``, with a draft model: the tokens of the prompt its cache lacks
+        (its cache is brought up only when a step first asks it)."""
+        ...
+
+    def drafter_lags(self, lags: dict[str, int]) -> None:
+        """After ``start_reply``: the tokens each drafter's own cache lacks (``Drafter.lag``;
+        0 for a drafter without one)."""
+        ...
+
+    def score_guesses(self, committed: Sequence[int], ran: str,
+                      guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
+        """After ``observe``: ``committed`` are the tokens the step added, ``ran`` the drafter
+        that proposed them ("none": a plain step), ``guessers`` what each drafter with free
+        guesses would propose now (up to ``k`` tokens)."""
+        ...
+
 
 class PolicyBase:
-    """No-op hooks, so a policy only writes what it uses."""
+    """The defaults of every ``GammaPolicy`` hook but ``next_gamma``: no-ops (nothing to learn
+    from), always keep drafting, no plans of its own."""
 
     label = "fixed"
+    plans_steps = False
 
     def begin(self, prompt_text: str) -> None:
         return None
@@ -90,6 +131,22 @@ class PolicyBase:
         return None
 
     def observe(self, step: StepEvent) -> None:
+        return None
+
+    def next_plan(self, available: tuple[str, ...]) -> Plan | None:
+        return None
+
+    def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
+        return None
+
+    def draft_lag(self, tokens: int) -> None:
+        return None
+
+    def drafter_lags(self, lags: dict[str, int]) -> None:
+        return None
+
+    def score_guesses(self, committed: Sequence[int], ran: str,
+                      guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
         return None
 
 

@@ -25,6 +25,7 @@ from specchat.engine.decode.sampling import Distribution, distribution, greedy_t
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.vocab import is_special, piece, tokenize_bytes
 
 Key = tuple[bool, bytes]  # (special, bytes)
@@ -99,15 +100,6 @@ def cross_map(target: LlamaModel, draft: LlamaModel) -> VocabMap | None:
     return _MAPS[key]
 
 
-def shared_mass(vmap: VocabMap, target_tokens: Sequence[int]) -> float:
-    """The share of a text's target tokens that the draft can propose (the target's own
-    tokenisation of it: its empirical probability mass on that text)."""
-    if not target_tokens:
-        return 0.0
-    ids = np.asarray(target_tokens, dtype=np.int64)
-    return float(np.mean(vmap.t2d[ids] >= 0))
-
-
 def valid_utf8_prefix(data: bytes | bytearray) -> int:
     """Length of ``data`` without a trailing incomplete UTF-8 character."""
     n = len(data)
@@ -168,10 +160,7 @@ class CrossVocabDraft(DraftModel):
 
     def _draft_seq(self, seq: Sequence[int]) -> list[int]:
         """The draft's tokenisation of the committed text."""
-        n = min(len(seq), len(self._tseq))
-        i = 0
-        while i < n and seq[i] == self._tseq[i]:
-            i += 1
+        i = common_prefix(seq, self._tseq)
         del self._tseq[i:], self._ends[i:]
         del self._text[self._ends[-1] if self._ends else 0:]
         for t in seq[i:]:

@@ -26,6 +26,7 @@ from specchat.engine.decode.sampling import Distribution, distribution, greedy_t
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._pick import TokenPicker
 from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.prefix import common_prefix
 
 
 def without(q: Distribution, token: int) -> Distribution | None:
@@ -39,7 +40,8 @@ def without(q: Distribution, token: int) -> Distribution | None:
 
 
 def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distribution]]:
-    """Greedy decoding: a node's k children are the draft's k best tokens (ties by id)."""
+    """Greedy decoding: a node's k children are the draft's k best tokens (ties by id) of its
+    logits ``row`` (n_vocab,)."""
     first = greedy_token(row)  # checks the row (NaN logits are the draft's failure)
     if k == 1:
         best = [first]
@@ -101,10 +103,7 @@ class DraftModel:
             raise DraftFailed(f"its context window is full ({dft.n_ctx} tokens)")
         dft.drop_tree()
         cached = dft.tokens
-        n = min(len(cached), len(seq))
-        i = min(self._known, n)
-        while i < n and cached[i] == seq[i]:
-            i += 1
+        i = common_prefix(cached, seq, min(self._known, len(cached), len(seq)))
         if i == len(seq):
             i -= 1  # the last token must be evaluated again for its logits
         dft.truncate(i)

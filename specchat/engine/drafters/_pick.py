@@ -21,6 +21,8 @@ class TokenPicker:
 
     def pick(self, row: npt.NDArray[np.float32], s: SamplerSettings,
              rng: np.random.Generator) -> tuple[int, Distribution, Callable[[], float]]:
+        """The token drafted from logits ``row`` (n_vocab,), the q it was drawn from, and its
+        top-1 probability (greedy: a softmax, only when called, while ``row`` is valid)."""
         if s.greedy:
             d = greedy_token(row)
             return d, one_hot(d), self._softmax_top(row)

@@ -4,19 +4,22 @@ the shared tokens when the vocabularies differ (see :mod:`._cross_vocab`)."""
 
 from __future__ import annotations
 
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.llama.model import LlamaContext, LlamaModel
+
+DRAFT_MODEL: Need[DraftModel] = Need("draft_model")
 
 
 def shared_draft(env: DrafterEnv) -> DraftModel | None:
     """The one DraftModel of an environment (drafters on the same draft share its cache)."""
     if env.draft is None:
         return None
-    dm = env.shared.get("draft_model")
-    if not isinstance(dm, DraftModel):
-        dm = env.shared["draft_model"] = draft_for(env.target, env.draft, env.stepwise_draft)
+    dm = env.get(DRAFT_MODEL)
+    if dm is None:
+        dm = draft_for(env.target, env.draft, env.stepwise_draft)
+        env.provide(DRAFT_MODEL, dm)
     return dm
 
 

@@ -19,7 +19,7 @@ on a CPU costs real time. The chain goes to the one verifier (:mod:`specchat.eng
 so the output is exact whatever the adapter predicts: under sampling each token is drawn from
 q (the adapter's logits after the target's sampler transform) and q is what the rule reads.
 
-Whoever loads models puts a loader in ``env.shared["kangaroo"]``: a zero-argument callable
+Whoever loads models provides a loader for ``LOADER`` (``env.provide``): a zero-argument callable
 returning ``(shallow context, adapter)``, called on the first step that asks.
 """
 
@@ -27,19 +27,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftFailed, DraftRequest, Proposal
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.llama.hidden_states import decode_with_hidden
 from specchat.engine.llama.model import LlamaContext
 
 NAME = "kangaroo"
-SHARED_KEY = "kangaroo"
+# Loads the shallow model's context and the adapter when the drafter first drafts.
+LOADER: Need[Callable[[], tuple[LlamaContext, KangarooAdapter]]] = Need(NAME)
 ETA = 0.6  # the early-stop threshold on the draft's top-1 probability (Kangaroo's η)
 
 F32 = np.float32
@@ -65,7 +67,8 @@ class KangarooAdapter:
 
     def logits(self, base: npt.NDArray[np.float32], h: npt.NDArray[np.float32]
                ) -> npt.NDArray[np.float32]:
-        """The draft's logits from the shallow model's (``base`` = W · h) and its hidden h."""
+        """The draft's logits (n_vocab,) from the shallow model's (``base`` = W · h, (n_vocab,))
+        and its hidden state ``h`` (n_embd,)."""
         u = self.a @ h + self.bias
         s = u / (1.0 + np.exp(-u))
         out = base[: self.wb.shape[0]].astype(F32, copy=True)
@@ -78,11 +81,24 @@ def _const(x: float) -> Callable[[], float]:
 
 
 def _top_prob(row: npt.NDArray[np.float32]) -> float:
+    """The top-1 probability of the softmax of logits ``row`` (n_vocab,)."""
     z = row - row.max()
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
 
 
-class KangarooDrafter(ChainDefault):
+def _once(f: Callable[[], float]) -> Callable[[], float]:
+    """``f``, computed on the first call only (a greedy token's confidence: a softmax over the
+    vocabulary, paid only when the early stop or the policy reads it)."""
+    got: list[float] = []
+
+    def once() -> float:
+        if not got:
+            got.append(f())
+        return got[0]
+    return once
+
+
+class KangarooDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext,
@@ -134,16 +150,18 @@ class KangarooDrafter(ChainDefault):
             if s.greedy:
                 d = greedy_token(row)
                 q = one_hot(d)
-                conf = _top_prob(row)
+                conf = _once(partial(_top_prob, row))  # row stays valid until the next decode
             else:
                 q = distribution(row, s)
                 d = q.sample(req.rng)
-                conf = float(q.probs.max())
-            if conf < adapter.eta:
-                break  # Kangaroo's early stop: this token is not worth a verification row
+                conf = _const(float(q.probs.max()))
+            # Kangaroo's early stop: this token is not worth a verification row. The
+            # probability is never below 0: an eta of 0 reads no confidence.
+            if adapter.eta > 0 and conf() < adapter.eta:
+                break
             tokens.append(d)
             qs.append(q)
-            if eog(d) or not req.keep_drafting(len(tokens), _const(conf)) or len(tokens) >= gamma:
+            if eog(d) or not req.keep_drafting(len(tokens), conf) or len(tokens) >= gamma:
                 break
             rows, hidden = self._decode(ctx, (d,))
             base, h = rows[-1], hidden[-1]
@@ -160,8 +178,8 @@ class KangarooDrafter(ChainDefault):
 
 
 def build(env: DrafterEnv) -> KangarooDrafter | None:
-    load = env.shared.get(SHARED_KEY)
-    if not callable(load):
+    load = env.get(LOADER)
+    if load is None:
         return None
     return KangarooDrafter(env.target, load)
 

@@ -7,7 +7,7 @@ vocabulary, same embeddings and head, fewer blocks, so each draft token costs ab
 kept/total of a target token plus the head. It drafts a chain like the draft model does
 (:mod:`._draft_model`); the target verifies, so the output is exact whatever it proposes.
 
-Whoever loads models puts a loader for the cut model's context in ``env.shared["layerskip"]``
+Whoever loads models provides a loader for the cut model's context for ``LOADER``
 (a zero-argument callable); it is called on the first step that asks, so naming the drafter
 costs nothing until it drafts.
 """
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.llama.model import LlamaContext
 
 NAME = "layerskip"
-SHARED_KEY = "layerskip"
+LOADER: Need[Callable[[], LlamaContext]] = Need(NAME)  # the cut model's context, on first use
 
 
-class LayerSkipDrafter(ChainDefault):
+class LayerSkipDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext, load: Callable[[], LlamaContext]) -> None:
@@ -69,7 +69,7 @@ class LayerSkipDrafter(ChainDefault):
 
 
 def build(env: DrafterEnv) -> LayerSkipDrafter | None:
-    load = env.shared.get(SHARED_KEY)
-    if not callable(load):
+    load = env.get(LOADER)
+    if load is None:
         return None
     return LayerSkipDrafter(env.target, load)

@@ -23,15 +23,15 @@ pool, with the committed text's own n-grams (prompt lookup). After the step the 
 holds only the committed path (``keep_branch`` drops the window's sequences with the losing
 branches); nothing of the window is ever committed.
 
-Sizes: W, N, G come from :class:`LookaheadSettings` (``env.shared["lookahead"]``, else the
+Sizes: W, N, G come from :class:`LookaheadSettings` (``SETTINGS`` when provided, else the
 defaults below). They are fixed, not planned per step: on 2 CPU cores every extra row costs
 (Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
 window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
 step is whether to run Lookahead at all: under γ ``plan`` the planner runs ``own_plan()`` (every
-candidate at full depth) while its measured rate beats plain's (:mod:`specchat.engine.
-planner_arms`). ``--gamma K`` runs it every step with at most K candidate tokens. A step whose
-batch would not fit the context, ``n_batch`` or the sequences shrinks the window (to none if
-need be); the candidates were already fitted by the decoder.
+candidate at full depth) while its measured rate beats plain's
+(:mod:`specchat.engine.policy.planner_arms`). ``--gamma K`` runs it every step with at most K
+candidate tokens. A step whose batch would not fit the context, ``n_batch`` or the sequences
+shrinks the window (to none if need be); the candidates were already fitted by the decoder.
 
 Combined with other drafters (``--drafter lookahead,ngram``) a step whose pool has no candidate
 is handed to the next drafter, so the window runs only on steps Lookahead proposes tokens.
@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import Plan
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.llama.model import LlamaContext
@@ -55,7 +55,7 @@ from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import SpecchatError
 
 NAME = "lookahead"
-SHARED_KEY = "lookahead"
+SETTINGS: Need[LookaheadSettings] = Need(NAME)
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,9 @@ def n_leaves(parents: Sequence[int]) -> int:
     return sum(1 for i in range(len(parents)) if i not in inner)
 
 
-class LookaheadDrafter(ChainDefault):
+class LookaheadDrafter(DrafterBase):
     name = NAME
+    plans_own_step = True
 
     def __init__(self, target: LlamaContext, settings: LookaheadSettings = LookaheadSettings(),
                  is_eog: Callable[[int], bool] = _never) -> None:
@@ -196,7 +197,5 @@ class LookaheadDrafter(ChainDefault):
 
 
 def build(env: DrafterEnv) -> LookaheadDrafter:
-    settings = env.shared.get(SHARED_KEY)
-    if not isinstance(settings, LookaheadSettings):
-        settings = LookaheadSettings()
+    settings = env.get(SETTINGS) or LookaheadSettings()
     return LookaheadDrafter(env.target, settings, env.target.model.is_eog)

@@ -20,7 +20,7 @@ covers a subset of the vocabulary (the tokens the target produced on the trainin
 zero elsewhere: still exact, since q is what the tokens were drawn from, and the one tree
 verifier (:func:`specchat.engine.decode.verify.verify_tree`) decides.
 
-Whoever loads models puts a loader for the target's heads in ``env.shared["medusa"]`` (a
+Whoever loads models provides a loader for the target's heads for ``LOADER`` (a
 zero-argument callable returning :class:`MedusaHeads`, raising a clear error when there are
 none); naming the drafter costs nothing until its first step.
 """
@@ -33,10 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape
+from specchat.engine.decode.drafting import (
+    DrafterBase,
+    DraftFailed,
+    DraftRequest,
+    Proposal,
+    fit_shape,
+)
 from specchat.engine.decode.plan import Plan, depths
-from specchat.engine.decode.registry import DrafterEnv
-from specchat.engine.decode.sampling import Distribution, SamplerSettings, distribution
+from specchat.engine.decode.registry import DrafterEnv, Need
+from specchat.engine.decode.sampling import Distribution, distribution
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
@@ -45,7 +51,7 @@ from specchat.engine.llama.hidden_states import decode_with_hidden, last_hidden,
 from specchat.engine.llama.model import LlamaContext
 
 NAME = "medusa"
-SHARED_KEY = "medusa"
+LOADER: Need[Callable[[], MedusaHeads]] = Need(NAME)  # the target's heads, on first use
 
 # P(a head's k-th best candidate is the target's token | its parent was): a prior for the
 # default shape (deeper heads are worse, which the per-depth decay below says).
@@ -99,9 +105,10 @@ def default_shape(n: int, k: int) -> tuple[int, ...]:
     return fit_shape(best_shape(4 * n, RANK_ACCEPT), n, k, 1 << 30)
 
 
-class MedusaDrafter:
+class MedusaDrafter(DrafterBase):
     name = NAME
     reads_hidden = True  # the decoder's verify pass keeps hidden states (see the docstring)
+    plans_own_step = True
 
     def __init__(self, target: LlamaContext, load: Callable[[], MedusaHeads]) -> None:
         self.target = target
@@ -133,9 +140,6 @@ class MedusaDrafter:
 
     def reset(self, prompt: Sequence[int]) -> None:
         self._h, self._h_len = None, -1
-
-    def configure(self, settings: SamplerSettings) -> None:
-        return None
 
     def settle(self, seq: Sequence[int]) -> None:
         self._h, self._h_len = None, -1
@@ -211,7 +215,7 @@ class MedusaDrafter:
 
 
 def build(env: DrafterEnv) -> MedusaDrafter | None:
-    load = env.shared.get(SHARED_KEY)
-    if not callable(load):
+    load = env.get(LOADER)
+    if load is None:
         return None
     return MedusaDrafter(env.target, load)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
@@ -18,7 +18,7 @@ from specchat.engine.drafters._shared import shared_draft
 NAME = "model"
 
 
-class ModelDrafter(ChainDefault):
+class ModelDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, dm: DraftModel) -> None:

@@ -45,16 +45,17 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.drafting import ChainDefault, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.mtp import MtpContext, MtpFailed, capture_for, hooks_available, n_mtp_layers
+from specchat.engine.llama.prefix import common_prefix
 
 NAME = "mtp"
 
-class MtpDrafter(ChainDefault):
+class MtpDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, target: LlamaContext) -> None:
@@ -76,11 +77,8 @@ class MtpDrafter(ChainDefault):
         for the token after ``seq``."""
         m = self.ctx
         n = len(seq)
-        keep = 1
-        fed = m.fed
-        while keep < min(len(fed), n) and fed[keep] == seq[keep]:
-            keep += 1
-        keep = min(keep, n - 1)  # the last entry is evaluated again for its logits
+        # Position 1 on: the MTP cache holds no entry for the first token.
+        keep = min(common_prefix(m.fed, seq, 1), n - 1)  # the last entry is evaluated again for its logits
         m.truncate(keep)
         missing = next((p - 1 for p in range(keep, n) if self.cap.row(p - 1, seq[p - 1]) is None),
                        None)
@@ -141,11 +139,7 @@ class MtpDrafter(ChainDefault):
 
     def settle(self, seq: Sequence[int]) -> None:
         if self._ctx is not None:
-            fed = self._ctx.fed
-            keep = 1
-            while keep < min(len(fed), len(seq)) and fed[keep] == seq[keep]:
-                keep += 1
-            self._ctx.truncate(keep)
+            self._ctx.truncate(common_prefix(self._ctx.fed, seq, 1))
 
 
 def why_not(env: DrafterEnv) -> str:

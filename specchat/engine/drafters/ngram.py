@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict, one_hot
 
@@ -36,8 +36,9 @@ def _never(token: int) -> bool:
     return False
 
 
-class NgramDrafter(ChainDefault):
+class NgramDrafter(DrafterBase):
     name = NAME
+    free_guesses = True  # a guess is a dictionary look-up
 
     def __init__(self, n_max: int = 3, n_min: int = 1,
                  is_eog: Callable[[int], bool] = _never) -> None:
@@ -102,7 +103,14 @@ class NgramDrafter(ChainDefault):
                         tuple(one_hot(t) for t in drafts))
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
-        self.reset(seq)
+        """Index what the step committed: O(new tokens). Within a reply ``seq`` extends what the
+        index holds (the decoder only appends; rejected drafts were never indexed), so the
+        last indexed token is checked, not the whole sequence; anything else re-indexes."""
+        n = len(self.tokens)
+        if len(seq) >= n and (n == 0 or seq[n - 1] == self.tokens[-1]):
+            self.extend(seq[n:])
+        else:
+            self.reset(seq)
 
     def can_propose(self, seq: Sequence[int]) -> bool:
         """A match for the sequence's tail (the index follows ``seq`` after each commit)."""
@@ -112,8 +120,8 @@ class NgramDrafter(ChainDefault):
 
     def guess(self, seq: Sequence[int], k: int) -> list[int]:
         """The chain of up to ``k`` tokens a step would propose now: it costs a look-up, so the
-        planner scores it on steps that did not run this drafter (:mod:`specchat.engine.
-        guesses`)."""
+        planner scores it on steps that did not run this drafter
+        (:mod:`specchat.engine.policy.guesses`)."""
         if len(seq) != len(self.tokens):
             self.reset(seq)
         return self._chain(k)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict, one_hot
@@ -35,8 +35,9 @@ def _never(token: int) -> bool:
     return False
 
 
-class PredictionDrafter(ChainDefault):
+class PredictionDrafter(DrafterBase):
     name = NAME
+    free_guesses = True  # a guess follows the predicted text
 
     def __init__(self, is_eog: Callable[[int], bool] = _never) -> None:
         self.is_eog = is_eog

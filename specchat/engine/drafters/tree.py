@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from specchat.engine.decode.drafting import ChainDefault, DraftRequest, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict
@@ -50,7 +50,7 @@ def best_shape(n: int, accept: Sequence[float] = RANK_ACCEPT) -> tuple[int, ...]
     return tuple(parents)
 
 
-class TreeDrafter(ChainDefault):
+class TreeDrafter(DrafterBase):
     name = NAME
 
     def __init__(self, dm: DraftModel) -> None:

@@ -43,10 +43,6 @@ class Device:
     total: int | None = None
     handle: int = field(default=0, compare=False, repr=False)  # ggml_backend_dev_t
 
-    @property
-    def is_gpu(self) -> bool:
-        return self.kind in ("gpu", "igpu")
-
 
 @dataclass(frozen=True)
 class HostMemory:

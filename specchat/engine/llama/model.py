@@ -38,6 +38,7 @@ from specchat.engine.llama.model_settings import (
     default_threads,
     flash_attention,
 )
+from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import ContextFullError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate
@@ -241,6 +242,7 @@ class LlamaContext:
         # 1..n that its paths other than the first occupy.
         self._tree_shape: tuple[int, ...] | None = None
         self._tree_seqs = 0
+        self._tree_paths: list[tuple[int, ...]] = []  # tree_paths(_tree_shape), once per tree
         self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         me = weakref.ref(self)  # no reference cycle: the context is freed as soon as it is dropped
@@ -294,10 +296,15 @@ class LlamaContext:
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 
-    def _linear_batch(self) -> None:
-        self._n_seq[:] = 1
-        for i in range(self.n_batch):
-            self.batch.seq_id[i][0] = 0
+    def _linear_batch(self, rows: int | None = None) -> None:
+        """Put the batch's first ``rows`` rows (default: all) back in sequence 0 alone, the
+        layout ``decode`` assumes: after a tree batch only the rows it wrote (a loop over
+        every row of a 512-row batch is a measurable share of a small model's step)."""
+        n = self.n_batch if rows is None else rows
+        self._n_seq[:n] = 1
+        seq_id = self.batch.seq_id
+        for i in range(n):
+            seq_id[i][0] = 0
 
     def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
                     side: SideBranch | None = None) -> npt.NDArray[np.float32]:
@@ -336,7 +343,7 @@ class LlamaContext:
             reach = max(reach, side.reach)
         if start + reach + 1 > self.n_ctx or start + n + n_side > self.n_ctx:
             raise ContextFullError(f"the context is full ({self.n_ctx} tokens)")
-        seqs = tree_paths(shape)
+        seqs = self._tree_paths if shape == self._tree_shape else tree_paths(shape)
         n_paths = 1 + max(max(s) for s in seqs)
         n_all = n_paths + (side.n_seqs if side is not None else 0)
         if n_all > self.n_seq_max:
@@ -345,7 +352,7 @@ class LlamaContext:
             self.drop_tree()
             for s in range(1, n_all):
                 llama_cpp.llama_memory_seq_cp(self.mem, 0, s, -1, -1)
-            self._tree_seqs, self._tree_shape = n_all - 1, shape
+            self._tree_seqs, self._tree_shape, self._tree_paths = n_all - 1, shape, seqs
         b = self.batch
         for i, (node, tok) in enumerate(zip(nodes, tokens, strict=True)):
             self._tok[i] = tok
@@ -373,7 +380,7 @@ class LlamaContext:
         try:
             self._run_batch(n + n_side, start)
         finally:
-            self._linear_batch()
+            self._linear_batch(n + n_side)
         if self.on_decode is not None:
             self.on_decode(start, None)
         ptr = llama_cpp.llama_get_logits(self.ptr)
@@ -391,7 +398,11 @@ class LlamaContext:
             self.drop_tree()
             return
         start = len(self.tokens)
-        sid = tree_paths(shape)[node][0]  # the first path through ``node`` holds its ancestors
+        shape = tuple(shape)
+        # The first path through ``node`` holds its ancestors (the paths as decode_tree found
+        # them, when it is the tree decoded).
+        paths = self._tree_paths if shape == self._tree_shape else tree_paths(shape)
+        sid = paths[node][0]
         if self._tree_seqs:
             llama_cpp.llama_memory_seq_keep(self.mem, sid)
             if sid != 0:
@@ -440,11 +451,8 @@ class LlamaContext:
             del self.tokens[n:]
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
-        n = min(len(tokens), len(self.tokens))
-        i = 0
-        while i < n and self.tokens[i] == tokens[i]:
-            i += 1
-        return i
+        """How many of the cache's tokens ``tokens`` starts with."""
+        return common_prefix(self.tokens, tokens)
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)

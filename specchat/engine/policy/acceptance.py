@@ -75,7 +75,7 @@ class AcceptanceModel:
 
     def observe(self, outcomes: Sequence[float], start: int = 0) -> None:
         """A step's outcomes; ``start`` > 0: the later depths of one already counted (a
-        guess scored as its tokens come, engine.guesses), which adds to it without decaying
+        guess scored as its tokens come, engine.policy.guesses), which adds to it without decaying
         or counting a step."""
         if start == 0:
             self.slow.decay(self._lam_slow)

@@ -39,4 +39,4 @@ def in_force(decoder: Decoder) -> InForce:
         mode = f"{policy.label} {policy.gamma}"  # "fixed 4", "pair 3", "default 4"
     else:  # "plan · warm-up", "auto · code": the mode is the first word
         mode = str(policy.label).partition(" · ")[0]
-    return InForce("speculative", drafters, mode)  # (its name may be its drafter's)
+    return InForce("speculative", drafters, mode)

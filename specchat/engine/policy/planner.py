@@ -18,8 +18,9 @@ outcome the planner must not risk), so on a steep CPU curve with a costly draft 
 steps, and says why.
 
 Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position estimate (per
-topic, with change detection and Thompson-sampling exploration — :mod:`specchat.engine.
-auto_gamma`, which this extends); a tree's lower ranks, and the tree search and scoring, are
+topic, with change detection and Thompson-sampling exploration —
+:mod:`specchat.engine.policy.auto_gamma`, which this extends); a tree's lower ranks, and the
+tree search and scoring, are
 :mod:`specchat.engine.policy.planner_trees`. The n-gram drafter keeps its own acceptance estimates,
 and so does every other chain drafter (the layer-skip self-draft, …): its α and its cost per
 drafted token are learnt from its own steps, starting from a cautious prior, after a first probe
@@ -95,6 +96,7 @@ class _Step:
 
 class Planner(AutoGamma):
     skip_first_shapes = True
+    plans_steps = True  # next_plan chooses every step (see step_policy)
 
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
                  seed: AutoGammaSeed | None = None,

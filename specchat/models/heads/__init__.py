@@ -10,4 +10,5 @@ adapter), with numpy only.
   greedy replies, generated once and cached; or a text file), keeping per position the hidden
   state and the target's top next tokens.
 - :mod:`.medusa`: training K Medusa heads and measuring them on held-out text.
+- :mod:`.budget`: the time-budgeted training loop Medusa's heads and Kangaroo's adapter share.
 """

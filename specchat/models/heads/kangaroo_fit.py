@@ -23,7 +23,6 @@ with the adapter.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,9 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.drafters.kangaroo import ETA
-from specchat.errors import Cancelled, SpecchatError
+from specchat.errors import SpecchatError
 from specchat.models.heads.adam import Adam
-from specchat.models.progress import Progress, ProgressFn, no_progress
+from specchat.models.heads.budget import Budget, fit_within
+from specchat.models.progress import ProgressFn, no_progress
 
 F32 = np.float32
 
@@ -181,47 +181,20 @@ def fit(shallow: npt.NDArray[np.floating], top_ids: npt.NDArray[np.int32],
     params = [ad.a, ad.bias, ad.b]
     opt = Adam([p.shape for p in params], spec.lr)
 
-    def snapshot() -> Adapter:
-        return Adapter(ad.a.copy(), ad.bias.copy(), ad.b.copy())
+    def step(pos: npt.NDArray[np.int64]) -> float:
+        y = _labels(top_ids, top_probs, vocab, pos)
+        loss, grads = _step(shallow[pos].astype(F32), ad, out, y)
+        opt.step(params, grads)
+        return loss
 
-    def score(x: Adapter) -> AdapterAccuracy:
-        return evaluate(x, shallow, top_ids, out, vocab, test_pos)
-
-    best = snapshot()
-    best_acc = score(best)
-    budget = spec.minutes * 60.0
-    task = f"training the Kangaroo adapter (rank {spec.rank})"
-    t0 = time.monotonic()
-    step = 0
-    steps_per_epoch = max(1, train_pos.size // spec.batch)
-    done = False
-    for _epoch in range(spec.epochs):
-        order = rng.permutation(train_pos)
-        for i in range(steps_per_epoch):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("training cancelled: no adapter was saved")
-            pos = order[i * spec.batch : (i + 1) * spec.batch]
-            y = _labels(top_ids, top_probs, vocab, pos)
-            loss, grads = _step(shallow[pos].astype(F32), ad, out, y)
-            opt.step(params, grads)
-            step += 1
-            elapsed = time.monotonic() - t0
-            if step % spec.eval_every == 0 or elapsed >= budget:
-                acc = score(ad)
-                if acc.top1 >= best_acc.top1:
-                    best, best_acc = snapshot(), acc
-            report(Progress(task, min(elapsed, budget), budget, unit="s",
-                            detail=f"step {step} · loss {loss:.3f} · held-out top-1 "
-                            f"{best_acc.top1:.0%} (shallow alone {best_acc.shallow_top1:.0%})"))
-            if elapsed >= budget:
-                done = True
-                break
-        if done:
-            break
-    acc = score(ad)
-    if acc.top1 >= best_acc.top1:
-        best, best_acc = snapshot(), acc
-    seconds = time.monotonic() - t0
-    report(Progress(task, min(seconds, budget), budget, unit="s", finished=True))
-    return FitResult(best, best_acc, step, seconds, int(train_pos.size), int(vocab.size),
-                     coverage)
+    fitted = fit_within(
+        Budget(spec.minutes, spec.epochs, spec.batch, spec.eval_every), train_pos, rng, step,
+        snapshot=lambda: Adapter(ad.a.copy(), ad.bias.copy(), ad.b.copy()),
+        score=lambda: evaluate(ad, shallow, top_ids, out, vocab, test_pos),
+        key=lambda acc: acc.top1,
+        describe=lambda acc: (f"held-out top-1 {acc.top1:.0%} "
+                              f"(shallow alone {acc.shallow_top1:.0%})"),
+        task=f"training the Kangaroo adapter (rank {spec.rank})", report=report, cancel=cancel,
+        cancelled="training cancelled: no adapter was saved")
+    return FitResult(fitted.best, fitted.score, fitted.steps, fitted.seconds,
+                     int(train_pos.size), int(vocab.size), coverage)

@@ -22,7 +22,6 @@ best on the held-out sequences.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,9 @@ import numpy.typing as npt
 
 from specchat.engine.drafters.medusa import MedusaHeads
 from specchat.engine.llama.blas import blas_threads
-from specchat.errors import Cancelled, SpecchatError
+from specchat.errors import SpecchatError
 from specchat.models.heads.adam import Adam
+from specchat.models.heads.budget import Budget, fit_within
 from specchat.models.heads.data import TrainingData
 from specchat.models.heads.store import (
     MEDUSA_FILE,
@@ -43,7 +43,7 @@ from specchat.models.heads.store import (
     save_npz,
     target_dir,
 )
-from specchat.models.progress import Progress, ProgressFn, no_progress
+from specchat.models.progress import ProgressFn, no_progress
 from specchat.paths import AppPaths
 
 F32 = np.float32
@@ -217,52 +217,27 @@ def _train(data: TrainingData, output_rows: Callable[[npt.NDArray[np.int64]],
     def snapshot() -> MedusaHeads:
         return MedusaHeads(a.copy(), b.copy(), vocab, out, sha256)
 
-    best = snapshot()
-    best_score = _score(best, data, spec)
-    budget = spec.minutes * 60.0
-    task = f"training {k_heads} Medusa heads"
-    t0 = time.monotonic()
-    step, loss = 0, float("nan")
-    steps_per_epoch = max(1, train_pos.size // spec.batch)
-    done = False
-    for _epoch in range(spec.epochs):
-        order = rng.permutation(train_pos)
-        for i in range(steps_per_epoch):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("training cancelled: no heads were saved (the training data "
-                                "is cached, so the next run starts training at once)")
-            pos = order[i * spec.batch : (i + 1) * spec.batch]
-            h = data.hidden[pos].astype(F32)
-            cand, ys = labels.batch([pos + k + 1 for k in range(k_heads)], spec.negatives, rng)
-            out_c = out[cand]
-            ga, gb = np.zeros_like(a), np.zeros_like(b)
-            losses = []
-            for k in range(k_heads):
-                lk, ga[k], gb[k] = _head_step(h, a[k], b[k], out_c, ys[k])
-                losses.append(lk)
-            opt.step([a, b], [ga, gb])
-            loss = float(np.mean(losses))
-            step += 1
-            elapsed = time.monotonic() - t0
-            if step % spec.eval_every == 0 or elapsed >= budget:
-                score = _score(snapshot(), data, spec)
-                if score >= best_score:
-                    best, best_score = snapshot(), score
-            report(Progress(task, min(elapsed, budget), budget, unit="s",
-                            detail=f"step {step} · loss {loss:.3f} · held-out top-1 "
-                            f"{best_score:.0%}"))
-            if elapsed >= budget:
-                done = True
-                break
-        if done:
-            break
-    score = _score(snapshot(), data, spec)
-    if score >= best_score:
-        best = snapshot()
-    seconds = time.monotonic() - t0
-    report(Progress(task, min(seconds, budget), budget, unit="s", finished=True))
-    return TrainResult(best, evaluate(best, data), step, seconds, int(train_pos.size),
-                       int(vocab.size), coverage)
+    def step(pos: npt.NDArray[np.int64]) -> float:
+        h = data.hidden[pos].astype(F32)
+        cand, ys = labels.batch([pos + k + 1 for k in range(k_heads)], spec.negatives, rng)
+        out_c = out[cand]
+        ga, gb = np.zeros_like(a), np.zeros_like(b)
+        losses = []
+        for k in range(k_heads):
+            lk, ga[k], gb[k] = _head_step(h, a[k], b[k], out_c, ys[k])
+            losses.append(lk)
+        opt.step([a, b], [ga, gb])
+        return float(np.mean(losses))
+
+    fitted = fit_within(
+        Budget(spec.minutes, spec.epochs, spec.batch, spec.eval_every), train_pos, rng, step,
+        snapshot=snapshot, score=lambda: _score(snapshot(), data, spec), key=float,
+        describe=lambda s: f"held-out top-1 {s:.0%}", task=f"training {k_heads} Medusa heads",
+        report=report, cancel=cancel,
+        cancelled="training cancelled: no heads were saved (the training data is cached, so "
+                  "the next run starts training at once)")
+    return TrainResult(fitted.best, evaluate(fitted.best, data), fitted.steps, fitted.seconds,
+                       int(train_pos.size), int(vocab.size), coverage)
 
 
 def heads_file(paths: AppPaths, sha256: str) -> Path:
