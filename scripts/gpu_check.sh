@@ -12,7 +12,8 @@
 #              plain vs speculative tokens/s (specchat.devtools.gpu_proof)
 #
 # then prints a summary. Logs and figures go to $OUT (the device tool's folder) or $WORK/out:
-# build.log (its tail), doctor.txt, pytest.log, gpu_proof.txt, gpu_proof.json.
+# build.log (its tail), doctor.txt, pytest.log, gpu_proof.txt, gpu_proof.json; bisect.txt when
+# a model load crashed (scripts/gpu_load_bisect.py: which earlier step of a process causes it).
 #
 #   scripts/gpu_check.sh                         on the GPU machine
 #   scripts/gpu_check.sh --build-only            step 1 alone (to split a short time limit)
@@ -170,6 +171,7 @@ echo "${tests[*]}"
 rc=${PIPESTATUS[0]}
 line=$(grep -E "[0-9]+ (passed|failed)" "$OUTDIR/pytest.log" | tail -1 | tr -d '=')
 [ "$rc" = 0 ] && result tests PASS "$line" || result tests FAIL "${line:-pytest exit $rc}"
+[ "$rc" -gt 128 ] && crashed=1
 
 # --- 4. proof run -----------------------------------------------------------------------------
 step "proof run: scale $SCALE, $([ $dry_run = 0 ] && echo "every layer offloaded" || echo "CPU build")"
@@ -185,6 +187,14 @@ else
   result proof FAIL "$(grep -E '^FAIL' "$OUTDIR/gpu_proof.txt" | head -1)"
 fi
 rm -rf "$WORK/models"  # gigabytes of random weights
+crashed=${crashed:-0}; [ "$rc" -gt 128 ] && crashed=1
+
+# --- 5. a crashed load: which earlier step of the process causes it ---------------------------
+if [ "$crashed" = 1 ]; then
+  step "a load crashed: bisecting what came before it"
+  "$PY" scripts/gpu_load_bisect.py 2>&1 | tee "$OUTDIR/bisect.txt"
+  result bisect INFO "$(grep -cv ' ok' "$OUTDIR/bisect.txt") of $(wc -l < "$OUTDIR/bisect.txt") steps crashed the load (bisect.txt)"
+fi
 
 if "$PY" -m specchat bench --help > /dev/null 2>&1; then
   echo "note: \`specchat bench\` exists in this tree; the proof pair is written by"
