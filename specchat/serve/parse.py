@@ -378,25 +378,22 @@ def tools(doc: Mapping[str, Any]) -> tuple[tuple[dict[str, Any], ...], str, bool
     return tuple(listed), name, _bool(doc, "parallel_tool_calls", True)
 
 
+def _of_type(value: Any, kind: type, param: str, expected: str) -> Any:
+    if not isinstance(value, kind):
+        raise wrong_type(param, expected, value)
+    return value
+
+
 def _tool_calls(value: Any, where: str) -> tuple[ToolCall, ...]:
-    if not isinstance(value, list):
-        raise wrong_type(where, "an array of tool calls", value)
     out = []
-    for j, c in enumerate(value):
+    for j, c in enumerate(_of_type(value, list, where, "an array of tool calls")):
         w = f"{where}[{j}]"
-        if not isinstance(c, dict):
-            raise wrong_type(w, "an object", c)
-        call_id = c.get("id")
-        if not isinstance(call_id, str):
-            raise wrong_type(f"{w}.id", "a string", call_id)
-        fn = c.get("function")
-        if not isinstance(fn, dict):
-            raise wrong_type(f"{w}.function", "an object", fn)
-        name, args = fn.get("name"), fn.get("arguments", "")
-        if not isinstance(name, str):
-            raise wrong_type(f"{w}.function.name", "a string", name)
-        if not isinstance(args, str):
-            raise wrong_type(f"{w}.function.arguments", "a string of JSON", args)
+        call_id = _of_type(_of_type(c, dict, w, "an object").get("id"), str, f"{w}.id",
+                           "a string")
+        fn = _of_type(c.get("function"), dict, f"{w}.function", "an object")
+        name = _of_type(fn.get("name"), str, f"{w}.function.name", "a string")
+        args = _of_type(fn.get("arguments", ""), str, f"{w}.function.arguments",
+                        "a string of JSON")
         out.append(ToolCall(call_id, unicode_text(name, f"{w}.function.name"),
                             unicode_text(args, f"{w}.function.arguments")))
     return tuple(out)
