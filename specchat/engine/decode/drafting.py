@@ -35,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specchat.engine.decode.plan import Plan, chain, depths
+from specchat.engine.decode.plan import CHAIN, NONE, TREE, Plan, chain, depths, plain
 from specchat.engine.decode.sampling import Distribution, SamplerSettings
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.llama.side_branch import SideBranch
@@ -81,8 +81,8 @@ class Proposal:
     @property
     def kind(self) -> str:
         if not self.tokens:
-            return "none"
-        return "chain" if all(p == i - 1 for i, p in enumerate(self.parents)) else "tree"
+            return NONE
+        return CHAIN if all(p == i - 1 for i, p in enumerate(self.parents)) else TREE
 
     @property
     def depth(self) -> int:
@@ -167,7 +167,7 @@ class DrafterBase:
         return True
 
     def own_plan(self) -> Plan:
-        return Plan("none")  # no step of its own: a plain step, were it asked
+        return plain()  # no step of its own: a plain step, were it asked
 
     def lag(self, seq: Sequence[int]) -> int:
         return 0

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from specchat.engine.decode.plan import CHAIN, MODEL
+
 
 class TokenOrigin(str, Enum):
     PLAIN = "plain"
@@ -59,7 +61,7 @@ class StepEvent:
     accepted: int  # of which the target kept
     draft_s: float
     verify_s: float  # the target's batched forward pass plus the verification rule
-    drafter: str = "model"  # the drafter's name ("model", "ngram", "tree", …) or "none" (plain)
+    drafter: str = MODEL  # the drafter's name ("model", "ngram", "tree", …) or "none" (plain)
     position: int = 0  # reply position of the step's first token
     committed: int = 0  # tokens the step added to the reply (accepted + the target's own)
     # Σ min(p, q) at each verified position (sampled decoding only): the probability that the
@@ -69,7 +71,7 @@ class StepEvent:
     # What a planner needs from a step (see engine/decode/plan.py):
     plan_size: int = -1  # draft tokens the plan asked for (−1: not told; then gamma)
     accepted_ranks: tuple[int, ...] = ()  # the kept path's rank per depth (0 = best child)
-    kind: str = "chain"  # "chain", "tree", or "none" (nothing proposed)
+    kind: str = CHAIN  # "chain", "tree", or "none" (nothing proposed)
     reason: str = ""  # the plan's few words for the stats bar ("tree 12 · depth 4")
     depth: int = -1  # draft tokens on the proposal's longest path (−1: not told; then gamma)
     # Rows of the target's verify batch (−1: not told; then gamma + 1). More than gamma + 1

@@ -16,7 +16,7 @@ from specchat.engine.decode.drafting import (
     DraftRequest,
     Proposal,
 )
-from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.llama.model import DecodeCancelled
@@ -30,7 +30,7 @@ class Fallback(DrafterBase):
 
     def default_plan(self, gamma: int) -> Plan:
         return replace(self.drafters[0].default_plan(gamma), drafter=self.name) if gamma > 0 \
-            else Plan("none")
+            else plain()
 
     def reset(self, prompt: Sequence[int]) -> None:
         for d in self.drafters:

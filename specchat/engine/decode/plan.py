@@ -19,6 +19,8 @@ NONE = "none"  # a plain step: nothing drafted
 MODEL = "model"  # the draft model's chain
 NGRAM = "ngram"  # prompt lookup
 TREE = "tree"  # the draft model's token tree
+# A step's kind (StepEvent.kind) besides NONE and TREE: a chain of drafts.
+CHAIN = "chain"
 
 
 def depths(parents: Sequence[int]) -> list[int]:

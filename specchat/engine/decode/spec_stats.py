@@ -18,6 +18,7 @@ from specchat.engine.decode.events import (
     acceptance,
     tokens_per_pass,
 )
+from specchat.engine.decode.plan import MODEL, TREE
 
 
 class SpecTally:
@@ -81,7 +82,7 @@ class SpecTally:
         if step.gamma:
             self.drafted_by[step.drafter] += step.gamma
             self.accepted_by[step.drafter] += step.accepted
-        if step.drafter in ("model", "tree"):
+        if step.drafter in (MODEL, TREE):
             self.model_drafted += step.gamma
             self.model_draft_s += step.draft_s
         # Per depth: a tree drafts at each depth once per step, like a chain at each position.

@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
-from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
@@ -116,7 +116,7 @@ class LookaheadDrafter(DrafterBase):
                     break
                 parents.append(-1 if d == 0 else len(parents) - 1)
         if gamma <= 0 or (not parents and s.window == 0):
-            return Plan("none")
+            return plain()
         return Plan(self.name, tuple(parents), s.label)
 
     def own_plan(self) -> Plan:

@@ -40,7 +40,7 @@ from specchat.engine.decode.drafting import (
     Proposal,
     fit_shape,
 )
-from specchat.engine.decode.plan import Plan, depths
+from specchat.engine.decode.plan import Plan, depths, plain
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
@@ -130,7 +130,7 @@ class MedusaDrafter(DrafterBase):
 
     def default_plan(self, gamma: int) -> Plan:
         if gamma <= 0:
-            return Plan("none")
+            return plain()
         shape = default_shape(gamma, self.heads.k)
         return Plan(self.name, shape, f"medusa tree {len(shape)} · depth {max(depths(shape))}")
 

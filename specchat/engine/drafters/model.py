@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
+from specchat.engine.decode.plan import MODEL
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
 
-NAME = "model"
+NAME = MODEL
 
 
 class ModelDrafter(DrafterBase):

@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
+from specchat.engine.decode.plan import NGRAM
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict, one_hot
 
-NAME = "ngram"
+NAME = NGRAM
 # Tokens after a changed one that must repeat the matched text before the change counts as an
 # edit: one is often chance (" the", a newline), as "floods the water" and "to the port" are.
 CONFIRM = 2

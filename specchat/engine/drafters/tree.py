@@ -16,13 +16,13 @@ import heapq
 from collections.abc import Sequence
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
-from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.plan import TREE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
 
-NAME = "tree"
+NAME = TREE
 
 # P(the k-th best child of a node is accepted | its parent was): a prior for the default shape.
 RANK_ACCEPT = (0.6, 0.2, 0.08, 0.04)
@@ -58,7 +58,7 @@ class TreeDrafter(DrafterBase):
 
     def default_plan(self, gamma: int) -> Plan:
         if gamma <= 0:
-            return Plan("none")
+            return plain()
         shape = best_shape(gamma)
         plan = Plan(self.name, shape)
         return Plan(self.name, shape, f"tree {plan.size} · depth {plan.depth}")

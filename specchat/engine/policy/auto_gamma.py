@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import MODEL
 from specchat.engine.decode.step_policy import PolicyBase
 from specchat.engine.policy.acceptance import AcceptanceModel, ConfidenceBins, expected_tokens, step_outcomes
 from specchat.engine.policy.change_detect import PageHinkley
@@ -40,7 +41,7 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.topics import FenceTracker, guess_topic
 
 CODE = "code"
-MODEL_DRAFTERS = ("draft", "model")  # a draft-model chain, as StepEvent names it (old, new)
+MODEL_DRAFTERS = ("draft", MODEL)  # a draft-model chain, as StepEvent names it (old, new)
 STATE_VERSION = 1
 
 

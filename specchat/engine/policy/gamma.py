@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import NONE
 from specchat.engine.decode.step_policy import GAMMA_CAP, PolicyBase, check_gamma
 
 GAMMA_DEFAULT = 4  # the draft length when a fixed γ is wanted and nobody named one
@@ -81,7 +82,7 @@ class HfHeuristic(PolicyBase):
         return self.gamma
 
     def observe(self, step: StepEvent) -> None:
-        if step.drafter == "none" or step.gamma == 0:
+        if step.drafter == NONE or step.gamma == 0:
             return
         if step.accepted == step.gamma:
             self.gamma = min(self.gamma + 2, self.gamma_max)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from specchat.engine.decode.plan import NGRAM
 from specchat.engine.policy.acceptance import AcceptanceModel
 from specchat.engine.policy.change_detect import PageHinkley
 from specchat.engine.policy.guesses import GuessBook
 
 HOT_STREAK = 2  # right lookups in a row that mark a repeated passage (one is often a word pair)
 CARRY = 4.0  # observations a reply inherits from earlier ones, at most
-NAME = "ngram"
+NAME = NGRAM
 
 
 class LookupEstimate:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.decode.events import StepEvent
-from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.plan import TREE, Plan
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings
 from specchat.engine.policy.tree_dp import best_trees
 from specchat.engine.policy.tree_dp import expected_tokens as tree_expected
@@ -63,7 +63,7 @@ class TreePlans:
             for depth in range(1, len(p) + 1):
                 for t in best_trees(p[:depth], budget)[1:]:
                     shapes[t.parents] = None
-            self._key, self._shapes = key, [Plan("tree", s) for s in shapes]
+            self._key, self._shapes = key, [Plan(TREE, s) for s in shapes]
         scored = []
         # Between searches (and for exploration's sampled α) only the shapes that scored best
         # at the last search are scored again.

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import MODEL, NONE
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
 
 
@@ -135,7 +136,7 @@ def replay_turn(policy: GammaPolicy, turn: TurnTrace, costs: ReplayCosts,
         committed = min(accepted + 1, n - pos)
         draft_s = drafted * costs.draft_s + calls[0] * costs.confidence_s
         verify_s = costs.t_verify(drafted + 1)
-        step = StepEvent(drafted, accepted, draft_s, verify_s, "model" if drafted else "none",
+        step = StepEvent(drafted, accepted, draft_s, verify_s, MODEL if drafted else NONE,
                          pos, committed, (), label)
         clock.t += draft_s + verify_s + costs.overhead_s
         policy.committed("".join(turn.pieces[pos:pos + committed]))
