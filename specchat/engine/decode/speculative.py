@@ -45,7 +45,7 @@ from specchat.engine.decode.events import (
     TokenOrigin,
 )
 from specchat.engine.decode.fallback import Fallback
-from specchat.engine.decode.plan import Plan
+from specchat.engine.decode.plan import MODEL, NONE, TREE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, build
 from specchat.engine.decode.rejected import rejected_events
 from specchat.engine.decode.reply import Reply
@@ -113,7 +113,7 @@ class SpeculativeDecoder:
                  drafters: Sequence[str | Drafter] | None = None, *,
                  stepwise_draft: bool = False) -> None:
         if drafters is None:
-            drafters = ("model",) if draft is not None else ()
+            drafters = (MODEL,) if draft is not None else ()
         if not drafters:
             raise ValueError("speculation needs a draft model or an n-gram drafter")
         self.target = target
@@ -235,7 +235,7 @@ class SpeculativeDecoder:
                     verify_s: float, position: int, committed: int) -> StepEvent:
         return StepEvent(
             len(proposal.tokens), verdict.accepted, draft_s, verify_s,
-            proposal.drafter if proposal.tokens else "none", position, committed,
+            proposal.drafter if proposal.tokens else NONE, position, committed,
             verdict.overlap, self.policy.label, plan_size=plan.size,
             accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
             depth=proposal.depth,
@@ -255,25 +255,25 @@ class SpeculativeDecoder:
         """The step to take, shrunk to what fits the context, the batch and the sequences."""
         default = self._default
         if default is None:
-            return Plan("none")
+            return plain()
         plan: Plan | None = None
         if self.policy.plans_steps:
             plan = self.policy.next_plan(tuple(d.name for d in self._alive if d.can_propose(seq)))
         if plan is None:
             plan = default.default_plan(self.policy.next_gamma())
-        if plan.drafter == "none":
-            return plan if not plan.parents else Plan("none", (), plan.reason)
+        if plan.drafter == NONE:
+            return plan if not plan.parents else plain(plan.reason)
         tgt = self.target
         shape = fit_shape(plan.parents, min(tgt.n_ctx - len(seq), tgt.n_batch - 1),
                           settings.max_tokens - generated - 1, tgt.n_seq_max)
         if not shape:
-            return Plan("none", (), plan.reason)
+            return plain(plan.reason)
         return Plan(plan.drafter, shape, plan.reason)
 
     def _propose(self, seq: Sequence[int], plan: Plan, settings: SamplerSettings,
                  rng: np.random.Generator) -> tuple[Proposal, list[Event]]:
-        if plan.drafter == "none" or self._default is None:
-            return Proposal("none"), []
+        if plan.drafter == NONE or self._default is None:
+            return Proposal(NONE), []
         named = {d.name: d for d in self._alive}
         drafter = named.get(plan.drafter, self._default)
         req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting)
@@ -288,8 +288,8 @@ class SpeculativeDecoder:
             for d in self._alive:
                 d.settle(seq)
             self._set_alive([d for d in self._alive if d.name != failed])
-            who = "the draft" if failed in ("model", "tree") else f"the {failed} drafter"
-            return Proposal("none"), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
+            who = "the draft" if failed in (MODEL, TREE) else f"the {failed} drafter"
+            return Proposal(NONE), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
                                                   "without it")]
 
     def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
@@ -300,7 +300,7 @@ class SpeculativeDecoder:
         # when it ran this step, even with nothing to propose: it is likely to draft the next
         # (else it re-reads a token first). Not on other steps: hidden states cost every pass
         # they are on, and a plain step must be plain.
-        hidden = proposal.drafter != "none" and any(
+        hidden = proposal.drafter != NONE and any(
             d.reads_hidden for d in self._alive if d.name == proposal.drafter)
         if not proposal.tokens and proposal.side is None and not hidden:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
@@ -314,7 +314,7 @@ class SpeculativeDecoder:
             return Verdict(0, token, None, logprobs=lp), forward_s
         tokens = [seq[-1], *proposal.tokens]
         # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
-        tree = proposal.kind == "tree" or proposal.side is not None
+        tree = proposal.kind == TREE or proposal.side is not None
         shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
         t0 = time.perf_counter()
         if proposal.side is not None:
