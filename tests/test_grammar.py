@@ -9,6 +9,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,15 @@ import pytest
 from specchat.bench.chi2 import chi_square
 from specchat.engine.decode import speculative
 from specchat.engine.decode.decoding import Decoder
-from specchat.engine.decode.drafting import DraftRequest
+from specchat.engine.decode.drafting import DraftRequest, Proposal
 from specchat.engine.decode.events import Event, GenerationStats, StepEvent, TokenEvent
 from specchat.engine.decode.grammar import Constraint, GrammarError, compile_grammar, start
+from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings, distribution
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.decode.verify import one_hot
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
@@ -209,9 +212,11 @@ def exact_joint(model: LlamaModel, prompt: list[int], s: SamplerSettings, gramma
 
 
 def sampled_joint(dec: Decoder, prompt: list[int], s: SamplerSettings, depth: int, n: int,
-                  known: dict[object, float]) -> tuple[Counter[object], int, int]:
-    """Counts of the first ``depth`` tokens over ``n`` seeds; the drafts made and rejected."""
+                  known: dict[object, float]) -> tuple[Counter[object], int, int, Counter[str]]:
+    """Counts of the first ``depth`` tokens over ``n`` seeds; the drafts made and rejected;
+    the drafting steps by drafter."""
     counts: Counter[object] = Counter()
+    by: Counter[str] = Counter()
     drafted = rejected = 0
     for seed in range(n):
         events, stats = run(dec, prompt, s.with_(seed=seed, max_tokens=depth))
@@ -219,24 +224,51 @@ def sampled_joint(dec: Decoder, prompt: list[int], s: SamplerSettings, depth: in
         counts[path if path in known else "other"] += 1
         drafted += stats.drafted
         rejected += sum(e.rejected for e in events if isinstance(e, StepEvent))
-    return counts, drafted, rejected
+        by.update(e.drafter for e in events if isinstance(e, StepEvent) and e.gamma)
+    return counts, drafted, rejected, by
 
 
-@pytest.mark.parametrize("drafter", ["model", "tree"])
+@pytest.mark.parametrize(("drafter", "text", "min_rejected"), [
+    ("model", "hello there", 200), ("tree", "hello there", 200),
+    # An earlier reply in JSON: the lookup proposes its opening after "assistant\n", and
+    # proposes what the grammar forbids elsewhere (cut: the draft model drafts instead).
+    ("ngram,model", 'hi<|im_end|>\n<|im_start|>assistant\n["s4"]<|im_end|>\n'
+                    '<|im_start|>user\nagain', 40)])
 def test_sampled_constrained_speculation_is_exact(target: LlamaModel, draft: LlamaModel,
-                                                  drafter: str) -> None:
+                                                  drafter: str, text: str,
+                                                  min_rejected: int) -> None:
     """χ² against the masked target's exact joint of the first three tokens, with drafts
-    made and rejected (the residual of a masked p and a masked q is what is tested)."""
+    made and rejected (the residual of a masked p and a masked q is what is tested). With
+    ``ngram,model`` the lookup's forbidden chains are cut and the model drafts instead."""
     g = schema(STRINGS)
-    prompt = prompt_of(target)
+    prompt = prompt_of(target, text)
     s = T1.with_(grammar=g)
     exact = exact_joint(target, prompt, s, g, depth=3)
-    dec = SpeculativeDecoder(ctx(target), ctx(draft), FixedGamma(2),
-                             ["tree"] if drafter == "tree" else None)
-    counts, drafted, rejected = sampled_joint(dec, prompt, s, 3, 2000, exact)
+    names = {"model": None, "tree": ["tree"],
+             "ngram,model": [NgramDrafter(n_min=1, is_eog=target.is_eog), "model"]}[drafter]
+    dec = SpeculativeDecoder(ctx(target), ctx(draft), FixedGamma(2), names)  # type: ignore[arg-type]
+    counts, drafted, rejected, by = sampled_joint(dec, prompt, s, 3, 2000, exact)
     result = chi_square(counts, exact)
     assert result.ok, str(result)
-    assert drafted > 1000 and rejected > 200, (drafted, rejected)
+    assert drafted > 1000 and rejected > min_rejected, (drafted, rejected)
+    if drafter == "ngram,model":
+        assert by["ngram"] > 500, by
+
+
+def test_a_forbidden_certain_draft_is_cut_and_a_random_one_kept(target: LlamaModel) -> None:
+    g = start(target, compile_grammar("grammar", 'start: "ab" "c"'))
+    assert g is not None
+    a, b, c = (target.tokenize(x, parse_special=False)[0] for x in "abc")
+    q = distribution(np.arange(target.n_vocab, dtype=np.float32), T1)
+    sure = [one_hot(t) for t in (a, b, a, c)]
+    chain = Proposal("ngram", (a, b, a, c), (-1, 0, 1, 2), tuple(sure))
+    assert allowed_part(chain, g).tokens == (a, b)  # cut before the forbidden certain token
+    drawn = replace(chain, q=(sure[0], sure[1], q, sure[3]))
+    assert allowed_part(drawn, g).tokens == (a, b, a)  # a drawn one stays (p = 0 rejects it)
+    fine = Proposal("ngram", (a, b, c, target.eos), (-1, 0, 1, 2), (*sure[:3], one_hot(target.eos)))
+    assert allowed_part(fine, g) is fine  # an end token after a complete reply is allowed
+    tree = Proposal("tree", (b, a), (-1, -1), tuple(sure[:2]))
+    assert allowed_part(tree, g) is tree and allowed_part(chain, None) is chain
 
 
 def test_a_target_left_unmasked_is_caught(target: LlamaModel, draft: LlamaModel,
@@ -256,7 +288,7 @@ def test_a_target_left_unmasked_is_caught(target: LlamaModel, draft: LlamaModel,
 
     monkeypatch.setattr(speculative.SpeculativeDecoder, "_advance", lenient)
     dec = SpeculativeDecoder(ctx(target), ctx(draft), FixedGamma(2))
-    counts, _, _ = sampled_joint(dec, prompt, s, 3, 600, exact)
+    counts, *_ = sampled_joint(dec, prompt, s, 3, 600, exact)
     assert not chi_square(counts, exact).ok
 
 
@@ -276,7 +308,7 @@ def test_an_unmasked_draft_is_still_exact_but_accepts_less(
 
     monkeypatch.setattr(speculative, "DraftRequest", unmasked)
     dec = SpeculativeDecoder(ctx(target), ctx(draft), FixedGamma(2))
-    counts, drafted, rejected = sampled_joint(dec, prompt, s, 3, 2000, exact)
+    counts, drafted, rejected, _ = sampled_joint(dec, prompt, s, 3, 2000, exact)
     result = chi_square(counts, exact)
     assert result.ok, str(result)
     assert drafted > 1000 and rejected > 200

@@ -88,6 +88,7 @@ class Constraint:
         if self._m.is_error():
             raise GrammarError(f"the grammar does not compile: {_one_line(self._m.get_error())}")
         self.n_vocab = n_vocab
+        self._ends = frozenset(tokenizer.eos_tokens)
         self._path: list[int] = []
         self._masks: dict[tuple[int, ...], npt.NDArray[np.bool_]] = {}
 
@@ -109,9 +110,17 @@ class Constraint:
             return done == len(rest)
         return True
 
-    def allows_path(self, path: Sequence[int]) -> bool:
-        """Whether the grammar allows every token of ``path`` after the committed ones."""
+    def reachable(self, path: Sequence[int]) -> bool:
+        """Whether the matcher can stand after committed + ``path`` (not past an end token)."""
         return self._goto(path)
+
+    def allows_path(self, path: Sequence[int]) -> bool:
+        """Whether the grammar allows every token of ``path`` after the committed ones: an
+        end token last when what comes before it is complete."""
+        if self._goto(path):
+            return True
+        return (len(self._path) == len(path) - 1 and int(path[-1]) in self._ends
+                and bool(self._m.is_accepting()))
 
     def allowed(self, path: Sequence[int] = ()) -> npt.NDArray[np.bool_]:
         """Which token ids may come after committed + ``path`` (a path the grammar allows)."""
@@ -124,7 +133,8 @@ class Constraint:
         bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
         mask = np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
         if self._m.is_error() or not mask.any():
-            raise GrammarError("the grammar allows no token here"
+            raise GrammarError("no token of the model's vocabulary can go on here under the "
+                               "grammar"
                                + (f": {_one_line(self._m.get_error())}" if self._m.is_error()
                                   else ""))
         self._masks[key] = mask

@@ -48,6 +48,7 @@ from specchat.engine.decode.events import (
 )
 from specchat.engine.decode.fallback import Fallback
 from specchat.engine.decode.grammar import Constraint, masked, start
+from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.registry import DrafterEnv, build
 from specchat.engine.decode.rejected import rejected_events
@@ -94,7 +95,7 @@ class _TargetRows:
         # A kept token has p > 0, so the grammar allowed it; the matcher cannot go past one
         # only at an end-of-generation token, after which the reply has ended: that row's
         # token is never committed, so it needs no mask.
-        return g.mask(self.rows[i], path) if g.allows_path(path) else self.rows[i]
+        return g.mask(self.rows[i], path) if g.reachable(path) else self.rows[i]
 
     def __getitem__(self, i: int) -> Distribution:
         d = self._done.get(i)
@@ -306,7 +307,7 @@ class SpeculativeDecoder:
         drafter = named.get(plan.drafter, self._default)
         req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting, self._grammar)
         try:
-            return drafter.propose(req), []
+            return allowed_part(drafter.propose(req), self._grammar), []
         except DecodeCancelled:
             raise
         except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
