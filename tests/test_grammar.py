@@ -179,6 +179,29 @@ def test_greedy_speculative_is_token_identical_to_plain(target: LlamaModel, draf
     assert drafted > 10 and rejected > 0, (drafted, rejected)
 
 
+def test_greedy_logprobs_are_the_masked_targets_in_both_decoders(target: LlamaModel,
+                                                                 draft: LlamaModel) -> None:
+    """Each token's log-probability is the masked, renormalised distribution's: forbidden
+    tokens are never listed, and plain and speculative report the same figures."""
+    s = GREEDY.with_(grammar=schema(RECORD), logprobs=5)
+    prompt = prompt_of(target)
+    plain, _ = run(PlainDecoder(ctx(target)), prompt, s)
+    spec, _ = run(SpeculativeDecoder(ctx(target), ctx(draft), FixedGamma(3)), prompt, s)
+    a = [e.logprob for e in plain if isinstance(e, TokenEvent)]
+    b = [e.logprob for e in spec if isinstance(e, TokenEvent)]
+    assert len(a) == len(b) > 10
+    for x, y in zip(a, b, strict=True):
+        assert x is not None and y is not None
+        assert x.logprob == pytest.approx(y.logprob, abs=1e-4)
+        assert [i for i, _ in x.top] == [i for i, _ in y.top]
+    g = start(target, schema(RECORD))
+    assert g is not None
+    first = a[0]
+    assert first is not None and all(g.allowed()[i] for i, lp in first.top if lp > -9999.0)
+    forced = sum(1 for x in a if x is not None and x.logprob == pytest.approx(0.0, abs=1e-6))
+    assert forced > 5  # a JSON reply's keys and punctuation: one allowed token, probability 1
+
+
 # ------------------------------------------------------------------------- sampled
 
 
