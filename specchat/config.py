@@ -92,7 +92,8 @@ PRESET_NAME_CHARS = 40
 
 
 _TOP = {f.name: f for f in fields(UserConfig)}
-_SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop", "logprobs", "prediction"}  # per request
+_SAMPLING = {f.name for f in fields(SamplerSettings)} - {"stop", "logprobs", "prediction",
+                                                      "grammar"}  # per request
 _OFFLOAD = {f.name for f in fields(OffloadSettings)}
 MAX_CTX = (1 << 32) - 1  # llama.cpp keeps n_ctx in 32 bits; the memory check judges the rest
 

@@ -15,7 +15,7 @@ import pytest
 
 from specchat.devtools.local_hub import LocalHub
 from specchat.devtools.local_pypi import PIP_UNSET, LocalPypi
-from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
+from specchat.devtools.tiny_models import TinySpec, json_vocabulary, vocabulary, write_tiny_model
 from specchat.paths import AppPaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +50,21 @@ def tiny_draft(tiny_dir: Path) -> Path:
 def tiny_other_vocab(tiny_dir: Path) -> Path:
     return write_tiny_model(tiny_dir / "other.gguf", TinySpec(seed=3), tokens=vocabulary(extra=8),
                             name="tiny-other")
+
+
+@pytest.fixture(scope="session")
+def tiny_json_target(tiny_dir: Path) -> Path:
+    """The tiny target's weights with JSON's punctuation in its vocabulary: grammars' tests."""
+    return write_tiny_model(tiny_dir / "json-target.gguf", TinySpec(seed=1),
+                            tokens=json_vocabulary(), name="tiny-json-target")
+
+
+@pytest.fixture(scope="session")
+def tiny_json_draft(tiny_dir: Path) -> Path:
+    """Its draft: the same weights plus noise (α ≈ 0.5 at T = 1 on free text)."""
+    return write_tiny_model(tiny_dir / "json-draft.gguf", TinySpec(seed=2),
+                            noise_from=TinySpec(seed=1), noise=0.25, tokens=json_vocabulary(),
+                            name="tiny-json-draft")
 
 
 def real_models_paths() -> AppPaths:

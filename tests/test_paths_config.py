@@ -40,6 +40,8 @@ def test_config_round_trip(tmp_path: Path) -> None:
         ("colour: red\n", "unknown setting 'colour'"),
         ("sampling: {temperature: -1}\n", "setting 'sampling.temperature' must be a number ≥ 0"),
         ("sampling: {tempreature: 1}\n", "unknown sampling setting 'tempreature'"),
+        # A grammar is a request's (ask --json-schema, serve's response_format), not a default.
+        ("sampling: {grammar: 'start: \"a\"'}\n", "unknown sampling setting 'grammar'"),
         ("gamma: many\n", "setting 'gamma'"),
         ("a: [\n", "not valid YAML"),
         ("- 1\n", "expected a mapping"),

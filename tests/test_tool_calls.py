@@ -12,7 +12,13 @@ from typing import Any
 import openai
 import pytest
 
-from specchat.devtools.tiny_models import CHATML_TEMPLATE, TOOLS_TEMPLATE, TinySpec, write_tiny_model
+from specchat.devtools.tiny_models import (
+    CHATML_TEMPLATE,
+    TOOLS_TEMPLATE,
+    TinySpec,
+    json_vocabulary,
+    write_tiny_model,
+)
 from specchat.engine.decode.chat_template import ChatTemplate, Message, ToolCall
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
@@ -173,18 +179,31 @@ def test_tools_are_a_chats_and_a_choice_is_checked_against_them() -> None:
 
 # ------------------------------------------------------------------- through the server
 
+# Named without "_": the tiny vocabulary cannot spell it (a real one can).
+CITY = {"type": "function", "function": {
+    "name": "weather", "description": "The weather now in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["paris", "lyon"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "clock", "parameters": {"type": "object", "properties": {"zone": {"enum": ["utc"]}},
+                                       "required": ["zone"], "additionalProperties": False}}}
+
+
 @pytest.fixture(scope="module")
 def tools_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny JSON target (JSON's punctuation in its vocabulary) with a template that takes
+    tools."""
     return write_tiny_model(tmp_path_factory.mktemp("tools") / "tools.gguf", TinySpec(seed=1),
-                            chat_template=TOOLS_TEMPLATE, name="tiny-tools")
+                            tokens=json_vocabulary(), chat_template=TOOLS_TEMPLATE,
+                            name="tiny-tools")
 
 
 @pytest.fixture(scope="module")
-def server(tools_target: Path, tiny_draft: Path,
+def server(tools_target: Path, tiny_json_draft: Path,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
     home = tmp_path_factory.mktemp("tools-home")
-    with cli_server(home, "--model", str(tools_target), "--draft", str(tiny_draft), "--gamma",
-                    "3", "--ctx-size", "1024") as s:
+    with cli_server(home, "--model", str(tools_target), "--draft", str(tiny_json_draft),
+                    "--gamma", "3", "--ctx-size", "1024") as s:
         assert s.host.state == "ready", s.host.error
         yield s
 
@@ -193,12 +212,15 @@ def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> Non
     api = client(server.url)
     model = server.host.model_id
     msgs: list[Any] = [{"role": "user", "content": "what is the weather in Paris?"}]
-    kw: dict[str, Any] = dict(model=model, tools=[WEATHER], temperature=0, max_tokens=16,
+    kw: dict[str, Any] = dict(model=model, tools=[CITY, TIME], temperature=0, max_tokens=48,
                               tool_choice={"type": "function",
-                                           "function": {"name": "get_weather"}})
+                                           "function": {"name": "weather"}})
     whole = api.chat.completions.create(messages=msgs, **kw)
     calls = whole.choices[0].message.tool_calls
-    assert calls and calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    assert calls and calls[0].function.name == "weather" and calls[0].id.startswith("call_")
+    # A random model, and still a valid call: the grammar allowed nothing else.
+    assert json.loads(calls[0].function.arguments)["city"] in ("paris", "lyon")
+    assert whole.choices[0].finish_reason == "tool_calls"
     assert whole.choices[0].message.content is None
     assert whole.specchat["drafted"] > 0  # type: ignore[attr-defined]  # speculation ran
     # Streamed: OpenAI's deltas (id, type and name first, then argument fragments) rebuild the
@@ -210,11 +232,11 @@ def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> Non
             ids.add(tc.id) if tc.id else None
             name += (tc.function.name or "") if tc.function else ""
             args += (tc.function.arguments or "") if tc.function else ""
-    assert (name, args, len(ids)) == ("get_weather", calls[0].function.arguments, 1)
+    assert (name, args, len(ids)) == ("weather", calls[0].function.arguments, 1)
     # The result goes back through the template; the answer is text.
     msgs += [whole.choices[0].message.model_dump(exclude_none=True),
              {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 14}'}]
-    answer = api.chat.completions.create(messages=msgs, model=model, tools=[WEATHER],
+    answer = api.chat.completions.create(messages=msgs, model=model, tools=[CITY],
                                          tool_choice="none", temperature=0, max_tokens=8)
     assert answer.choices[0].message.tool_calls is None
     first = api.chat.completions.create(messages=msgs[:1], model=model, max_tokens=1)
@@ -222,18 +244,27 @@ def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> Non
     assert answer.usage.prompt_tokens > first.usage.prompt_tokens + 10  # the call and result
 
 
-def test_a_required_call_begins_the_reply_with_a_calls_opening(server: Serving) -> None:
+def test_a_required_call_is_a_valid_call_of_an_offered_tool(server: Serving) -> None:
     api = client(server.url)
-    r = api.chat.completions.create(model=server.host.model_id, tools=[WEATHER],
-                                    tool_choice="required", parallel_tool_calls=False,
-                                    messages=[{"role": "user", "content": "weather?"}],
-                                    temperature=0, max_tokens=8)
-    # The tiny model's random weights never finish a name, so the reply is text: the opening
-    # it was made to begin with, and what the model wrote after it (real models, test_qwen).
-    msg = r.choices[0].message
-    assert msg.tool_calls is None and msg.content is not None
-    assert msg.content.startswith('<tool_call>\n{"name": "')
-    assert r.choices[0].finish_reason == "length"
+    names = []
+    for seed in range(6):
+        r = api.chat.completions.create(model=server.host.model_id, tools=[CITY, TIME],
+                                        tool_choice="required", parallel_tool_calls=False,
+                                        messages=[{"role": "user", "content": "weather?"}],
+                                        temperature=1.0, seed=seed, max_tokens=48)
+        calls = r.choices[0].message.tool_calls
+        assert calls is not None and len(calls) == 1, r.choices[0].message
+        args = json.loads(calls[0].function.arguments)
+        assert (calls[0].function.name, sorted(args)) in (("weather", ["city"]),
+                                                         ("clock", ["zone"]))
+        names.append(calls[0].function.name)
+    assert r.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_forced_call_and_a_response_format_are_refused_together() -> None:
+    err = _bad({"tools": [CITY], "tool_choice": "required",
+                "response_format": {"type": "json_object"}})
+    assert err["param"] == "response_format"
 
 
 def test_a_model_whose_template_has_no_tools_says_so(tiny_target: Path,

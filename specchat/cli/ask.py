@@ -20,6 +20,7 @@ from specchat.cli.common import (
     print_notices,
     sampling_changes,
 )
+from specchat.cli.grammar_args import add_grammar_args, grammar_from_args
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
@@ -57,6 +58,7 @@ def add_parser(sub: Any) -> None:
                    help="a predicted output: text the reply is expected to be mostly (the file "
                         "an edit changes a little), drafted from; the reply is the target's "
                         "all the same")
+    add_grammar_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
     p.add_argument("--logprobs", type=int, metavar="N",
                    help="with --json: each token's log-probability under the target and the N "
@@ -74,6 +76,9 @@ def sampler_from_args(env: Env, args: argparse.Namespace) -> SamplerSettings:
             raise SpecchatError("--logprobs needs --json: the figures come with each token's "
                                 "JSON object")
         changes["logprobs"] = args.logprobs
+    grammar = grammar_from_args(args)
+    if grammar is not None:
+        changes["grammar"] = grammar
     try:
         return base.with_(**changes).validate()
     except ValueError as e:

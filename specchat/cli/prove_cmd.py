@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from specchat.bench.chi2 import ChiSquare, detectable_tv, homogeneity
 from specchat.cli.ask import read_prediction
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
+from specchat.cli.grammar_args import add_grammar_args, grammar_from_args
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
@@ -68,6 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--prediction", metavar="FILE",
                    help="a predicted output to draft from (as `ask --prediction` and the "
                         "server's `prediction` do): the prediction drafter goes first")
+    # Constrained: both sides sample the masked target; the drafts are masked along their path.
+    add_grammar_args(p)
     p.set_defaults(func=run)
 
 
@@ -171,7 +174,8 @@ def run(env: Env, args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     try:
         settings = env.config.sampling.with_(temperature=args.temperature,
-                                             max_tokens=args.tokens, stop=()).validate()
+                                             max_tokens=args.tokens, stop=(),
+                                             grammar=grammar_from_args(args)).validate()
     except ValueError as e:
         raise SpecchatError(str(e)) from None
     predicted = read_prediction(args.prediction) if args.prediction else None

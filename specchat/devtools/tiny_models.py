@@ -75,6 +75,16 @@ def vocabulary(extra: int = 0) -> list[str]:
     return base + [f"<x{i}>" for i in range(extra)]
 
 
+# JSON's punctuation, alone and in the pairs a JSON reply is made of (keys' quotes and colons):
+# a vocabulary a grammar-constrained reply can be written in.
+JSON_TOKENS = [*'{}[]":-', '{"', '":', '",', '"}', '","', '":"', "true", "false", "null"]
+
+
+def json_vocabulary() -> list[str]:
+    """:func:`vocabulary` plus JSON's punctuation (:data:`JSON_TOKENS`) at its end."""
+    return vocabulary() + JSON_TOKENS
+
+
 def fim_vocabulary(texts: dict[str, str] | None = None) -> list[str]:
     """:func:`vocabulary` plus fill-in-the-middle tokens (Qwen's by default) at its end."""
     return vocabulary() + list((texts or FIM_TOKENS).values())

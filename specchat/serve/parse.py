@@ -3,9 +3,15 @@
 Every field this server acts on is checked for its type and range (the sampling ones by the
 config file's own rules, so a temperature the app refuses is refused here too) and a wrong one
 is a 400 naming it. ``null`` is "not given", as in OpenAI's API. Fields of OpenAI's API that
-would change the reply in a way this server does not do (``n`` > 1, penalties, a JSON
-response format) are refused rather than ignored: a client must not believe it got what it
-asked for. Anything else unknown is ignored, as OpenAI's servers do.
+would change the reply in a way this server does not do (``n`` > 1, penalties) are refused
+rather than ignored: a client must not believe it got what it asked for. Anything else unknown
+is ignored, as OpenAI's servers do.
+
+Constrained output: ``response_format`` ``{"type": "json_object"}`` (any JSON object; a
+``schema`` beside it, as llama-server takes it, constrains it further) or ``{"type":
+"json_schema", "json_schema": {"name", "schema", "strict"}}``, or llama-server's ``grammar``
+(Lark or GBNF text), compiled here by llguidance (``engine/decode/grammar.py``): a schema or
+grammar that does not compile is a 400 naming the field, before anything is queued.
 
 Log-probabilities (chat's ``logprobs`` and ``top_logprobs``, a completion's ``logprobs: N``,
 ``/infill``'s ``n_probs``) become the sampler's ``logprobs``. Fill-in-the-middle is a
@@ -18,14 +24,16 @@ them is the worker's to say, likewise.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from specchat.config import check_setting
 from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.fim import ExtraFile
+from specchat.engine.decode.grammar import GrammarError, compile_grammar
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
 
@@ -64,6 +72,9 @@ class GenerationRequest:
     tools: tuple[dict[str, Any], ...] = ()
     tool_choice: str = "none"
     parallel_tool_calls: bool = True
+    # The field the settings' grammar came from ("response_format", "grammar"): where a
+    # grammar the loaded model's vocabulary cannot run is blamed.
+    grammar_param: str | None = None
 
 
 def _kind_name(value: Any) -> str:
@@ -196,9 +207,6 @@ def _unsupported(doc: Mapping[str, Any], kind: str) -> None:
             if doc.get(name) is not None:
                 raise bad_request(f"'{name}' is for chat completions (/v1/chat/completions)",
                                   name)
-    fmt = doc.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type", "text") == "text"):
-        raise bad_request("only the text response format is supported", "response_format")
     if kind == "completion":
         if doc.get("echo"):
             raise bad_request("'echo' is not supported", "echo")
@@ -261,9 +269,70 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
         if v is not None and not isinstance(v, bool):
             raise wrong_type("specchat.fates", "true or false", v)
         fates = bool(v)
-    settings = sampler(doc, defaults).with_(logprobs=logprobs(doc, kind))
+    grammar, grammar_param = constraint(doc)
+    settings = sampler(doc, defaults).with_(logprobs=logprobs(doc, kind), grammar=grammar)
     return dict(settings=settings, model=model, stream=stream, include_usage=include_usage,
-                fates=fates, prediction=_prediction(doc.get("prediction")))
+                fates=fates, prediction=_prediction(doc.get("prediction")),
+                grammar_param=grammar_param)
+
+
+def _compiled(kind: Any, text: str | None, param: str, code: str) -> str:
+    try:
+        return compile_grammar(kind, text)
+    except GrammarError as e:
+        raise bad_request(str(e), param, code) from None
+
+
+def _schema_text(schema: Any, param: str) -> str:
+    if not isinstance(schema, dict):
+        raise wrong_type(param, "a JSON schema (an object)", schema)
+    return json.dumps(schema)
+
+
+def constraint(doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The reply's grammar (llguidance's) from ``response_format`` or ``grammar``, and the field
+    it came from; (None, None) for free text."""
+    fmt, grammar = doc.get("response_format"), doc.get("grammar")
+    out: tuple[str | None, str | None] = (None, None)
+    if fmt is not None:
+        if not isinstance(fmt, dict):
+            raise wrong_type("response_format", "an object", fmt)
+        kind = fmt.get("type", "text")
+        if kind == "json_object":
+            schema = fmt.get("schema")
+            out = (_compiled("json_object", None, "response_format", "invalid_value")
+                   if schema is None else
+                   _compiled("json_schema", _schema_text(schema, "response_format.schema"),
+                             "response_format.schema", "invalid_json_schema"),
+                   "response_format")
+        elif kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if spec is None:
+                raise bad_request("'response_format.json_schema' is required with type "
+                                  "'json_schema'", "response_format.json_schema",
+                                  "missing_required_parameter")
+            if not isinstance(spec, dict):
+                raise wrong_type("response_format.json_schema", "an object", spec)
+            if spec.get("strict") is not None and not isinstance(spec.get("strict"), bool):
+                raise wrong_type("response_format.json_schema.strict", "true or false",
+                                 spec.get("strict"))
+            # Strict or not, the schema is enforced: every token is masked to it.
+            where = "response_format.json_schema.schema"
+            schema = spec.get("schema")
+            text = _schema_text({} if schema is None else schema, where)
+            out = (_compiled("json_schema", text, where, "invalid_json_schema"), "response_format")
+        elif kind != "text":
+            shown = kind[:40] if isinstance(kind, str) else _kind_name(kind)
+            raise bad_request("'response_format.type' must be 'text', 'json_object' or "
+                              f"'json_schema', not {shown!r}", "response_format.type")
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise wrong_type("grammar", "a string (a Lark or GBNF grammar)", grammar)
+        if out[0] is not None:
+            raise bad_request("give 'grammar' or a JSON 'response_format', not both", "grammar")
+        out = (_compiled("grammar", unicode_text(grammar, "grammar"), "grammar",
+                         "invalid_grammar"), "grammar")
+    return out
 
 
 def _prediction(value: Any) -> str | None:
@@ -439,8 +508,50 @@ def messages(value: Any) -> tuple[Message, ...]:
 def chat_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> GenerationRequest:
     msgs = messages(doc.get("messages"))
     listed, choice, parallel = tools(doc)
+    common = _common(doc, defaults, "chat")
+    forced = tool_grammar(listed, choice)
+    if forced is not None:
+        if common["grammar_param"] is not None:
+            raise bad_request(f"'tool_choice' {choice!r} makes the reply a call: send no "
+                              f"'{common['grammar_param']}' with it", common["grammar_param"])
+        common["settings"] = common["settings"].with_(grammar=forced)
     return GenerationRequest("chat", messages=msgs, tools=listed, tool_choice=choice,
-                             parallel_tool_calls=parallel, **_common(doc, defaults, "chat"))
+                             parallel_tool_calls=parallel, **common)
+
+
+def tool_grammar(listed: Sequence[Mapping[str, Any]], choice: str) -> str | None:
+    """For a call the reply must make (``required``, a named function): the grammar of what
+    follows the call's opening that the worker puts after the prompt (``reply_start``) — the
+    function's name where any may be called, its arguments as its ``parameters`` schema says,
+    the call's closing brace — so the reply is the masked target's, a valid call. None for
+    ``auto`` and ``none``."""
+    if choice in ("auto", "none"):
+        return None
+
+    def args(t: Mapping[str, Any]) -> str:
+        # JSON as the templates show calls (", " and ": "), not any whitespace anywhere: a
+        # model then cannot pad the arguments out to the token limit.
+        schema = dict(t["function"].get("parameters") or {"type": "object"})
+        schema.setdefault("x-guidance", {"whitespace_flexible": False, "item_separator": ", ",
+                                         "key_separator": ": "})
+        return json.dumps(schema)
+
+    if choice == "required":
+        # After '{"name": "': the name, then its arguments (names are [a-zA-Z0-9_-]).
+        rules = [f'c{i}: "{t["function"]["name"]}\\", \\"arguments\\": " %json {args(t)} "}}"'
+                 for i, t in enumerate(listed)]
+        text = "start: " + " | ".join(f"c{i}" for i in range(len(listed))) + "\n" \
+            + "\n".join(rules)
+        param = "tools"
+    else:
+        i, tool = next((i, t) for i, t in enumerate(listed) if t["function"]["name"] == choice)
+        text = f'start: %json {args(tool)} "}}"'
+        param = f"tools[{i}].function.parameters"
+    try:
+        return compile_grammar("grammar", text)
+    except GrammarError as e:
+        raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}", param,
+                          "invalid_json_schema") from None
 
 
 def _prompt(value: Any, batch: bool = True) -> str | tuple[int, ...]:

@@ -24,6 +24,7 @@ from typing import Any
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
+from specchat.engine.decode.grammar import GrammarError, start
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CLOSE, OPEN
 from specchat.engine.llama.vocab import piece
@@ -256,6 +257,7 @@ class ModelHost:
                 model = served.engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
                     job.request.prediction, add_special=False, parse_special=False)))
+            check_grammar(served.engine, job.request)
             job.post(Started(len(tokens)))
             done = generate(served.engine, tokens, job, settings)
             self._finished(job, done.stats)
@@ -285,6 +287,20 @@ class ModelHost:
         self.counts["failed"] += 1
         self.log(f"request {job.number} failed: {error.message}")
         return Failed(error)
+
+
+def check_grammar(engine: ChatEngine, request: GenerationRequest) -> None:
+    """A 400 before the reply starts when the request's grammar compiled but cannot run on this
+    model's vocabulary (llguidance checks it against the tokens, and no token may start it;
+    the tokenizer is built here, once per model)."""
+    if request.settings.grammar is None:
+        return
+    try:
+        g = start(engine.model, request.settings.grammar)
+        if g is not None:
+            g.allowed()  # its first token: one the vocabulary can write
+    except GrammarError as e:
+        raise bad_request(str(e), request.grammar_param, "invalid_grammar") from None
 
 
 def prompt_tokens(engine: ChatEngine, request: GenerationRequest,

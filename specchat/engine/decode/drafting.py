@@ -35,6 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specchat.engine.decode.grammar import Constraint
 from specchat.engine.decode.plan import CHAIN, NONE, TREE, Plan, chain, depths, plain
 from specchat.engine.decode.sampling import Distribution, SamplerSettings
 from specchat.engine.decode.verify import Verdict
@@ -62,6 +63,9 @@ class DraftRequest:
     rng: np.random.Generator
     # The γ policy's early stop, asked after each drafted token of a chain (see GammaPolicy).
     keep_drafting: Callable[[int, Callable[[], float]], bool] = _always
+    # The reply's grammar, when it has one: a drafter that runs a model masks its rows with
+    # it along its draft path (``grammar.mask(row, path)``), so it drafts only allowed tokens.
+    grammar: Constraint | None = None
 
 
 @dataclass(frozen=True)

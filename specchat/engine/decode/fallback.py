@@ -16,6 +16,7 @@ from specchat.engine.decode.drafting import (
     DraftRequest,
     Proposal,
 )
+from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict
@@ -44,7 +45,9 @@ class Fallback(DrafterBase):
         for d in self.drafters:
             plan = d.default_plan(req.plan.size) if req.plan.is_chain else req.plan
             try:
-                got = d.propose(replace(req, plan=replace(plan, drafter=d.name)))
+                # A proposal the grammar forbids outright is no proposal: the next one drafts.
+                got = allowed_part(d.propose(replace(req, plan=replace(plan, drafter=d.name))),
+                                   req.grammar)
             except DecodeCancelled:
                 raise
             except SpecchatError as e:  # say which one failed, so only it drops out

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from specchat.engine.decode.decoding import Clock, prefill
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenOrigin
+from specchat.engine.decode.grammar import start
 from specchat.engine.decode.reply import Reply
 from specchat.engine.decode.sampling import (
     SamplerSettings,
@@ -30,6 +31,7 @@ class PlainDecoder:
         clock = Clock()
         ctx.cancel = cancel
         reply = Reply(ctx.model, settings.stop)
+        grammar = start(ctx.model, settings.grammar)
         try:
             row, reused = prefill(ctx, prompt)
         except DecodeCancelled:
@@ -43,6 +45,8 @@ class PlainDecoder:
         t_first = t_last = prompt_s
         reason = "length"
         while True:
+            if grammar is not None:  # the masked row is the target's distribution here
+                row = grammar.mask(row)
             dist = None if greedy else distribution(row, settings)
             token = greedy_token(row) if dist is None else dist.sample(rng)
             logprob = None if settings.logprobs is None else \
@@ -51,6 +55,8 @@ class PlainDecoder:
             if not reply.tokens:
                 t_first = t_last
             yield from reply.add(token, TokenOrigin.PLAIN, t_last, logprob)
+            if grammar is not None and not reply.done:
+                grammar.advance((token,))
             if reply.done:
                 reason = reply.stop_reason or "eos"
                 break

@@ -42,6 +42,9 @@ class SamplerSettings:
     # Log-probabilities on each committed token (``token_logprobs``): None = none (no numpy
     # work at all); n = the chosen token's and the n likeliest at its position.
     logprobs: int | None = None
+    # An llguidance grammar (``grammar.compile_grammar``: a JSON schema, Lark, GBNF): the
+    # reply is drawn from the target's distribution masked to what it allows. None = free text.
+    grammar: str | None = None
 
     @property
     def greedy(self) -> bool:

@@ -35,6 +35,7 @@ from specchat.engine.decode.drafting import (
     DraftRequest,
     Proposal,
     fit_shape,
+    path_to,
 )
 from specchat.engine.decode.events import (
     Event,
@@ -45,6 +46,8 @@ from specchat.engine.decode.events import (
     TokenOrigin,
 )
 from specchat.engine.decode.fallback import Fallback
+from specchat.engine.decode.grammar import Constraint, masked, start
+from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plan import MODEL, NONE, TREE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, build
 from specchat.engine.decode.rejected import rejected_events
@@ -73,21 +76,44 @@ READ_TIMED = 16
 
 class _TargetRows:
     """The target's distributions for a verify batch, computed only for the rows consulted:
-    ``rows`` (1 + drafted tokens, n_vocab), row 0 the root's (the last committed token)."""
+    ``rows`` (1 + drafted tokens, n_vocab), row 0 the root's (the last committed token); under
+    a grammar each row masked by the matcher advanced along the path to it (row i + 1 follows
+    node i of ``proposal``)."""
 
-    def __init__(self, rows: npt.NDArray[np.float32], settings: SamplerSettings) -> None:
+    def __init__(self, rows: npt.NDArray[np.float32], settings: SamplerSettings,
+                 grammar: Constraint | None = None, proposal: Proposal | None = None) -> None:
         self.rows = rows
         self.settings = settings
+        self.grammar = grammar
+        self.proposal = proposal
         self._done: dict[int, Distribution] = {}
+
+    def row(self, i: int) -> npt.NDArray[np.float32]:
+        g, prop = self.grammar, self.proposal
+        if g is None or prop is None:
+            return self.rows[i]
+        path = [prop.tokens[n] for n in path_to(prop.parents, i - 1)]
+        # A kept token has p > 0, so the grammar allowed it; the matcher cannot go past one
+        # only at an end-of-generation token, after which the reply has ended: that row's
+        # token is never committed, so it needs no mask.
+        return g.mask(self.rows[i], path) if g.reachable(path) else self.rows[i]
 
     def __getitem__(self, i: int) -> Distribution:
         d = self._done.get(i)
         if d is None:
-            d = self._done[i] = distribution(self.rows[i], self.settings)
+            d = self._done[i] = distribution(self.row(i), self.settings)
         return d
 
+    def argmax(self) -> list[int] | npt.NDArray[np.int64]:
+        """Greedy: each row's best allowed token. A row after a token the grammar forbids is
+        never read (the rule stops at that token, which is no masked row's argmax)."""
+        g, prop = self.grammar, self.proposal
+        if g is None or prop is None:
+            return greedy_tokens(self.rows)
+        return [greedy_token(self.row(i)) for i in range(len(prop.tokens) + 1)]
 
-def _path_logprobs(rows: npt.NDArray[np.float32], p: _TargetRows | None,
+
+def _path_logprobs(rows: _TargetRows, p: _TargetRows | None,
                    tokens: Sequence[int], v: Verdict,
                    settings: SamplerSettings) -> tuple[TokenLogprob, ...]:
     """The target's log-probabilities of what a step commits: each kept draft token from its
@@ -96,7 +122,8 @@ def _path_logprobs(rows: npt.NDArray[np.float32], p: _TargetRows | None,
     the last kept node's — for a corrected token p, not the residual it was drawn from."""
     at = (-1, *v.path)
     committed = (*(tokens[i] for i in v.path), v.token)
-    return tuple(token_logprobs(rows[a + 1], t, settings, p[a + 1] if p is not None else None)
+    return tuple(token_logprobs(rows.row(a + 1), t, settings,
+                                p[a + 1] if p is not None else None)
                  for a, t in zip(at, committed, strict=True))
 
 
@@ -131,6 +158,7 @@ class SpeculativeDecoder:
         self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
         self._default: Drafter | None = None
         self._last_seq: list[int] = []  # the previous reply's committed sequence
+        self._grammar: Constraint | None = None  # this reply's matcher, under a grammar
 
     @property
     def n_shared(self) -> int:
@@ -147,6 +175,7 @@ class SpeculativeDecoder:
         tgt, clock = self.target, Clock()
         reply, seq = Reply(tgt.model, settings.stop), list(prompt)
         tally = SpecTally(tuple(d.name for d in self.drafters))
+        self._grammar = start(tgt.model, settings.grammar)
         reused = self._start(seq, cancel, settings)
         if reused is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
@@ -276,9 +305,9 @@ class SpeculativeDecoder:
             return Proposal(NONE), []
         named = {d.name: d for d in self._alive}
         drafter = named.get(plan.drafter, self._default)
-        req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting)
+        req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting, self._grammar)
         try:
-            return drafter.propose(req), []
+            return allowed_part(drafter.propose(req), self._grammar), []
         except DecodeCancelled:
             raise
         except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
@@ -306,7 +335,7 @@ class SpeculativeDecoder:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
             # model the general path's Python was a measurable share of the step.
             t0 = time.perf_counter()
-            row = tgt.decode((seq[-1],), logits="last")[0]
+            row = masked(tgt.decode((seq[-1],), logits="last")[0], self._grammar)
             forward_s = time.perf_counter() - t0
             token = greedy_token(row) if settings.greedy else \
                 distribution(row, settings).sample(rng)
@@ -327,13 +356,14 @@ class SpeculativeDecoder:
                     else tgt.decode(tokens, logits="all"))
         forward_s = time.perf_counter() - t0
         p = None
+        target = _TargetRows(rows, settings, self._grammar, proposal)
         if settings.greedy:
-            v = verify_tree_greedy(greedy_tokens(rows), proposal.tokens, proposal.parents)
+            v = verify_tree_greedy(target.argmax(), proposal.tokens, proposal.parents)
         else:
-            p = _TargetRows(rows, settings)
+            p = target
             v = verify_tree(p, proposal.tokens, proposal.parents, proposal.q, rng)
         if settings.logprobs is not None:  # before keep_branch: rows view llama.cpp's buffer
-            v = replace(v, logprobs=_path_logprobs(rows, p, proposal.tokens, v, settings))
+            v = replace(v, logprobs=_path_logprobs(target, p, proposal.tokens, v, settings))
         if tree:
             tgt.keep_branch(shape, v.path[-1] + 1 if v.path else 0,
                             [seq[-1], *(proposal.tokens[i] for i in v.path)])
@@ -346,6 +376,7 @@ class SpeculativeDecoder:
             out: list[Event] = [*reply.add(verdict.token, TokenOrigin.PLAIN, now,
                                            verdict.logprobs[0] if verdict.logprobs else None)]
             seq.append(verdict.token)
+            self._advance((verdict.token,), reply)
             for d in self._alive:
                 d.commit(seq, proposal, verdict)
             return out
@@ -365,10 +396,16 @@ class SpeculativeDecoder:
             if reply.done or reply.n_generated >= settings.max_tokens:
                 break
         out.extend(branches)
+        self._advance((*kept, verdict.token), reply)
         hold_prefix(self.target, seq, known=len(seq) - 1)
         for d in self._alive:
             d.commit(seq, proposal, verdict)
         return out
+
+    def _advance(self, tokens: Sequence[int], reply: Reply) -> None:
+        """The grammar's matcher past a step's committed tokens (moot once the reply ends)."""
+        if self._grammar is not None and not reply.done:
+            self._grammar.advance(tokens)
 
     def _settle(self, seq: list[int]) -> None:
         """Leave every cache holding only tokens of the committed sequence."""

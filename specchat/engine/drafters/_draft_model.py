@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal, fit_shape, path_to
+from specchat.engine.decode.grammar import masked
 from specchat.engine.decode.plan import depths
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
@@ -47,7 +48,9 @@ def top_children(row: npt.NDArray[np.float32], k: int) -> list[tuple[int, Distri
         best = [first]
     else:
         top = np.argpartition(-row, k - 1)[:k]
-        best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))]
+        # Not a token a grammar's mask forbids (−∞): the target would never keep it.
+        best = [int(t) for t in sorted(top.tolist(), key=lambda t: (-row[t], t))
+                if row[t] > -np.inf]
     return [(t, one_hot(t)) for t in best]
 
 
@@ -135,7 +138,8 @@ class DraftModel:
         qs: list[Distribution] = []
         eog = dft.model.is_eog
         while True:
-            d, q, top = self._picker.pick(row, s, req.rng)
+            # Under a grammar, q is the masked row's: the draw and the q reported agree.
+            d, q, top = self._picker.pick(masked(row, req.grammar, tokens), s, req.rng)
             tokens.append(d)
             qs.append(q)
             # The policy is asked even at γ (its answer then moot), to see every confidence.
@@ -160,6 +164,9 @@ class DraftModel:
 
         def grow(plan_parent: int, row: npt.NDArray[np.float32]) -> None:
             want = kids.get(plan_parent, [])
+            if req.grammar is not None:  # masked along the path to this node
+                above = path_to(parents, node_of[plan_parent]) if plan_parent >= 0 else []
+                row = req.grammar.mask(row, [tokens[n] for n in above])
             got = (top_children(row, len(want)) if s.greedy
                    else draw_children(distribution(row, s), len(want), rng))
             for plan_node, (t, q) in zip(want, got, strict=False):

@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
+from specchat.engine.decode.grammar import masked
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
@@ -125,7 +126,7 @@ class MtpDrafter(DrafterBase):
         eog = self.target.model.is_eog
         try:
             while True:
-                d, q, top = self._picker.pick(row, s, req.rng)
+                d, q, top = self._picker.pick(masked(row, req.grammar, tokens), s, req.rng)
                 tokens.append(d)
                 qs.append(q)
                 if eog(d) or not req.keep_drafting(len(tokens), top) or len(tokens) >= gamma:
