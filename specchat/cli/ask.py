@@ -20,7 +20,7 @@ from specchat.cli.common import (
     print_notices,
     sampling_changes,
 )
-from specchat.cli.grammar_args import add_grammar_args, grammar_from_args
+from specchat.cli.grammar_args import add_grammar_args, grammar_from_args, read_text
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
@@ -131,16 +131,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
 
 def read_prediction(path: str) -> str:
     """A predicted output's text, or a clear error (missing, unreadable, not text)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise SpecchatError(f"--prediction: no such file: {safe_text(path)}") from None
-    except UnicodeDecodeError:
-        raise SpecchatError(f"--prediction: {safe_text(path)} is not UTF-8 text") from None
-    except OSError as e:
-        raise SpecchatError(f"--prediction: cannot read {safe_text(path)}: "
-                            f"{safe_text(e.strerror or str(e))}") from None
+    return read_text("--prediction", path)
 
 
 def _stream(events: Any, as_json: bool, setup: InForce,

@@ -20,7 +20,9 @@ def add_grammar_args(p: argparse.ArgumentParser) -> None:
                    help="constrain the reply to this grammar (Lark, or llama.cpp's GBNF)")
 
 
-def _read(flag: str, path: str) -> str:
+def read_text(flag: str, path: str) -> str:
+    """A text file a flag names (a schema, a grammar, a predicted output), or a one-line error
+    naming the flag (missing, unreadable, not UTF-8)."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -38,9 +40,9 @@ def grammar_from_args(args: argparse.Namespace) -> str | None:
     schema, grammar = getattr(args, "json_schema", None), getattr(args, "grammar", None)
     try:
         if schema is not None:
-            return compile_grammar("json_schema", _read("--json-schema", schema))
+            return compile_grammar("json_schema", read_text("--json-schema", schema))
         if grammar is not None:
-            return compile_grammar("grammar", _read("--grammar", grammar))
+            return compile_grammar("grammar", read_text("--grammar", grammar))
     except GrammarError as e:
         flag = "--json-schema" if schema is not None else "--grammar"
         raise SpecchatError(f"{flag}: {safe_text(str(e))}") from None
