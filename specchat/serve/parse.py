@@ -25,8 +25,7 @@ them is the worker's to say, likewise.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +34,9 @@ from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.fim import ExtraFile
 from specchat.engine.decode.grammar import GrammarError, compile_grammar
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
-from specchat.serve.api_errors import ApiError, bad_request
+from specchat.serve.api_errors import bad_request
+from specchat.serve.fields import flag, kind_name, unicode_text, wrong_type
+from specchat.serve.tool_request import tool_calls, tool_grammar, tools
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
 # Characters per stop string: the reply checks each one's prefixes at every token, so a long
@@ -43,8 +44,6 @@ MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
 MAX_STOP_CHARS = 1000
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
-TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # OpenAI's rule for a function's name
-MAX_TOOLS = 128
 
 # The request fields that map onto the sampler, checked by the config's rules for the setting.
 SAMPLING_FIELDS = {"temperature": "sampling.temperature", "top_p": "sampling.top_p",
@@ -75,46 +74,6 @@ class GenerationRequest:
     # The field the settings' grammar came from ("response_format", "grammar"): where a
     # grammar the loaded model's vocabulary cannot run is blamed.
     grammar_param: str | None = None
-
-
-def _kind_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, dict) else type(value).__name__
-
-
-def wrong_type(param: str, expected: str, value: Any) -> ApiError:
-    return bad_request(f"'{param}' must be {expected}, not {_kind_name(value)}", param,
-                       "invalid_type")
-
-
-def _bool(doc: Mapping[str, Any], name: str, default: bool = False, where: str = "") -> bool:
-    v = doc.get(name)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise wrong_type(where + name, "true or false", v)
-    return v
-
-
-def unicode_text(text: str, param: str) -> str:
-    """``text`` if it is Unicode: JSON's \\u escapes can spell half of a UTF-16 pair (a lone
-    surrogate), which is no character and cannot be encoded for the tokenizer."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise bad_request(f"'{param}' is not valid Unicode: character {e.start} is a lone "
-                          f"surrogate (\\u{ord(text[e.start]):04x}), half of a UTF-16 pair",
-                          param) from None
-    return text
 
 
 def _sampling_value(name: str, value: Any) -> Any:
@@ -253,13 +212,13 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
         raise wrong_type("model", "a string", model)
-    stream = _bool(doc, "stream")
+    stream = flag(doc, "stream")
     include_usage = False
     opts = doc.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
             raise wrong_type("stream_options", "an object", opts)
-        include_usage = _bool(opts, "include_usage", where="stream_options.")
+        include_usage = flag(opts, "include_usage", where="stream_options.")
     ext = doc.get("specchat")
     fates = False
     if ext is not None:
@@ -322,7 +281,7 @@ def constraint(doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
             text = _schema_text({} if schema is None else schema, where)
             out = (_compiled("json_schema", text, where, "invalid_json_schema"), "response_format")
         elif kind != "text":
-            shown = kind[:40] if isinstance(kind, str) else _kind_name(kind)
+            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
             raise bad_request("'response_format.type' must be 'text', 'json_object' or "
                               f"'json_schema', not {shown!r}", "response_format.type")
     if grammar is not None:
@@ -343,7 +302,7 @@ def _prediction(value: Any) -> str | None:
         raise wrong_type("prediction", "an object", value)
     kind = value.get("type")
     if kind != "content":
-        shown = kind[:40] if isinstance(kind, str) else _kind_name(kind)
+        shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
         raise bad_request(f"'prediction.type' must be 'content', not {shown!r}",
                           "prediction.type")
     if value.get("content") is None:
@@ -375,99 +334,6 @@ def _content(value: Any, param: str) -> str:
     return "".join(texts)
 
 
-def _function(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise wrong_type(where, "an object", value)
-    name = value.get("name")
-    if name is None:
-        raise bad_request(f"'{where}.name' is required", f"{where}.name",
-                          "missing_required_parameter")
-    if not isinstance(name, str):
-        raise wrong_type(f"{where}.name", "a string", name)
-    if not TOOL_NAME.fullmatch(name):
-        raise bad_request(f"'{where}.name' must be 1 to 64 letters, digits, '_' or '-', not "
-                          f"{name[:70]!r}", f"{where}.name")
-    out: dict[str, Any] = {"name": name}
-    desc = value.get("description")
-    if desc is not None:
-        if not isinstance(desc, str):
-            raise wrong_type(f"{where}.description", "a string", desc)
-        out["description"] = unicode_text(desc, f"{where}.description")
-    params = value.get("parameters")
-    if params is not None:
-        if not isinstance(params, dict):
-            raise wrong_type(f"{where}.parameters", "a JSON Schema object", params)
-        out["parameters"] = params
-    return out
-
-
-def tools(doc: Mapping[str, Any]) -> tuple[tuple[dict[str, Any], ...], str, bool]:
-    """A chat's tools, its choice (auto, none, required or a function's name) and whether
-    several calls may come in one reply."""
-    value = doc.get("tools")
-    listed: list[dict[str, Any]] = []
-    if value is not None:
-        if not isinstance(value, list):
-            raise wrong_type("tools", "an array of tools", value)
-        if len(value) > MAX_TOOLS:
-            raise bad_request(f"'tools' holds {len(value)} tools: at most {MAX_TOOLS}", "tools")
-        for i, t in enumerate(value):
-            where = f"tools[{i}]"
-            if not isinstance(t, dict):
-                raise wrong_type(where, "an object", t)
-            if t.get("type") != "function":
-                raise bad_request(f"'{where}.type' must be 'function'", f"{where}.type")
-            fn = _function(t.get("function"), f"{where}.function")
-            if any(x["function"]["name"] == fn["name"] for x in listed):
-                raise bad_request(f"two tools are named {fn['name']!r}", f"{where}.function.name")
-            listed.append({"type": "function", "function": fn})
-    choice = doc.get("tool_choice")
-    if choice is None:
-        name = "auto" if listed else "none"
-    elif isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise bad_request(f"'tool_choice' must be auto, none, required or a function, not "
-                              f"{choice[:40]!r}", "tool_choice")
-        name = choice
-    elif isinstance(choice, dict):
-        if choice.get("type") != "function":
-            raise bad_request("'tool_choice.type' must be 'function'", "tool_choice.type")
-        chosen = choice.get("function")
-        if not isinstance(chosen, dict) or not isinstance(chosen.get("name"), str):
-            raise bad_request("'tool_choice.function.name' is required",
-                              "tool_choice.function.name", "missing_required_parameter")
-        name = chosen["name"]
-        if not any(t["function"]["name"] == name for t in listed):
-            raise bad_request(f"'tool_choice' names {name[:70]!r}, which is not in 'tools'",
-                              "tool_choice.function.name")
-    else:
-        raise wrong_type("tool_choice", "a string or an object", choice)
-    if name != "none" and not listed:
-        raise bad_request("'tool_choice' needs 'tools'", "tool_choice")
-    return tuple(listed), name, _bool(doc, "parallel_tool_calls", True)
-
-
-def _of_type(value: Any, kind: type, param: str, expected: str) -> Any:
-    if not isinstance(value, kind):
-        raise wrong_type(param, expected, value)
-    return value
-
-
-def _tool_calls(value: Any, where: str) -> tuple[ToolCall, ...]:
-    out = []
-    for j, c in enumerate(_of_type(value, list, where, "an array of tool calls")):
-        w = f"{where}[{j}]"
-        call_id = _of_type(_of_type(c, dict, w, "an object").get("id"), str, f"{w}.id",
-                           "a string")
-        fn = _of_type(c.get("function"), dict, f"{w}.function", "an object")
-        name = _of_type(fn.get("name"), str, f"{w}.function.name", "a string")
-        args = _of_type(fn.get("arguments", ""), str, f"{w}.function.arguments",
-                        "a string of JSON")
-        out.append(ToolCall(call_id, unicode_text(name, f"{w}.function.name"),
-                            unicode_text(args, f"{w}.function.arguments")))
-    return tuple(out)
-
-
 def messages(value: Any) -> tuple[Message, ...]:
     if value is None:
         raise bad_request("'messages' is required", "messages", "missing_required_parameter")
@@ -491,7 +357,7 @@ def messages(value: Any) -> tuple[Message, ...]:
             if role != "assistant":
                 raise bad_request(f"'{where}.tool_calls' is an assistant message's",
                                   f"{where}.tool_calls")
-            calls = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+            calls = tool_calls(m["tool_calls"], f"{where}.tool_calls")
         call_id = m.get("tool_call_id")
         if role == "tool":
             if not isinstance(call_id, str):
@@ -517,41 +383,6 @@ def chat_request(doc: Mapping[str, Any], defaults: SamplerSettings) -> Generatio
         common["settings"] = common["settings"].with_(grammar=forced)
     return GenerationRequest("chat", messages=msgs, tools=listed, tool_choice=choice,
                              parallel_tool_calls=parallel, **common)
-
-
-def tool_grammar(listed: Sequence[Mapping[str, Any]], choice: str) -> str | None:
-    """For a call the reply must make (``required``, a named function): the grammar of what
-    follows the call's opening that the worker puts after the prompt (``reply_start``) — the
-    function's name where any may be called, its arguments as its ``parameters`` schema says,
-    the call's closing brace — so the reply is the masked target's, a valid call. None for
-    ``auto`` and ``none``."""
-    if choice in ("auto", "none"):
-        return None
-
-    def args(t: Mapping[str, Any]) -> str:
-        # JSON as the templates show calls (", " and ": "), not any whitespace anywhere: a
-        # model then cannot pad the arguments out to the token limit.
-        schema = dict(t["function"].get("parameters") or {"type": "object"})
-        schema.setdefault("x-guidance", {"whitespace_flexible": False, "item_separator": ", ",
-                                         "key_separator": ": "})
-        return json.dumps(schema)
-
-    if choice == "required":
-        # After '{"name": "': the name, then its arguments (names are [a-zA-Z0-9_-]).
-        rules = [f'c{i}: "{t["function"]["name"]}\\", \\"arguments\\": " %json {args(t)} "}}"'
-                 for i, t in enumerate(listed)]
-        text = "start: " + " | ".join(f"c{i}" for i in range(len(listed))) + "\n" \
-            + "\n".join(rules)
-        param = "tools"
-    else:
-        i, tool = next((i, t) for i, t in enumerate(listed) if t["function"]["name"] == choice)
-        text = f'start: %json {args(tool)} "}}"'
-        param = f"tools[{i}].function.parameters"
-    try:
-        return compile_grammar("grammar", text)
-    except GrammarError as e:
-        raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}", param,
-                          "invalid_json_schema") from None
 
 
 def _prompt(value: Any, batch: bool = True) -> str | tuple[int, ...]:
