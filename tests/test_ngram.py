@@ -89,6 +89,57 @@ def test_an_edit_is_forgotten_where_the_reply_keeps_the_old_word() -> None:
     assert d.lookup(6) == passage[13:19] == [23, 24, 30, 31, RIVER, 32]
 
 
+# A function that uses `total` three times; the reply renames it to `running sum` (two tokens).
+TOTAL, RUNNING, SUM = 40, 41, 42
+FUNC = [60, 59, 58, TOTAL, 61, 62, 63, 64, 65, TOTAL, 66, 67, 68, 69, 70, 71, TOTAL, 72, 73, 74]
+ASK = [80, TOTAL, 81, RUNNING, SUM, 82, *FUNC, 83]
+
+
+def test_a_copy_re_joins_its_passage_after_an_edit_of_several_tokens() -> None:
+    d = NgramDrafter(n_min=2)
+    start = [60, 59, 58]
+    d.reset([*ASK, *start, RUNNING, SUM, 61])  # `total` written as two tokens, then one more
+    assert 66 not in d.lookup(8)  # one token of the passage after a change can be chance
+    d.reset([*ASK, *start, RUNNING, SUM, 61, 62])  # two: the copy goes on after `total`
+    assert d.lookup(4) == [63, 64, 65, RUNNING]  # ... and `total` is proposed renamed
+    assert d.lookup(7) == [63, 64, 65, RUNNING, SUM, 66, 67]
+    d.reset([*ASK, *start, RUNNING, SUM, 61, 62, 63, 64, 65, RUNNING, SUM, 66, 67])
+    assert d.lookup(8) == [68, 69, 70, 71, RUNNING, SUM, 72, 73]  # the second use: no miss
+    d.reset([*ASK, *start, RUNNING, SUM, 50])  # the control: the copy does not go on
+    assert RUNNING not in d.lookup(10) and not d._spans
+
+
+def test_a_copy_re_joins_after_an_inserted_word() -> None:
+    passage = [10, 11, 12, 13, 14, 15, 16, 17, 18]
+    d = NgramDrafter()
+    d.reset([90, *passage, 91, 10, 11, 12, 13, 55, 56, 13, 14])  # "13" again, then on
+    assert d.lookup(3) == [15, 16, 17]
+
+
+def test_a_several_token_edit_is_forgotten_where_the_reply_keeps_the_old_text() -> None:
+    d = NgramDrafter(n_min=2)
+    reply = [60, 59, 58, RUNNING, SUM, 61, 62, 63, 64, 65]
+    d.reset([*ASK, *reply])
+    assert d.lookup(2) == [RUNNING, SUM]  # the control: the edit holds
+    d.reset([*ASK, *reply, TOTAL])  # kept as it was here
+    assert d.lookup(7) == [66, 67, 68, 69, 70, 71, TOTAL]
+
+
+def test_a_copy_of_a_passage_with_edits_token_by_token_equals_one_built_at_once() -> None:
+    rng = random.Random(3)
+    for _ in range(30):
+        source = [rng.randrange(20) for _ in range(40)]
+        copy: list[int] = []
+        for t in source:  # replace, insert or drop a few spans of 1–3 tokens
+            r = rng.random()
+            if r < 0.05:
+                copy += [rng.randrange(20, 30) for _ in range(rng.randrange(1, 4))]
+            elif r < 0.08:
+                continue
+            copy.append(t)
+        assert_built_token_by_token_as_at_once([*source, 99, *copy], start=20, k=10)
+
+
 def test_a_copy_goes_on_from_the_occurrence_it_was_copying() -> None:
     # "1 2 3" is said twice (", and the"): a copy of the first goes on as the first did.
     passage = [0, 9, 1, 2, 3, 40, 8, 7, 1, 2, 3, 41, 99]
@@ -149,7 +200,8 @@ def test_bad_sizes() -> None:
 
 
 def _state(d: NgramDrafter) -> tuple[object, ...]:
-    return (d.tokens, d._index, d._before, d._edits, d._unedit, d._pending, d._cursor)
+    return (d.tokens, d._index, d._before, d._edits, d._unedit, d._pending, d._cursor,
+            d._follow, d._lost, d._spans)
 
 
 def test_commit_after_a_rejection_indexes_only_what_was_committed() -> None:

@@ -7,6 +7,13 @@ shines when the reply quotes the prompt (summaries, code edits, extraction) and 
 dictionary look-ups per step. The index grows incrementally as tokens are committed, so a step
 costs O(new tokens), not O(conversation).
 
+While the reply copies a passage, the drafter follows it token by token. Where the reply departs
+from it (a renamed variable, an inserted word), it waits for the reply's last few tokens to occur
+again just after the point of departure, re-joins the passage there, and learns what the reply
+wrote in place of the passage's tokens as an edit, made in every later proposal from that
+passage: a variable renamed to a longer name is proposed renamed from its second use on, and the
+copy goes on after it.
+
 It also learns one-token edits from the sequence itself: where the reply wrote ``y`` where a
 match of two tokens or more said ``x``, and then went on as the matched text did, later
 proposals say ``y`` for ``x`` (a copy with "every 'river' becomes 'canal'" misses at its first
@@ -31,6 +38,12 @@ NAME = NGRAM
 # Tokens after a changed one that must repeat the matched text before the change counts as an
 # edit: one is often chance (" the", a newline), as "floods the water" and "to the port" are.
 CONFIRM = 2
+# A copy that departed from its source re-joins it where the reply's last REJOIN_MIN tokens or
+# more occur again, within MAX_EDIT tokens after the point it departed; what it wrote in between
+# is learnt as an edit of up to MAX_EDIT tokens (a variable renamed to a name of two tokens).
+REJOIN_MIN = 2
+REJOIN_MAX = 4
+MAX_EDIT = 8
 
 
 def _never(token: int) -> bool:
@@ -64,6 +77,14 @@ class NgramDrafter(DrafterBase):
         # occurrences of the tail, a copy goes on from the one it was copying, not the latest
         # (", and the" in a passage that says it twice).
         self._cursor: int | None = None
+        # The passage the reply is copying: the index of its next token, and the tokens of an
+        # edit being written before it (None: not following one).
+        self._follow: tuple[int, tuple[int, ...]] | None = None
+        # (passage index, sequence index) where the copy departed, until it re-joins.
+        self._lost: tuple[int, int] | None = None
+        # Edits of several tokens the reply made to the passages it copies: their tokens → the
+        # reply's (see _rejoin).
+        self._spans: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def reset(self, tokens: Sequence[int]) -> None:
         """Index ``tokens`` as the conversation so far (keeps the index if they extend it)."""
@@ -79,6 +100,9 @@ class NgramDrafter(DrafterBase):
         self._unedit.clear()
         self._pending = None
         self._cursor = None
+        self._follow = None
+        self._lost = None
+        self._spans.clear()
         self.extend(tokens)
 
     def extend(self, new: Sequence[int]) -> None:
@@ -87,6 +111,7 @@ class NgramDrafter(DrafterBase):
         for t in new:
             t = int(t)
             self._learn_edit(t)
+            self._step_follow(t)
             # The n-grams ending just before t now have a continuation (t): index them.
             j = len(toks)
             for n, table in self._index.items():
@@ -97,6 +122,8 @@ class NgramDrafter(DrafterBase):
                         self._before[n][key] = was
                     table[key] = j
             toks.append(t)
+            if self._follow is None:
+                self._follow = self._rejoin()
 
     def propose(self, req: DraftRequest) -> Proposal:
         drafts = self._chain(req.plan.depth)
@@ -137,6 +164,16 @@ class NgramDrafter(DrafterBase):
         (with the edits learnt so far made in them)."""
         if k <= 0:
             return []
+        if self._follow is not None:
+            out: list[int] = []
+            state: tuple[int, tuple[int, ...]] | None = self._follow
+            while state is not None and len(out) < k:
+                nxt = self._next(state)
+                if nxt is None:
+                    break
+                out.append(nxt[0])
+                state = nxt[1]
+            return out
         found = self._source()
         if found is None:
             return []
@@ -182,6 +219,72 @@ class NgramDrafter(DrafterBase):
             if j is not None:
                 return j, False
         return None
+
+    def _next(self, state: tuple[int, tuple[int, ...]]
+              ) -> tuple[int, tuple[int, tuple[int, ...]] | None] | None:
+        """The token the followed passage says next (its edits made), and the state after it
+        (None: the passage ends at the sequence's end)."""
+        i, pending = state
+        if pending:
+            return pending[0], (i, pending[1:])
+        toks = self.tokens
+        if i >= len(toks):
+            return None
+        for src, dst in self._spans.items():
+            if toks[i] == src[0] and tuple(toks[i : i + len(src)]) == src:
+                return dst[0], (i + len(src), dst[1:])
+        return self._edits.get(toks[i], toks[i]), (i + 1, ())
+
+    def _step_follow(self, t: int) -> None:
+        """Before ``t`` joins the sequence: the followed passage goes on with it, or the copy
+        departed from it here. A reply that keeps a passage's token where an edit changed it
+        forgets the edit."""
+        state = self._follow
+        if state is None:
+            return
+        nxt = self._next(state)
+        if nxt is not None and nxt[0] == t:
+            self._follow = nxt[1]
+            return
+        i, pending = state
+        toks = self.tokens
+        if not pending and i < len(toks) and toks[i] == t:  # the passage as it was: no edit
+            for src in [s for s in self._spans if tuple(toks[i : i + len(s)]) == s]:
+                del self._spans[src]
+            self._forget_edit(t)
+            self._follow = (i + 1, ())
+            return
+        self._follow = None
+        lost = self._lost
+        if lost is None or len(toks) - lost[1] > MAX_EDIT + REJOIN_MAX:
+            # (A passage followed while the reply was still away from the one it left — the
+            # instruction that names the new word — does not replace the point it left.)
+            self._lost = (i, len(toks))
+
+    def _rejoin(self) -> tuple[int, tuple[int, ...]] | None:
+        """The passage to follow after the last token: where a copy that departed re-joins its
+        passage (learning the edit it made), else where an exact match says the text goes on."""
+        toks = self.tokens
+        end = len(toks)
+        if self._lost is not None:
+            lost_i, lost_at = self._lost
+            if end - lost_at > MAX_EDIT + REJOIN_MAX:
+                self._lost = None  # too far from the passage: not an edit of it
+            else:
+                for n in range(min(REJOIN_MAX, end - lost_at), REJOIN_MIN - 1, -1):
+                    key = toks[end - n : end]
+                    # the nearest occurrence just after the departure, inside the passage
+                    last = min(lost_i + MAX_EDIT + n, lost_at)
+                    for j in range(lost_i + 1, last + 1):
+                        if j >= n and toks[j - n : j] == key:
+                            src = tuple(toks[lost_i : j - n])
+                            dst = tuple(toks[lost_at : end - n])
+                            if 0 < len(src) <= MAX_EDIT and len(dst) <= MAX_EDIT and dst:
+                                self._spans[src] = dst
+                            self._lost = None
+                            return j, ()
+        found = self._source()
+        return (found[0], ()) if found is not None and found[1] else None
 
     def _learn_edit(self, t: int) -> None:
         """Before ``t`` joins the sequence: confirm or start an edit, or forget one."""
