@@ -33,6 +33,7 @@ from specchat.engine.llama.model import LlamaContext
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.guesses import GuessBook
+from specchat.engine.policy.lookup_estimate import COLD, HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 
@@ -256,15 +257,15 @@ def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) ->
                  StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
     for _ in range(60):  # a copy: every lookup right
         p.observe(hit)
-    hot = p.ngram_model(True)
-    assert p.lookup_hot and hot.alpha() > 0.9
+    hot, long = p.ngram_model(HOT), p.ngram_model(LONG)  # (a copy well under way: both learn)
+    assert p.lookup_hot and hot.alpha() > 0.9 and long.alpha() > 0.9
     for _ in range(6):  # prose now: a lucky 6-token lookup, then the next one after it wrong
         p.observe(miss)
         p.observe(hit)
-    if detect:
-        assert hot.alpha() < 0.8
+    if detect:  # (the long streak's estimate shrinks toward the repeated passage's)
+        assert hot.alpha() < 0.8 and long.alpha() < 0.85, (hot.alpha(), long.alpha())
     else:  # the control: the slow estimate alone still believes in the copy
-        assert hot.alpha() > 0.93
+        assert hot.alpha() > 0.93 and long.alpha() > 0.93, (hot.alpha(), long.alpha())
 
 
 def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
@@ -272,7 +273,7 @@ def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
     p.begin("repeat this passage")
     for _ in range(60):  # a copy: every lookup right
         p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
-    hot = p.ngram_model(True)
+    hot = p.ngram_model(LONG)
     high = hot.alpha()
     p.begin("write a poem")  # the next reply
     assert not p.lookup_hot
@@ -321,3 +322,54 @@ def test_one_right_guess_is_not_yet_a_repeated_passage() -> None:
     assert not p.lookup_hot
     step()  # two in a row
     assert p.lookup_hot
+
+
+def test_a_long_run_of_right_guesses_is_judged_apart_from_one_just_begun() -> None:
+    """Right after a miss, then two right, the lookup is often wrong again (a summary's quoted
+    phrase ends); deep in a copy it is nearly always right. The long streak's estimate learns
+    what the deep states saw, the repeated passage's learns both."""
+    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    assert est.band == COLD
+    for _ in range(20):  # a copy: the lookup's own steps keep all six
+        est.step([1.0] * 6)
+    assert est.band == LONG
+    for _ in range(20):  # quoted phrases ending: wrong after only two right
+        est.streak = HOT_STREAK
+        est.step([0.0])
+    long, hot = est.models[LONG].position_alphas(), est.models[HOT].position_alphas()
+    assert long[0] > 0.9 and hot[0] < long[0] - 0.2, (long[0], hot[0])
+    est.streak = 10
+    est.step([1.0, 1.0, 0.0])  # kept two, then departed: in the passage, no longer deep
+    assert est.band == HOT
+    est.step([0.0])
+    assert est.band == COLD
+
+
+def test_a_state_saved_before_the_long_streak_loads() -> None:
+    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    for _ in range(10):
+        est.step([1.0] * 4)
+    old = {k: v for k, v in est.state().items() if k != "ngram_long"}
+    again = LookupEstimate(16, 0.4, 40.0, 5.0)
+    again.load_state(old)
+    assert again.models[LONG].alpha() == pytest.approx(again.models[HOT].alpha())
+
+
+def test_a_copy_is_drafted_within_a_few_tokens_of_its_guesses_coming_right() -> None:
+    """A plain answer is held for some steps without scoring; a lookup whose guesses come right
+    ends the hold (a cold copy waited 16 plain steps for its first lookup before)."""
+    p = Planner(PlannerSettings(), AutoGammaSeed(STEEP, 0.85), clock=lambda: 0.0)
+    p.begin("copy this")
+    seq, first = [0], None
+    for i in range(40):
+        plan = p.next_plan(("ngram", "model"))
+        n = plan.size if plan.drafter == "ngram" else 0
+        if n and first is None:
+            first = i
+        p.observe(StepEvent(n, n, 0.0001 * n, STEEP.t_verify(n + 1),
+                            plan.drafter if n else "none", committed=n + 1))
+        new = [(seq[-1] + 1 + j) % 1000 for j in range(n + 1)]
+        seq.extend(new)
+        p.score_guesses(new, plan.drafter if n else "none",
+                        {"ngram": lambda k: [(seq[-1] + 1 + j) % 1000 for j in range(k)]})
+    assert first is not None and first <= 12, first

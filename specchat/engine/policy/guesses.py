@@ -26,20 +26,20 @@ class GuessBook:
     k tokens that comes true takes k plain steps to resolve, and the planner should not wait
     that long for each piece of evidence (on a copy, prompt lookup pays from the first lines).
 
-    A guess carries a tag, the state it was made in (the planner's: whether the lookup's last
-    guess was right), and its outcome is returned with it; ``last_hit`` says whether the guess
+    A guess carries a tag, the state it was made in (the planner's: how long the lookup has
+    been right in a row), and its outcome is returned with it; ``last_hit`` says whether the guess
     made just before the latest step got that step's first token right."""
 
     def __init__(self) -> None:
         # name → [(guess, tokens matched so far, tag)]
-        self._open: dict[str, list[tuple[tuple[int, ...], int, bool]]] = {}
+        self._open: dict[str, list[tuple[tuple[int, ...], int, int]]] = {}
         self.last_hit: dict[str, bool] = {}
 
     def open(self, name: str) -> int:
         """How many of ``name``'s guesses are still open."""
         return len(self._open.get(name, ()))
 
-    def offer(self, name: str, guess: Sequence[int], tag: bool = False) -> None:
+    def offer(self, name: str, guess: Sequence[int], tag: int = 0) -> None:
         """``name``'s guess for the tokens after the sequence as it stands ([] adds a mark
         that holds this position, so that a step of ``name`` drops the right one)."""
         self._open.setdefault(name, []).append((tuple(int(t) for t in guess), 0, tag))
@@ -49,7 +49,7 @@ class GuessBook:
         self.last_hit.clear()
 
     def resolve(self, committed: Sequence[int], ran: str
-                ) -> dict[str, list[tuple[bool, int, list[float]]]]:
+                ) -> dict[str, list[tuple[int, int, list[float]]]]:
         """Score open guesses against ``committed``: per guess that this decided anything of,
         (tag, first depth decided now, outcomes from there) — 1 per guessed token kept, then 0
         at the first miss, as a step of that drafter reports them. Depths are reported as soon
@@ -60,12 +60,12 @@ class GuessBook:
         mine = self._open.get(ran)
         if mine:
             mine.pop()
-        done: dict[str, list[tuple[bool, int, list[float]]]] = {}
+        done: dict[str, list[tuple[int, int, list[float]]]] = {}
         for name, guesses in self._open.items():
             if guesses and committed and name != ran:
                 newest = guesses[-1][0]
                 self.last_hit[name] = bool(newest) and newest[0] == committed[0]
-            still: list[tuple[tuple[int, ...], int, bool]] = []
+            still: list[tuple[tuple[int, ...], int, int]] = []
             for guess, matched, tag in guesses:
                 start, outcome, closed = matched, [], not guess
                 for t in committed:

@@ -55,9 +55,10 @@ from specchat.engine.policy.tree_stats import tree_draft_cost
 NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
 SCORED = (MODEL, NGRAM, TREE)  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
-# ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain: plain
-# steps teach no acceptance, so only the costs' drift could change the answer, and scoring costs
-# a sizeable share of a small model's plain step.
+# ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain and the
+# lookup is cold: plain steps then teach little (the lookup's guesses miss), so only the costs'
+# drift could change the answer, and scoring costs a sizeable share of a small model's plain
+# step. A lookup whose guesses come right ends a hold at once (see _keep_hold).
 NEAR_PLAIN = 0.85
 REPLAN_FAR = 16
 # A chain whose check size was never timed is tried when its guessed rate is at least this × the
@@ -119,7 +120,8 @@ class Planner(AutoGamma):
         self.measured: dict[str, MeasuredDrafter] = {}
         self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
-        self._hold: tuple[int, tuple[str, ...], int] = (0, (), 0)
+        # (plain steps left, the drafters available, the topic, the lookup's streak band)
+        self._hold: tuple[int, tuple[str, ...], int, int] = (0, (), 0, 0)
         self._held_step = (1.0, 0.0)  # a plain step's (tokens, seconds) when the hold was set
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
@@ -175,8 +177,9 @@ class Planner(AutoGamma):
         """The lookup's acceptance estimates in the state the next step starts in."""
         return self.lookup.current
 
-    def ngram_model(self, hot: bool) -> AcceptanceModel:
-        return self.lookup.models[hot]
+    def ngram_model(self, band: int) -> AcceptanceModel:
+        """The lookup's estimate in state ``band`` (lookup_estimate's COLD, HOT, LONG)."""
+        return self.lookup.models[band]
 
     @property
     def t_ngram(self) -> float:
@@ -491,11 +494,13 @@ class Planner(AutoGamma):
 
     def _keep_hold(self, step: _Step) -> Plan | None:
         """A plain answer held for a few steps (see _plain_or_probe), while nothing changed."""
-        left, held, topic = self._hold
-        self._hold = (0, (), 0)
+        left, held, topic, band = self._hold
+        self._hold = (0, (), 0, 0)
+        # A lookup that entered a repeated passage (or went deeper into one) since: score
+        # again, its guesses changed what pays (a copy must not wait 16 plain steps).
         if left > 0 and held == step.available and topic == id(self.current) \
-                and self._plain_run + 1 < self._probe_wait:
-            self._hold = (left - 1, held, topic)
+                and band >= self.lookup.band and self._plain_run + 1 < self._probe_wait:
+            self._hold = (left - 1, held, topic, band)
             self._plain_run += 1
             # Predicted on the costs of the scoring that chose it (the table is not worked
             # out again for a plain step: on a small model that was a sizeable share of it).
@@ -575,8 +580,10 @@ class Planner(AutoGamma):
             # The next few plain steps keep this answer unscored (scoring costs a few ms of
             # Python, a tenth of a small model's step).
             best = max([c.rate for c in cands] + [sampled_best])
-            every = REPLAN_EVERY if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
-            self._hold = (every - 1, available, id(self.current))
+            # (No hold while the lookup is hot: its estimate moves with every guess.)
+            every = 1 if self.lookup.hot else REPLAN_EVERY if best >= NEAR_PLAIN * base.rate \
+                else REPLAN_FAR
+            self._hold = (every - 1, available, id(self.current), self.lookup.band)
             self._held_step = (base.expected, base.seconds)
             return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
         # A probe (n-gram first: it costs nearly nothing; the draft model only if re-reading
