@@ -46,7 +46,7 @@ def reply_sampling(sampling: SamplerSettings, fmt: ReplyFormat) -> SamplerSettin
         grammar = compile_format(fmt)
     except GrammarError as e:
         raise GrammarError(f"this chat's reply format ({fmt.label}) does not compile: {e}. "
-                           "F6 changes it.") from None
+                           "F10 changes it.") from None
     return sampling.with_(grammar=grammar)
 
 
