@@ -46,7 +46,14 @@ from specchat.session.views import (
     View,
 )
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
-from specchat.store import ChatStore, FateTrace, ReplyStats, chat_to_markdown, title_from
+from specchat.store import (
+    ChatStore,
+    FateTrace,
+    ReplyFormat,
+    ReplyStats,
+    chat_to_markdown,
+    title_from,
+)
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
@@ -167,6 +174,16 @@ class ChatSession:
         if c.chat_id is not None:
             self.store.set_prompt(c.chat_id, preset, system_prompt)
 
+    def set_format(self, reply_format: ReplyFormat) -> None:
+        """What this chat's replies follow from now on (the next reply on; one in flight keeps
+        its own). Checked by the caller (``reply_format.compile_format``, in a worker); kept in
+        memory even if saving it fails (StoreError); a chat not saved yet gets it when its
+        first message is."""
+        c = self.conversation
+        c.reply_format = reply_format
+        if c.chat_id is not None:
+            self.store.set_format(c.chat_id, reply_format)
+
     def summaries(self) -> list[ChatSummary]:
         return self.store.list_chats()
 
@@ -204,7 +221,10 @@ class ChatSession:
         self.conversation.attach(self.reply, after)
         self._shown_before = shown_before
         self._jobs += 1
-        self.job = ReplyJob(self._jobs, messages, sampling)
+        # The chat's format goes with the job: its worker compiles it into the reply's
+        # sampler settings (``reply_sampling``), off this thread.
+        self.job = ReplyJob(self._jobs, messages, sampling,
+                            reply_format=self.conversation.reply_format)
         self._meta = meta or ReplyStats()
         self._last_checkpoint = self.clock()
         return self.flush()
@@ -404,7 +424,8 @@ class ChatSession:
     def _write(self, c: Conversation, turn: Turn) -> None:
         if c.chat_id is None:
             c.chat_id = self.store.create_chat(c.title, self.pair_label, preset=c.preset,
-                                               system_prompt=c.system_prompt)
+                                               system_prompt=c.system_prompt,
+                                               reply_format=c.reply_format)
             c.pair = self.pair_label
         elif turn.role == "user" and c.pair != self.pair_label:
             # The chat goes on with another pair: the list says which one it is on now.

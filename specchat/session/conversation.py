@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specchat.engine.decode.chat_template import Message
-from specchat.store import ChatStore, FateTrace, ReplyStats, StoredMessage
+from specchat.store import ChatStore, FateTrace, ReplyFormat, ReplyStats, StoredMessage
+from specchat.store.reply_format import TEXT
 
 
 @dataclass(eq=False)  # a turn is itself: two equal texts are still two turns
@@ -62,6 +63,7 @@ class Conversation:
     pair: str = ""  # the pair (or model) the chat was last continued with, as saved
     preset: str | None = None  # the system-prompt preset chosen for this chat, by name
     system_prompt: str | None = None  # this chat's own system prompt (None: the settings')
+    reply_format: ReplyFormat = TEXT  # what its replies follow: free text, JSON, a grammar
 
     @classmethod
     def load(cls, store: ChatStore, chat_id: int) -> Conversation:
@@ -82,7 +84,8 @@ class Conversation:
             turn.parent = turns.get(parent_id) if parent_id is not None else None
             turns[m.id] = turn
             nodes.append(turn)
-        return cls(chat.id, chat.title, nodes, chat.pair, chat.preset, chat.system_prompt)
+        return cls(chat.id, chat.title, nodes, chat.pair, chat.preset, chat.system_prompt,
+                   chat.reply_format)
 
     # --- the tree -----------------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
+from specchat.session.reply_format import reply_sampling
 from specchat.store.fates import Segment
+from specchat.store.reply_format import TEXT, ReplyFormat
 
 # A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
 # most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
@@ -63,6 +65,8 @@ class ReplyJob:
     sampling: SamplerSettings
     cancel: threading.Event = field(default_factory=threading.Event)
     pace: Pace = field(default_factory=Pace)  # the UI thread tunes it while the reply runs
+    # The chat's reply format: compiled into ``sampling.grammar`` by run_reply, in its thread.
+    reply_format: ReplyFormat = TEXT
 
 
 def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], object],
@@ -73,6 +77,9 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
     ticker thread when the decoder goes quiet (a speculative step bursts tokens, then
     verifies), so nothing sits unseen for longer than that.
     """
+    # The chat's grammar, compiled here (a worker thread; cached once the format dialog checked
+    # it): a format that does not compile fails the reply before a token, with its reason.
+    sampling = reply_sampling(job.sampling, job.reply_format)
     ctx = engine.decoder.target
     pace = job.pace
     batcher = EventBatcher(pace.interval, ctx_used=lambda: len(ctx.tokens),
@@ -102,7 +109,7 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
     ticker = threading.Thread(target=tick, name=f"reply-{job.id}-ticker", daemon=True)
     ticker.start()
     try:
-        for ev in engine.reply(job.messages, job.sampling, job.cancel):
+        for ev in engine.reply(job.messages, sampling, job.cancel):
             with lock:
                 batcher.add(ev)
                 if isinstance(ev, GenerationStats):

@@ -9,8 +9,9 @@ from specchat.store.export import (
     write_export,
 )
 from specchat.store.fates import FateTrace, Segment
+from specchat.store.reply_format import ReplyFormat
 from specchat.store.stats import ReplyStats
 
-__all__ = ["ChatStore", "ChatSummary", "FateTrace", "ReplyStats", "Segment", "StoredMessage",
+__all__ = ["ChatStore", "ChatSummary", "FateTrace", "ReplyFormat", "ReplyStats", "Segment", "StoredMessage",
            "chat_to_markdown", "export_filename", "protected_files", "title_from",
            "unused_path", "write_export"]

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from specchat.errors import StoreError
 from specchat.store.branches import Link, thread
+from specchat.store.reply_format import TEXT, ReplyFormat
 from specchat.store.schema import migrate
 from specchat.store.search import SearchHit, ensure_index, index_needs_work, search
 from specchat.store.sqlite_errors import describe_sqlite_error
@@ -56,6 +57,7 @@ class ChatSummary:
     n_messages: int  # on the shown branch (alternatives a flip away are not counted)
     preset: str | None = None  # the system-prompt preset chosen for this chat, by name
     system_prompt: str | None = None  # the chat's own system prompt (None: the app's)
+    reply_format: ReplyFormat = TEXT  # what its replies follow: free text, JSON, a grammar
 
 
 @dataclass(frozen=True)
@@ -204,12 +206,15 @@ class ChatStore:
     # --- chats ----------------------------------------------------------------------------
 
     def create_chat(self, title: str, pair: str = "", *, preset: str | None = None,
-                    system_prompt: str | None = None) -> int:
+                    system_prompt: str | None = None,
+                    reply_format: ReplyFormat = TEXT) -> int:
         now = self.clock()
         with self._write("the chat was not saved") as c:
             cur = c.execute("INSERT INTO chats (title, pair, created, updated, preset, "
-                            "system_prompt) VALUES (?,?,?,?,?,?)",
-                            (title or "New chat", pair, now, now, preset, system_prompt))
+                            "system_prompt, format_kind, format_source) "
+                            "VALUES (?,?,?,?,?,?,?,?)",
+                            (title or "New chat", pair, now, now, preset, system_prompt,
+                             reply_format.kind, reply_format.source))
             chat_id = int(cur.lastrowid or 0)
             self._own(c, chat_id, now)
         self.owned.add(chat_id)
@@ -254,6 +259,15 @@ class ChatStore:
             self._check_owner(c, chat_id)
             c.execute("UPDATE chats SET preset = ?, system_prompt = ? WHERE id = ?",
                       (preset, system_prompt, chat_id))
+
+    def set_format(self, chat_id: int, reply_format: ReplyFormat) -> None:
+        """What the chat's replies follow from now on (the schema's or grammar's text too)."""
+        with self._write("the chat's reply format was not saved") as c:
+            self._check_owner(c, chat_id)
+            cur = c.execute("UPDATE chats SET format_kind = ?, format_source = ? WHERE id = ?",
+                            (reply_format.kind, reply_format.source, chat_id))
+        if cur.rowcount == 0:
+            raise StoreError(f"no chat with id {chat_id}", "missing")
 
     def search(self, text: str, limit: int = 50) -> tuple[list[SearchHit], bool]:
         """Messages of every chat matching all the words of ``text``, best first, and whether
@@ -451,7 +465,10 @@ def _summary(r: sqlite3.Row, shown: int | None = None) -> ChatSummary:
     n = r["n"] if shown is None else shown
     return ChatSummary(r["id"], r["title"], r["pair"], r["created"], r["updated"], n,
                        r["preset"] if "preset" in keys else None,
-                       r["system_prompt"] if "system_prompt" in keys else None)
+                       r["system_prompt"] if "system_prompt" in keys else None,
+                       ReplyFormat.from_columns(
+                           r["format_kind"] if "format_kind" in keys else None,
+                           r["format_source"] if "format_source" in keys else None))
 
 
 def _message(r: sqlite3.Row) -> StoredMessage:

@@ -22,6 +22,7 @@ from typing import Any
 
 from specchat.errors import StoreError
 from specchat.store.chats import ChatStore, process_alive
+from specchat.store.reply_format import ReplyFormat
 
 MAX_GAP = 2000  # consecutive absent rowids after which a row-by-row scan stops
 SIDE_FILES = ("-wal", "-shm")
@@ -157,13 +158,14 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
     for ch in chats:
         try:
             prompt = ch.get("system_prompt")
+            fmt = ReplyFormat.from_columns(ch.get("format_kind"), ch.get("format_source"))
             c.execute("INSERT INTO chats (id, title, pair, created, updated, preset, "
-                      "system_prompt) VALUES (?,?,?,?,?,?,?)",
+                      "system_prompt, format_kind, format_source) VALUES (?,?,?,?,?,?,?,?,?)",
                       (int(ch["id"]), str(ch.get("title") or "Recovered chat"),
                        str(ch.get("pair") or ""), float(ch.get("created") or now),
                        float(ch.get("updated") or now),
                        ch.get("preset") if isinstance(ch.get("preset"), str) else None,
-                       prompt if isinstance(prompt, str) else None))
+                       prompt if isinstance(prompt, str) else None, fmt.kind, fmt.source))
             known.add(int(ch["id"]))
         except (sqlite3.Error, KeyError, TypeError, ValueError):
             continue

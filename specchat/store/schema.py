@@ -107,6 +107,14 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX messages_by_parent ON messages(chat_id, parent_id);
     """,
     _search_and_prompts,
+    # 6: what each chat's replies follow (store/reply_format.py): free text, any JSON object,
+    # a JSON schema or a grammar; the schema's or grammar's text itself, not a file's path.
+    # Every chat there was replies in free text, as it did.
+    """
+    ALTER TABLE chats ADD COLUMN format_kind TEXT NOT NULL DEFAULT 'text'
+        CHECK (format_kind IN ('text', 'json_object', 'json_schema', 'grammar'));
+    ALTER TABLE chats ADD COLUMN format_source TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -58,6 +58,8 @@ COMMANDS = (
     ("Search all chats", "Find a message in any chat; Enter opens the chat there", "search"),
     ("System prompt for this chat", "A named preset, one of its own, or the default",
      "pick_preset"),
+    ("Reply format for this chat", "Free text, any JSON object, a JSON schema or a grammar "
+     "that every reply follows (F10)", "reply_format"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
     ("Switch pair or model", "Load another pair or model on disk; this chat stays open",
      "switch_pair"),

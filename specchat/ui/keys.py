@@ -54,6 +54,9 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("f9", "pick_preset", "Prompt",
         "This chat's system prompt: a named preset (yours: config.yaml's presets), one of "
         "its own, or the Settings' one", show=False),
+    Key("f10", "reply_format", "Format",
+        "This chat's reply format: free text, any JSON object, a JSON schema or a grammar "
+        "(Lark, GBNF) that every reply follows", show=False),
     # One message: the cursor moves from the message box (typing still goes there).
     Key("ctrl+up", "select_previous", "", "Select the message above (the message keys below "
         "then act on it; without a selection they act on the last reply)", show=False),

@@ -19,6 +19,7 @@ from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
 from specchat.session.auto_calibration import Outcome
 from specchat.session.worker import ReplyFigures, ReplyUpdate
+from specchat.store.reply_format import ReplyFormat
 
 
 @dataclass
@@ -109,3 +110,12 @@ class RpcDropped(Message, bubble=False):
     which stays parked: the reply's worker never returns)."""
 
     text: str
+
+
+@dataclass
+class FormatChecked(Message, bubble=False):
+    """A reply format compiled (``error`` None) or not (``error``: why, one line), for the format
+    dialog that asked."""
+
+    reply_format: ReplyFormat
+    error: str | None

@@ -36,7 +36,7 @@ from specchat.session.conversation import Conversation
 from specchat.session.live import live_from_record
 from specchat.session.views import Ended, Failed, Figures, Notice, Redraw, SaveState, Streamed
 from specchat.session.worker import ReplyJob, run_reply
-from specchat.store import ReplyStats
+from specchat.store import ReplyFormat, ReplyStats
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
@@ -57,6 +57,7 @@ from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.presets import PresetPicker, PromptChoice
 from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.race_pickers import PairPicker
+from specchat.ui.screens.reply_format import ReplyFormatScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.chat_input import ChatInput
@@ -172,6 +173,8 @@ class ChatScreen(Screen[None]):
         c = self.conversation
         if c.preset is not None or c.system_prompt is not None:
             out.append(f"  · prompt: {safe_text(c.preset or 'its own')}", "dim")
+        if c.reply_format.constrained:  # why the replies are JSON (F10)
+            out.append(f"  · replies: {c.reply_format.label}", "bold")
         if self.session.owner is not None:
             out.append("  · read-only: open in another specchat", "bold yellow")
         if self.unsaved:
@@ -662,3 +665,25 @@ class ChatScreen(Screen[None]):
 
         self.app.push_screen(PresetPicker(self.services.config.all_presets(),
                                           self.settings.system_prompt, c.preset, own), chosen)
+
+    # --- this chat's reply format (screens/reply_format.py) ---------------------------------
+
+    def action_reply_format(self) -> None:
+        current = self.conversation.reply_format
+
+        def chosen(fmt: ReplyFormat | None) -> None:
+            self.query_one(ChatInput).focus()
+            if fmt is None or fmt == current:
+                return
+            try:
+                self.session.set_format(fmt)
+            except SpecchatError as e:
+                self.notify(f"{e}; the format applies until this chat is closed",
+                            severity="error", timeout=10, markup=False)
+            self._retitled()
+            said = {"text": "are free text", "json_object": "are JSON objects"}.get(
+                fmt.kind, f"follow its {fmt.label}")
+            later = " from the next reply on" if self.session.job is not None else ""
+            self.notify(f"This chat's replies {said}{later}.", timeout=4, markup=False)
+
+        self.app.push_screen(ReplyFormatScreen(current), chosen)
