@@ -13,20 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from specchat.engine.decode.decoding import Decoder
-from specchat.engine.decode.drafting import Drafter
 from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.registry import DrafterEnv, build, usable
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
-from specchat.engine.drafters import kangaroo, layerskip, medusa
-from specchat.engine.drafters.kangaroo import NAME as KANGAROO
-from specchat.engine.drafters.kangaroo import KangarooAdapter
-from specchat.engine.drafters.layerskip import NAME as LAYERSKIP
-from specchat.engine.drafters.lookahead import NAME as LOOKAHEAD
-from specchat.engine.drafters.medusa import NAME as MEDUSA
-from specchat.engine.drafters.medusa import OWN_NODES, MedusaHeads
-from specchat.engine.drafters.mtp import NAME as MTP
 from specchat.engine.llama import amx, rpc
 from specchat.engine.llama.hardware import backend_label
 from specchat.engine.llama.memory_plan import (
@@ -52,8 +43,8 @@ from specchat.loading import (
     check_pair,
     load_requests,
 )
-from specchat.models.catalog import ModelEntry
-from specchat.models.mtp import detect, detect_path, no_heads
+from specchat.models.drafter_sources import Found, Target
+from specchat.models.mtp import detect_path
 from specchat.models.progress import ProgressFn, no_progress
 from specchat.models.resolver import ModelResolver
 from specchat.models.vocab_compat import Finding
@@ -94,14 +85,12 @@ class Runtime:
         # The learning controllers handed out (one per decoder: a chat session, a race), whose
         # state is saved for the next process; see save_controllers.
         self._controllers: list[AutoGamma] = []
-        # The target's layer-skip draft (``specchat models self-draft``), loaded on first use.
-        self.layerskip_path: Path | None = None
-        self._layerskip: tuple[LlamaModel, LlamaContext] | None = None
-        # The target's Kangaroo adapter and shallow model (``models train-heads --kind
-        # kangaroo``): found when the drafter is first asked for, loaded on its first step.
-        self._kangaroo_found: tuple[KangarooAdapter, Path] | None = None
-        self._kangaroo: tuple[LlamaModel, LlamaContext] | None = None
-        self._medusa: MedusaHeads | None = None  # the target's Medusa heads, once loaded
+        self.resolver: ModelResolver | None = None  # where the drafters' weights are looked for
+        # What the drafters found in the stores (models.drafter_sources), kept for the
+        # runtime's life, and the cuts of the target they loaded (a layer-skip draft,
+        # Kangaroo's shallow model), cleared and closed with the runtime's own contexts.
+        self._found = Found()
+        self._cuts: list[tuple[LlamaModel, LlamaContext]] = []
 
     @classmethod
     def open(cls, selection: Selection, resolver: ModelResolver,
@@ -155,7 +144,7 @@ class Runtime:
         runtime = cls(selection, target, target_ctx, draft, draft_ctx, plan)
         runtime.pair_warnings = warnings
         runtime.paths = resolver.paths
-        runtime.layerskip_path = layerskip_path(resolver, selection.target)
+        runtime.resolver = resolver
         return runtime
 
     def notices(self) -> list[str]:
@@ -299,158 +288,70 @@ class Runtime:
             names = (PREDICTION, *names)
         if plain or not names:
             return PlainDecoder(self.target_ctx)
-        if MEDUSA in names:
-            self._medusa_heads()  # no heads: say how to train them before anything runs
-        env = self._drafter_env()
-        chosen: list[str | Drafter] = []
-        for n in names:
-            if n == MTP:
-                why = mtp_problem(self.target)
-                if why is not None:
-                    raise SpecchatError(why)
-            if n == KANGAROO and env.get(kangaroo.LOADER) is None:
-                self._find_kangaroo()
-                env = self._drafter_env()
-            if n == LAYERSKIP and env.get(layerskip.LOADER) is None:
-                t = self.selection.target.id
-                raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
-                                    f"`specchat models self-draft {t} --layers auto`")
-            chosen.append(build(n, env) if n in (LAYERSKIP, LOOKAHEAD, MEDUSA, KANGAROO) else n)
+        # Built here, so a drafter that lacks something (trained heads, a cut of the target)
+        # says how to get it before anything runs.
+        env = self._drafter_env(thorough=True)
+        chosen = [build(n, env) for n in names]
         policy = self.policy(gamma, ngram="ngram" in names)
-        if set(names) == {MEDUSA} and isinstance(policy, AutoGamma) \
-                and not isinstance(policy, Planner):
-            # Auto-γ sizes chains only: the heads' own tree instead (the planner scores it).
-            policy = FixedGamma(OWN_NODES, "medusa tree")
+        fixed = chosen[0].fixed_gamma if len(chosen) == 1 else None
+        if fixed is not None and isinstance(policy, AutoGamma) and not isinstance(policy, Planner):
+            policy = FixedGamma(*fixed)  # auto-γ sizes chains only, not the drafter's own step
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
         """Of ``names``, those that can run with what is loaded (the app keeps one drafter
         setting for pairs and single models alike)."""
-        return usable(names, self._drafter_env(names))
+        return usable(names, self._drafter_env(thorough=False))
 
-    def _drafter_env(self, names: Sequence[str] = ()) -> DrafterEnv:
-        env = DrafterEnv(self.target_ctx, self.draft_ctx)
-        if self.layerskip_path is not None:
-            env.provide(layerskip.LOADER, self._load_layerskip)
-        if MEDUSA in names or self._medusa is not None:
-            with contextlib.suppress(SpecchatError):  # no heads: the drafter is not usable
-                self._medusa_heads()
-                env.provide(medusa.LOADER, self._medusa_heads)
-        if self._kangaroo_found is None and self.paths is not None:
-            with contextlib.suppress(SpecchatError):  # decoder() says what is wrong, if asked
-                self._find_kangaroo(known_only=True)
-        if self._kangaroo_found is not None:
-            env.provide(kangaroo.LOADER, self._load_kangaroo)
+    def _drafter_env(self, thorough: bool) -> DrafterEnv:
+        """The drafters' environment: the loaded models, and what the models layer's sources
+        find for their needs, looked for when a drafter asks (``thorough``: see
+        :class:`~specchat.models.drafter_sources.Target`)."""
+        env = DrafterEnv(self.target_ctx, self.draft_ctx, target_name=self.selection.target.id)
+        self._found.offer(env, Target(self.target, self.selection.target, self.paths,
+                                      self.resolver, self._open_cut, thorough))
         return env
 
-    def _medusa_heads(self) -> MedusaHeads:
-        """The target's Medusa heads (``specchat models train-heads``), loaded once."""
-        if self._medusa is None:
-            from specchat.models.heads.medusa import heads_file, load
-            from specchat.models.heads.store import target_sha256
-
-            t = self.selection.target.id
-            path = self.target.path
-            sha = target_sha256(self.paths, path) if self.paths is not None else ""
-            file = heads_file(self.paths, sha) if self.paths is not None else None
-            if file is None or not file.exists():
-                raise SpecchatError(f"{t} has no Medusa heads yet: train them with "
-                                    f"`specchat models train-heads {t} --kind medusa` "
-                                    "(a few minutes)")
-            self._medusa = load(file, sha, path)
-        return self._medusa
-
-    def _find_kangaroo(self, known_only: bool = False) -> None:
-        """The target's trained adapter, or a clear error saying how to train one
-        (``known_only``: without hashing the target, see models.heads.kangaroo.known_adapter)."""
-        from specchat.models.heads.kangaroo import adapter_file, known_adapter, load
-        from specchat.models.heads.store import target_sha256
-
-        if self.paths is None:
-            raise SpecchatError("the kangaroo drafter needs specchat's data folder")
-        path = self.target.path
-        if known_only and known_adapter(self.paths, path) is None:
-            return
-        found = adapter_file(self.paths, target_sha256(self.paths, path))
-        if not found.exists():
-            raise SpecchatError(f"{path.name} has no Kangaroo adapter yet: train one with "
-                                f"`specchat models train-heads {path} --kind kangaroo`")
-        self._kangaroo_found = load(found, target_sha256(self.paths, path), path)
-
-    def _load_kangaroo(self) -> tuple[LlamaContext, KangarooAdapter]:
-        assert self._kangaroo_found is not None
-        adapter, shallow = self._kangaroo_found
-        if self._kangaroo is None:
-            self._kangaroo = self._cut_context(shallow)
-        return self._kangaroo[1], adapter
-
-    def _load_layerskip(self) -> LlamaContext:
-        if self._layerskip is None:
-            assert self.layerskip_path is not None
-            self._layerskip = self._cut_context(self.layerskip_path)
-        return self._layerskip[1]
-
-    def _cut_context(self, path: Path) -> tuple[LlamaModel, LlamaContext]:
-        """A cut of the target (layer-skip, Kangaroo's shallow model) loaded like the target,
-        with a context of the target's size."""
+    def _open_cut(self, path: Path) -> LlamaContext:
+        """A cut of the target (a layer-skip draft, Kangaroo's shallow model) loaded like the
+        target, with a context of the target's size; kept until :meth:`close`."""
         t = self.target_ctx
         model = LlamaModel(path, self.target.settings)
         try:
-            return model, LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
+            ctx = LlamaContext(model, replace(t.settings, n_ctx=t.n_ctx))
         except BaseException:
             model.close()
             raise
+        self._cuts.append((model, ctx))
+        return ctx
 
     def clear_caches(self) -> None:
         """Empty both KV caches (a timed run must not profit from an earlier one's prompt)."""
         self.target_ctx.clear()
         if self.draft_ctx is not None:
             self.draft_ctx.clear()
-        if self._layerskip is not None:
-            self._layerskip[1].clear()
-        if self._kangaroo is not None:
-            self._kangaroo[1].clear()
+        for _, ctx in self._cuts:
+            ctx.clear()
 
     def close(self) -> None:
         self.save_controllers()
         self._controllers = []
-        if self._layerskip is not None:
-            self._layerskip[1].close()
-            self._layerskip[0].close()
-            self._layerskip = None
-        if self._kangaroo is not None:
-            self._kangaroo[1].close()
-            self._kangaroo[0].close()
-            self._kangaroo = None
+        self._found.clear()  # its loaders would hand out the cuts closed here
+        for model, ctx in self._cuts:
+            ctx.close()
+            model.close()
+        self._cuts = []
         for obj in (self.draft_ctx, self.draft, self.target_ctx, self.target):
             if obj is not None:
                 obj.close()
 
 
 def _with_mtp(path: Path, settings: ModelSettings) -> ModelSettings:
-    """Load a target's MTP layers when llama.cpp can run them (``--drafter mtp``): one block
-    more in memory, which the load's memory estimate does not count."""
+    """The target's settings from its header: its MTP layers loaded when llama.cpp can run them
+    (for ``--drafter mtp``), one block more in memory, which the load's memory estimate does not
+    count."""
     heads = detect_path(path)
     return replace(settings, load_mtp=True) if heads is not None and heads.runnable else settings
-
-
-def mtp_problem(target: LlamaModel) -> str | None:
-    """Why ``--drafter mtp`` cannot run on this target (None: it can), from its header."""
-    heads = detect(target.header)
-    if heads is None:
-        return no_heads(target.name)
-    return heads.why_not(target.name)
-
-
-def layerskip_path(resolver: ModelResolver, target: ModelEntry) -> Path | None:
-    """The target's layer-skip draft on disk, if one was made (see models.self_draft)."""
-    from specchat.models.self_draft import layerskip_entry
-
-    entry = layerskip_entry(resolver.catalog, target)
-    if entry is None:
-        return None
-    st = resolver.state(entry)
-    return st.path if st.present else None
 
 
 def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool

@@ -25,6 +25,9 @@ transformers' ``CandidateGenerator`` are built the same way). Besides the core a
   that did not run it (:mod:`specchat.engine.policy.guesses`).
 - ``reads_hidden``: it drafts from the target's hidden states (Medusa): the verify pass of its
   steps keeps them.
+- ``fixed_gamma``: the fixed γ (and its label) to draft with when it drafts alone and the policy
+  would be auto-γ, which sizes chains only (Medusa: its heads' tree; the planner scores such a
+  step itself, so it is left alone).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Drafter(Protocol):
     reads_hidden: bool  # its steps' verify pass keeps the target's hidden states
     plans_own_step: bool  # own_plan() is its step; else the planner sizes a chain
     free_guesses: bool  # guess() costs nothing: a planner may ask it every step
+    fixed_gamma: tuple[int, str] | None  # (γ, label) in place of auto-γ when it drafts alone
 
     def default_plan(self, gamma: int) -> Plan:
         """The step to take when the γ policy gives only a length (no ``next_plan``)."""
@@ -157,12 +161,13 @@ class Drafter(Protocol):
 class DrafterBase:
     """The defaults of every ``Drafter`` hook: a chain of γ tokens is the default step; no
     state to reset, configure, commit or settle; always able to propose; no step of its own,
-    no cache of its own, no free guesses, no hidden states."""
+    no cache of its own, no free guesses, no hidden states, sized by auto-γ."""
 
     name: str
     reads_hidden = False
     plans_own_step = False
     free_guesses = False
+    fixed_gamma: tuple[int, str] | None = None
 
     def default_plan(self, gamma: int) -> Plan:
         return chain(self.name, gamma)

@@ -1,23 +1,28 @@
 """Drafters by name: what ``--drafter`` and the app's settings choose from.
 
 The drafters are plug-ins, each one module of :mod:`specchat.engine.drafters` defining ``NAME``
-and ``build(env) -> Drafter | None`` (None: not usable with what is loaded, e.g. no draft
-model). This registry finds them at run time by scanning that package, so the decoder depends on
-no drafter, and a new drafter is a new file there. Modules whose name starts with ``_`` are
-the drafters' helpers.
+and ``build(env) -> Drafter | None`` (:class:`DrafterModule`): None when it is not usable with
+what is loaded for want of a draft model, or a ``SpecchatError`` saying what it lacks (trained
+heads, a cut of the target). This registry finds them at run time by scanning that package, so
+the decoder depends on no drafter, and a new drafter is a new file there. Modules whose name
+starts with ``_`` are the drafters' helpers.
+
+What a drafter needs from above the engine (weights kept in specchat's stores, what the target's
+file says) it declares as a typed :class:`Need`; whoever loads the models provides it, at once
+(:meth:`DrafterEnv.provide`) or when a drafter first asks (:meth:`DrafterEnv.offer`).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Generic, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 from specchat.engine.decode.drafting import Drafter
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.errors import SpecchatError
 
 PACKAGE = "specchat.engine.drafters"
@@ -47,15 +52,50 @@ class DrafterEnv:
     draft: LlamaContext | None = None
     stepwise_draft: bool = False  # see drafters._draft_model.DraftModel
     ngram_n_min: int | None = None  # None: 2 with a draft model behind it, else 1
+    # What the user calls the target (its catalog id), for a drafter's messages; None: the
+    # model's own name.
+    target_name: str | None = None
     _provided: dict[Need[object], object] = field(default_factory=dict, repr=False)
+    _offered: dict[Need[object], Callable[[], object | None]] = field(default_factory=dict,
+                                                                      repr=False)
 
     def provide(self, need: Need[T], value: T) -> None:
         """Make ``value`` available to the drafters that ``get`` this need."""
         self._provided[cast(Need[object], need)] = value
 
+    def offer(self, need: Need[T], find: Callable[[], T | None]) -> None:
+        """Provide ``need`` when a drafter first asks for it: ``find`` looks for it then (None:
+        not there), so a search that hashes the target or loads weights is paid only by a
+        drafter that is built."""
+        self._offered[cast(Need[object], need)] = find
+
     def get(self, need: Need[T]) -> T | None:
         """What was provided for ``need``; None when nothing was (the drafter is not usable)."""
-        return cast("T | None", self._provided.get(cast(Need[object], need)))
+        key = cast(Need[object], need)
+        find = self._offered.pop(key, None)  # looked for once per environment
+        if find is not None and key not in self._provided:
+            found = find()
+            if found is not None:
+                self._provided[key] = found
+        return cast("T | None", self._provided.get(key))
+
+    def target_label(self) -> str:
+        """The target as a message names it: :attr:`target_name`, else its model's name."""
+        if self.target_name is not None:
+            return self.target_name
+        model = self.target.model
+        return model.name if isinstance(model, LlamaModel) else "the model"  # (a test's stand-in)
+
+
+class DrafterModule(Protocol):
+    """What a drafter module of :mod:`specchat.engine.drafters` defines."""
+
+    NAME: str
+
+    def build(self, env: DrafterEnv) -> Drafter | None:
+        """The drafter, built from ``env``; None when it needs a draft model and none is
+        loaded; raises a ``SpecchatError`` saying what else it lacks."""
+        ...
 
 
 def names() -> tuple[str, ...]:
@@ -75,25 +115,32 @@ def _modules() -> dict[str, str]:
     return found
 
 
+def _module(path: str) -> DrafterModule:
+    return cast(DrafterModule, importlib.import_module(path))  # _modules checked what it defines
+
+
 def build(name: str, env: DrafterEnv) -> Drafter:
     """The drafter called ``name``; a clear error when it is unknown or cannot run here."""
     mods = _modules()
     if name not in mods:
         raise SpecchatError(f"unknown drafter '{name}' (choose from {', '.join(sorted(mods))})")
-    mod = importlib.import_module(mods[name])
-    drafter: Drafter | None = mod.build(env)
+    drafter = _module(mods[name]).build(env)  # a drafter that needs something else says what
     if drafter is None:
-        why = getattr(mod, "why_not", None)  # a drafter that needs something else says what
-        raise SpecchatError(why(env) if callable(why)
-                            else f"the '{name}' drafter needs a draft model (--draft)")
+        raise SpecchatError(f"the '{name}' drafter needs a draft model (--draft)")
     return drafter
 
 
 def usable(names: Sequence[str], env: DrafterEnv) -> tuple[str, ...]:
     """Of ``names``, those that can run in ``env`` (e.g. not "tree" without a draft model)."""
     mods = _modules()
-    return tuple(n for n in names if n in mods and
-                 importlib.import_module(mods[n]).build(env) is not None)
+
+    def builds(name: str) -> bool:
+        try:
+            return _module(mods[name]).build(env) is not None
+        except SpecchatError:  # it said what it lacks: not usable here
+            return False
+
+    return tuple(n for n in names if n in mods and builds(n))
 
 
 def parse_names(text: str) -> tuple[str, ...]:

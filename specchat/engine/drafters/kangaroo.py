@@ -20,7 +20,9 @@ so the output is exact whatever the adapter predicts: under sampling each token 
 q (the adapter's logits after the target's sampler transform) and q is what the rule reads.
 
 Whoever loads models provides a loader for ``LOADER`` (``env.provide``): a zero-argument callable
-returning ``(shallow context, adapter)``, called on the first step that asks.
+returning ``(shallow context, adapter)``, called on the first step that asks (the runtime's comes
+from :mod:`specchat.models.drafter_sources.kangaroo`). Without one, ``build`` says how to train
+an adapter.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.llama.hidden_states import decode_with_hidden
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.errors import SpecchatError
 
 NAME = "kangaroo"
 # Loads the shallow model's context and the adapter when the drafter first drafts.
@@ -177,13 +180,18 @@ class KangarooDrafter(DrafterBase):
             ctx.truncate(ctx.common_prefix(seq))
 
 
-def build(env: DrafterEnv) -> KangarooDrafter | None:
+def build(env: DrafterEnv) -> KangarooDrafter:
     load = env.get(LOADER)
     if load is None:
-        return None
+        raise SpecchatError(_why_not(env))
     return KangarooDrafter(env.target, load)
 
 
-def why_not(env: DrafterEnv) -> str:
+def _why_not(env: DrafterEnv) -> str:
+    model = env.target.model
+    if isinstance(model, LlamaModel):  # (else a test's stand-in)
+        path = model.path
+        return (f"{path.name} has no Kangaroo adapter yet: train one with "
+                f"`specchat models train-heads {path} --kind kangaroo`")
     return ("the kangaroo drafter needs an adapter trained for this target: "
             "`specchat models train-heads TARGET --kind kangaroo`")

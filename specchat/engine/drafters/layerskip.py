@@ -8,8 +8,9 @@ kept/total of a target token plus the head. It drafts a chain like the draft mod
 (:mod:`._draft_model`); the target verifies, so the output is exact whatever it proposes.
 
 Whoever loads models provides a loader for the cut model's context for ``LOADER``
-(a zero-argument callable); it is called on the first step that asks, so naming the drafter
-costs nothing until it drafts.
+(a zero-argument callable; the runtime's comes from
+:mod:`specchat.models.drafter_sources.layerskip`); it is called on the first step that asks, so
+naming the drafter costs nothing until it drafts. Without one, ``build`` says how to make a cut.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.llama.model import LlamaContext
+from specchat.errors import SpecchatError
 
 NAME = "layerskip"
 LOADER: Need[Callable[[], LlamaContext]] = Need(NAME)  # the cut model's context, on first use
@@ -68,8 +70,10 @@ class LayerSkipDrafter(DrafterBase):
             self._dm.settle(seq)
 
 
-def build(env: DrafterEnv) -> LayerSkipDrafter | None:
+def build(env: DrafterEnv) -> LayerSkipDrafter:
     load = env.get(LOADER)
     if load is None:
-        return None
+        t = env.target_label()
+        raise SpecchatError(f"{t} has no layer-skip draft yet: make one with "
+                            f"`specchat models self-draft {t} --layers auto`")
     return LayerSkipDrafter(env.target, load)

@@ -21,8 +21,8 @@ zero elsewhere: still exact, since q is what the tokens were drawn from, and the
 verifier (:func:`specchat.engine.decode.verify.verify_tree`) decides.
 
 Whoever loads models provides a loader for the target's heads for ``LOADER`` (a
-zero-argument callable returning :class:`MedusaHeads`, raising a clear error when there are
-none); naming the drafter costs nothing until its first step.
+zero-argument callable returning :class:`MedusaHeads`; the runtime's comes from
+:mod:`specchat.models.drafter_sources.medusa`). Without one, ``build`` says how to train them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from specchat.engine.drafters.tree import best_shape
 from specchat.engine.llama.blas import blas_threads
 from specchat.engine.llama.hidden_states import decode_with_hidden, last_hidden, n_embd
 from specchat.engine.llama.model import LlamaContext
+from specchat.errors import SpecchatError
 
 NAME = "medusa"
 LOADER: Need[Callable[[], MedusaHeads]] = Need(NAME)  # the target's heads, on first use
@@ -109,6 +110,9 @@ class MedusaDrafter(DrafterBase):
     name = NAME
     reads_hidden = True  # the decoder's verify pass keeps hidden states (see the docstring)
     plans_own_step = True
+    # Auto-γ sizes chains only: drafting alone, the heads' own tree instead (the planner
+    # scores it).
+    fixed_gamma = (OWN_NODES, "medusa tree")
 
     def __init__(self, target: LlamaContext, load: Callable[[], MedusaHeads]) -> None:
         self.target = target
@@ -214,8 +218,10 @@ class MedusaDrafter(DrafterBase):
         self._h, self._h_len = hidden[row].copy(), len(seq)
 
 
-def build(env: DrafterEnv) -> MedusaDrafter | None:
+def build(env: DrafterEnv) -> MedusaDrafter:
     load = env.get(LOADER)
     if load is None:
-        return None
+        t = env.target_label()
+        raise SpecchatError(f"{t} has no Medusa heads yet: train them with "
+                            f"`specchat models train-heads {t} --kind medusa` (a few minutes)")
     return MedusaDrafter(env.target, load)

@@ -47,14 +47,19 @@ import numpy.typing as npt
 
 from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.grammar import masked
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.mtp import MtpContext, MtpFailed, capture_for, hooks_available, n_mtp_layers
 from specchat.engine.llama.prefix import common_prefix
+from specchat.errors import SpecchatError
 
 NAME = "mtp"
+# Why the target's file cannot draft with MTP layers, as its header says (which layers it ships,
+# whether llama.cpp runs them for its architecture: :mod:`specchat.models.mtp` reads it, and
+# :mod:`specchat.models.drafter_sources.mtp` provides it); not provided when the file can.
+FILE_SAYS: Need[str] = Need("mtp file")
 
 class MtpDrafter(DrafterBase):
     name = NAME
@@ -143,9 +148,9 @@ class MtpDrafter(DrafterBase):
             self._ctx.truncate(common_prefix(self._ctx.fed, seq, 1))
 
 
-def why_not(env: DrafterEnv) -> str:
-    """Why the target cannot draft with its MTP layers (the runtime says more, from the file's
-    header: see :mod:`specchat.models.mtp`)."""
+def _why_not(env: DrafterEnv) -> str:
+    """Why the loaded target cannot draft with its MTP layers (what its file says is
+    ``FILE_SAYS``)."""
     model = env.target.model
     label = model.name if isinstance(model, LlamaModel) else "the model"
     if not hooks_available():
@@ -156,10 +161,12 @@ def why_not(env: DrafterEnv) -> str:
         "that ships them"
 
 
-def build(env: DrafterEnv) -> MtpDrafter | None:
+def build(env: DrafterEnv) -> MtpDrafter:
+    file_says = env.get(FILE_SAYS)  # the file's own reason first: it says the most
+    if file_says is not None:
+        raise SpecchatError(file_says)
     model = env.target.model
-    if not hooks_available() or not isinstance(model, LlamaModel) or not model.settings.load_mtp:
-        return None
-    if n_mtp_layers(model) <= 0:
-        return None
+    if not hooks_available() or not isinstance(model, LlamaModel) or not model.settings.load_mtp \
+            or n_mtp_layers(model) <= 0:
+        raise SpecchatError(_why_not(env))
     return MtpDrafter(env.target)
