@@ -33,6 +33,7 @@ from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import NGRAM
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import Verdict, one_hot
+from specchat.engine.drafters._follow import State, walk
 
 NAME = NGRAM
 # Tokens after a changed one that must repeat the matched text before the change counts as an
@@ -79,7 +80,7 @@ class NgramDrafter(DrafterBase):
         self._cursor: int | None = None
         # The passage the reply is copying: the index of its next token, and the tokens of an
         # edit being written before it (None: not following one).
-        self._follow: tuple[int, tuple[int, ...]] | None = None
+        self._follow: State | None = None
         # (passage index, sequence index) where the copy departed, until it re-joins.
         self._lost: tuple[int, int] | None = None
         # Edits of several tokens the reply made to the passages it copies: their tokens → the
@@ -165,15 +166,7 @@ class NgramDrafter(DrafterBase):
         if k <= 0:
             return []
         if self._follow is not None:
-            out: list[int] = []
-            state: tuple[int, tuple[int, ...]] | None = self._follow
-            while state is not None and len(out) < k:
-                nxt = self._next(state)
-                if nxt is None:
-                    break
-                out.append(nxt[0])
-                state = nxt[1]
-            return out
+            return walk(self._next, self._follow, k)
         found = self._source()
         if found is None:
             return []
@@ -220,8 +213,7 @@ class NgramDrafter(DrafterBase):
                 return j, False
         return None
 
-    def _next(self, state: tuple[int, tuple[int, ...]]
-              ) -> tuple[int, tuple[int, tuple[int, ...]] | None] | None:
+    def _next(self, state: State) -> tuple[int, State] | None:
         """The token the followed passage says next (its edits made), and the state after it
         (None: the passage ends at the sequence's end)."""
         i, pending = state
@@ -261,7 +253,7 @@ class NgramDrafter(DrafterBase):
             # instruction that names the new word — does not replace the point it left.)
             self._lost = (i, len(toks))
 
-    def _rejoin(self) -> tuple[int, tuple[int, ...]] | None:
+    def _rejoin(self) -> State | None:
         """The passage to follow after the last token: where a copy that departed re-joins its
         passage (learning the edit it made), else where an exact match says the text goes on."""
         toks = self.tokens

@@ -24,6 +24,7 @@ from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict, one_hot
+from specchat.engine.drafters._follow import walk
 
 NAME = "prediction"
 N_MAX = 6  # longest n-gram looked up to re-join the prediction
@@ -129,17 +130,7 @@ class PredictionDrafter(DrafterBase):
         return None
 
     def lookup(self, k: int) -> list[int]:
-        out: list[int] = []
-        state = self.state
-        while state is not None and len(out) < k:
-            nxt = self._next(state)
-            if nxt is None:
-                break
-            out.append(nxt[0])
-            state = nxt[1]
-            if self.is_eog(nxt[0]):
-                break
-        return out
+        return walk(self._next, self.state, k, self.is_eog)
 
     # ------------------------------------------------------------------------- drafting
 
