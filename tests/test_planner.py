@@ -14,6 +14,7 @@ from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
 from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.tree_stats import tree_draft_cost
@@ -392,7 +393,7 @@ def test_ngram_probes_that_keep_missing_slow_down_but_never_stop() -> None:
         else:
             p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))
     assert len(gaps) > 5 and gaps[1:] == sorted(gaps[1:]) and gaps[-1] > gaps[1]
-    assert max(gaps) <= p.settings.probe_every + planner_module.LOOKUP_PAUSE_MAX + 1
+    assert max(gaps) <= p.settings.probe_every + LOOKUP_PAUSE_MAX + 1
 
 
 def test_a_long_prompt_the_draft_has_not_read_is_paid_for_before_drafting() -> None:

@@ -12,7 +12,8 @@ from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.costs import CostCurve
-from specchat.engine.policy.planner import LOOKUP_PAUSE_MAX, Planner
+from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
+from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.reply_length import MIN_PRIOR, ReplyLengths
 
@@ -121,7 +122,7 @@ def test_a_lookup_rejected_in_a_row_pauses_then_comes_back() -> None:
     assert max(paused) <= LOOKUP_PAUSE_MAX
     # Right guesses (scored on every step) end a pause at once.
     p.lookup_hot = True
-    p._lookup_pause["ngram"] = 5
+    p.pauses.left["ngram"] = 5
     assert p.next_plan(("ngram",)).drafter == "ngram"
 
 

@@ -46,6 +46,7 @@ from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, 
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
 from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.lookup_estimate import HOT_STREAK, LookupEstimate
+from specchat.engine.policy.lookup_pauses import LookupPauses
 from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
 from specchat.engine.policy.planner_trees import TreePlans
@@ -71,11 +72,6 @@ FIRST_STEP_READ = 4
 # A draft model's catch-up this long or longer is timed as a read cost per token (shorter ones
 # are mostly a draft step's fixed cost).
 READ_LEARN = 8
-# Lookup steps that kept nothing in a row pause the lookup for 2^k − 1 steps (at most
-# LOOKUP_PAUSE_MAX), unless its guesses, still scored on every step, come right again: past the
-# point where a copy departs from its source, a lookup is wrong several times in a row, and each
-# failed check costs several plain steps on a steep CPU curve.
-LOOKUP_PAUSE_MAX = 16
 # Chain drafters other than the n-gram lookup that read nothing and cost a list slice (a
 # predicted output): not probed before they are scored, checks as deep as a lookup's, a prior
 # that trusts what the caller predicted (its steps soon say otherwise where it is wrong).
@@ -142,10 +138,7 @@ class Planner(AutoGamma):
         self._size_ratio: float | None = None
         self._budget: int | None = None
         self.lengths = ReplyLengths()
-        # Per lookup (n-gram, prediction): its steps in a row that kept nothing, and the steps
-        # left before it is tried again.
-        self._lookup_fails: dict[str, int] = {}
-        self._lookup_pause: dict[str, int] = {}
+        self.pauses = LookupPauses()  # lookups that kept nothing lately, not tried for a while
         self._lookup_full = False  # the last n-gram step kept every token it checked
 
     def reseed(self, seed: AutoGammaSeed) -> None:
@@ -392,17 +385,9 @@ class Planner(AutoGamma):
                 or self._time_costs(step) or self._keep_hold(step) or self._scored(step))
 
     def _unpaused(self, available: tuple[str, ...]) -> tuple[str, ...]:
-        """The drafters available less the lookups pausing (LOOKUP_PAUSE_MAX)."""
-        for name, left in list(self._lookup_pause.items()):
-            self._lookup_pause[name] = left - 1
-            if left <= 0:
-                del self._lookup_pause[name]
-            elif name == NGRAM and self.lookup.hot:  # its guesses came right again
-                self._lookup_pause.pop(name)
-                self._lookup_fails.pop(name, None)
-            else:
-                available = tuple(n for n in available if n != name)
-        return available
+        """The drafters available less the lookups pausing (see lookup_pauses)."""
+        return self.pauses.unpaused(available, frozenset((NGRAM,)) if self.lookup.hot
+                                    else frozenset())
 
     def _first_token(self, step: _Step) -> Plan | None:
         """The reply's first token comes from a plain step when a drafter would first have
@@ -719,7 +704,7 @@ class Planner(AutoGamma):
             self._read_cost = [lam * self._read_cost[0] + step.read_s,
                                lam * self._read_cost[1] + step.read_tokens]
         if step.gamma > 0 and step.drafter in (NGRAM, *LOOKUP_LIKE):
-            self._lookup_outcome(step.drafter, step.accepted > 0)
+            self.pauses.outcome(step.drafter, step.accepted > 0)
             if step.drafter == NGRAM:
                 self._lookup_full = step.accepted == step.gamma
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
@@ -752,15 +737,6 @@ class Planner(AutoGamma):
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed
         self._after_observe()
-
-    def _lookup_outcome(self, name: str, kept: bool) -> None:
-        """A lookup step kept something, or nothing: the latter pauses it (LOOKUP_PAUSE_MAX)."""
-        if kept:
-            self._lookup_fails.pop(name, None)
-            self._lookup_pause.pop(name, None)
-            return
-        fails = self._lookup_fails[name] = self._lookup_fails.get(name, 0) + 1
-        self._lookup_pause[name] = min(2 ** fails - 1, LOOKUP_PAUSE_MAX)
 
     def score_guesses(self, committed: Sequence[int], ran: str,
                       guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
@@ -832,7 +808,7 @@ class Planner(AutoGamma):
         self._behind = 0  # until the decoder says how much of the prompt the draft lacks
         self._lags = {}
         self._reply_tokens = 0
-        self._lookup_fails, self._lookup_pause = {}, {}
+        self.pauses.clear()
 
     def start_reply(self, info: ReplyStart) -> None:
         self._budget = info.max_tokens
