@@ -75,6 +75,7 @@ def ask(prompt: str, model: Path, draft: Path, max_tokens: int, threads: int, pl
             raise SystemExit(f"specchat ask failed: {out.stderr.strip()[-400:]}")
         tokens: list[int] = []
         stats: dict[str, object] = {}
+        steps: list[dict[str, object]] = []
         for line in out.stdout.splitlines():
             if not line.startswith("{"):
                 continue
@@ -83,10 +84,24 @@ def ask(prompt: str, model: Path, draft: Path, max_tokens: int, threads: int, pl
                 tokens.append(int(ev["id"]))
             elif ev.get("type") == "stats":
                 stats = ev
+            elif ev.get("type") == "step":
+                steps.append(ev)
         stats["tokens"] = tokens
+        stats["steps_trace"] = steps
         return stats
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def write_trace(path: Path, stats: dict[str, object], plain_tps: float) -> None:
+    """One line a step: position, drafter, drafted/kept, the step's verify time, the reason."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"plain in the same round: {1000 / plain_tps:.1f} ms a token" if plain_tps else ""]
+    for ev in stats["steps_trace"]:  # type: ignore[attr-defined]
+        lines.append(f"{ev['position']:>5} {ev['drafter']:<8} drafted {ev['gamma']:>2} "
+                     f"kept {ev['accepted']:>2} {1000 * float(ev['verify_s']):7.1f} ms  "
+                     f"{ev['reason']}")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -100,6 +115,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated categories (and copy, code-edit)")
     ap.add_argument("--no-rt", action="store_true", help="do not ask for real-time priority")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="a folder: each default run's steps, one line each (what the planner "
+                         "chose, what it kept, the step's time), as PROMPT-ROUND.txt")
     a = ap.parse_args()
     model, draft = a.models / a.target, a.models / a.draft
     prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(EXTRA.items())
@@ -129,6 +147,8 @@ def main() -> int:
             dflt_tps.append(tps(df))
             ratios.append(dflt_tps[-1] / plain_tps[-1] if plain_tps[-1] else 0.0)
             same = same and pl["tokens"] == df["tokens"]
+            if a.trace is not None:
+                write_trace(a.trace / f"{name}-{r + 1}.txt", df, tps(pl))
             drafted += int(df.get("drafted", 0))  # type: ignore[call-overload]
             accepted += int(df.get("accepted", 0))  # type: ignore[call-overload]
         ratio = statistics.median(ratios)
