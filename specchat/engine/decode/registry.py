@@ -51,7 +51,7 @@ class DrafterEnv:
     target: LlamaContext
     draft: LlamaContext | None = None
     stepwise_draft: bool = False  # see drafters._draft_model.DraftModel
-    ngram_n_min: int | None = None  # None: 2 with a draft model behind it, else 1
+    ngram_n_min: int | None = None  # None: 2 (see drafters.ngram.build)
     # What the user calls the target (its catalog id), for a drafter's messages; None: the
     # model's own name.
     target_name: str | None = None

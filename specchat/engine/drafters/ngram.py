@@ -321,6 +321,8 @@ class NgramDrafter(DrafterBase):
 
 
 def build(env: DrafterEnv) -> NgramDrafter:
-    # With a draft model behind it, only fairly specific matches (n ≥ 2) beat asking it.
-    n_min = env.ngram_n_min or (2 if env.draft is not None else 1)
+    # Matches of two tokens or more, with or without a draft model: on qwen-coder's replies a
+    # one-token match was right 11 % of the time (397 cases), a loss on any curve where a
+    # second row costs more than a tenth of a step, for 2 % more tokens kept where it is free.
+    n_min = env.ngram_n_min or 2
     return NgramDrafter(n_min=n_min, is_eog=env.target.model.is_eog)
