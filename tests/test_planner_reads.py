@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
@@ -103,7 +105,9 @@ def test_switching_back_to_the_draft_is_priced_against_the_tokens_still_to_come(
 
 
 def test_a_lookup_rejected_in_a_row_pauses_then_comes_back() -> None:
-    curve = CostCurve(0.025, tuple(x / 1000 for x in (43, 55, 67, 95, 104, 119, 150, 188)))
+    # A curve where a one-token lookup still pays after three misses (its α near 0.4): what
+    # brings it back is the pause ending, not a probe.
+    curve = CostCurve(0.025, tuple(x / 1000 for x in (43, 49, 67, 95, 104, 119, 150, 188)))
     p = Planner(CALM, AutoGammaSeed(curve, 0.5, ngram_alpha=0.9), clock=lambda: 0.0)
     p.begin("rename a variable")
     paused = []
@@ -135,3 +139,21 @@ def test_state_keeps_reads_and_reply_lengths() -> None:
     q.load_state(p.state())
     assert q.read_cost() == pytest.approx(0.0025)
     assert q.lengths.lengths == [3]
+
+
+def test_a_lookup_outside_a_long_run_must_promise_more() -> None:
+    """Where its α varies most (just after a miss, or early in a repeated passage) a lookup
+    must promise ``lookup_margin`` × plain; the same promise deep in a run is taken."""
+    curve = CostCurve(0.025, tuple(x / 1000 for x in (43, 64, 80, 95, 110, 125, 140, 160)))
+
+    def plan_at(streak: int) -> Plan:
+        p = Planner(CALM, AutoGammaSeed(curve, 0.5, ngram_alpha=0.65), clock=lambda: 0.0)
+        p.begin("summarise this")
+        p.lookup.streak = streak
+        for band in (HOT, LONG):
+            p.lookup.models[band].prior_alpha = 0.65
+        return p.next_plan(("ngram",))
+
+    long_run, early = plan_at(LONG_STREAK), plan_at(HOT_STREAK)
+    assert long_run.drafter == "ngram", long_run.reason
+    assert early.drafter == "none", early.reason

@@ -45,7 +45,7 @@ from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
 from specchat.engine.policy.cost_model import OnlineCostModel
-from specchat.engine.policy.lookup_estimate import HOT_STREAK, LookupEstimate
+from specchat.engine.policy.lookup_estimate import HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.lookup_pauses import LookupPauses
 from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
@@ -284,7 +284,7 @@ class Planner(AutoGamma):
             if not self._untimed(g) or (sizes is not None and g not in sizes):
                 continue
             e_g, s_g = steps[g]
-            if e_g / s_g >= max(TRY_UNTIMED * best_rate, self.plan_settings.margin * base.rate):
+            if e_g / s_g >= max(TRY_UNTIMED * best_rate, self._needed(name) * base.rate):
                 return g, True
         return best_g, False
 
@@ -521,9 +521,7 @@ class Planner(AutoGamma):
         self._mean = mean
         ng = self.ngram.position_alphas()
         base, cands = self.candidates(available, self._alphas, ng)
-        planned = max(cands, key=lambda c: c.rate, default=base)
-        if planned.rate < base.rate * ps.margin:
-            planned = base
+        planned = self._fastest_paying(cands, base)
         self.planned = planned.plan.size if planned.plan.drafter == MODEL else 0
         self._rate = max(planned.rate, base.rate)
         chosen = planned
@@ -533,19 +531,31 @@ class Planner(AutoGamma):
             ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
                 if NGRAM in available else ng
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
-            pick = max(s_cands, key=lambda c: c.rate, default=s_base)
+            pick = self._fastest_paying(s_cands, s_base)
             sampled_best = max((c.rate for c in s_cands), default=0.0)
-            if pick.rate < s_base.rate * ps.margin:
-                pick = s_base
-            # What the mean estimates say of the sampled pick: explore, but not at any price.
+            # What the mean estimates say of the sampled pick: explore, but not at any price
+            # (a lookup outside a long run: not below its own margin).
             if pick.plan.drafter == NONE:
                 chosen = base
             else:
                 at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
                                     pick.seconds, pick.explore)
-                if at_mean.rate >= base.rate * ps.explore_floor:
+                floor = ps.explore_floor if self._needed(pick.plan.drafter) == ps.margin \
+                    else ps.lookup_margin
+                if at_mean.rate >= base.rate * floor:
                     chosen = at_mean
         return base, cands, chosen, sampled_best
+
+    def _needed(self, drafter: str) -> float:
+        """How many times plain's rate a step of ``drafter`` must promise now."""
+        ps = self.plan_settings
+        return ps.lookup_margin if drafter == NGRAM and self.lookup.band != LONG else ps.margin
+
+    def _fastest_paying(self, cands: Sequence[Candidate], base: Candidate) -> Candidate:
+        """The fastest candidate of those that beat plain by the margin each needs; else
+        plain."""
+        return max((c for c in cands if c.rate >= base.rate * self._needed(c.plan.drafter)),
+                   key=lambda c: c.rate, default=base)
 
     def _plain_or_probe(self, step: _Step, base: Candidate, cands: Sequence[Candidate],
                         sampled_best: float, catch: float) -> Plan:

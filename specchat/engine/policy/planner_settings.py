@@ -23,6 +23,12 @@ def _planner_auto() -> AutoGammaSettings:
 class PlannerSettings:
     auto: AutoGammaSettings = field(default_factory=_planner_auto)
     margin: float = 1.03  # speculation must promise this × plain's rate
+    # ... and a lookup outside a long run (the lookup's last guesses not 4 right in a row) this
+    # much: there its α differs from one reply to the next (the next token right after 2–3
+    # right: 40 % on a RAG answer, 83 % on a summary, replayed on qwen-coder), and a CPU's check
+    # of 4 tokens costs 2.7–3.2× one, so checks planned at 1.05–1.15× plain lost (a summary at
+    # 0.88× plain, cold). On a flat (GPU) curve such checks promise far more and still run.
+    lookup_margin: float = 1.15
     # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
     # this × plain: trying is how estimates recover, but not at any price.
     explore_floor: float = 0.97
