@@ -95,6 +95,11 @@ def ask(prompt: str, model: Path, draft: Path, max_tokens: int, threads: int, pl
         shutil.rmtree(home, ignore_errors=True)
 
 
+# Plain steps a default run needs for its speed to stand for the process's: a copy's few are
+# its first, which run at a process's start-up speed, not its own.
+MIN_PLAIN_STEPS = 16
+
+
 def write_trace(path: Path, stats: dict[str, object], plain_tps: float) -> None:
     """One line a step: position, drafter, drafted/kept, the step's verify time, the reason."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +158,7 @@ def main() -> int:
             same = same and pl["tokens"] == df["tokens"]
             own = [float(e["verify_s"]) for e in df["steps_trace"]  # type: ignore[attr-defined]
                    if e["drafter"] == "none" and int(e["position"]) > 0]
-            if own and plain_tps[-1]:
+            if len(own) >= MIN_PLAIN_STEPS and plain_tps[-1]:
                 step_ratios.append(statistics.mean(own) * plain_tps[-1])
                 corrected.append(ratios[-1] * step_ratios[-1])
             if a.trace is not None:
