@@ -28,6 +28,7 @@ end-of-generation token of the target's (nothing after it could be kept).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import NGRAM
@@ -45,6 +46,14 @@ CONFIRM = 2
 REJOIN_MIN = 2
 REJOIN_MAX = 4
 MAX_EDIT = 8
+
+
+class _Source(NamedTuple):
+    """Where the text the sequence's tail repeats goes on (see NgramDrafter._source)."""
+
+    at: int  # the index of the token that follows
+    exact: bool  # an exact match of two tokens or more (or the copy's place) says so
+    edit_read: bool  # read past a one-token edit: kept for the copy's place, never proposed
 
 
 def _never(token: int) -> bool:
@@ -168,19 +177,18 @@ class NgramDrafter(DrafterBase):
         if self._follow is not None:
             return walk(self._next, self._follow, k)
         found = self._source()
-        if found is None or found[2]:
+        if found is None or found.edit_read:
             # Not after a one-token edit read: a guess that the copy skipped one word is right
             # 5 % of the time on qwen-coder's replies (107 cases over Spec-Bench and two copy
             # prompts), a failed check on a CPU costs most of a plain step, and a copy that did
             # change one word re-joins its passage two tokens later (see _rejoin).
             return []
-        j = found[0]
+        j = found.at
         edits = self._edits
         return [edits.get(t, t) for t in self.tokens[j : j + k]]
 
-    def _source(self) -> tuple[int, bool, bool] | None:
-        """Where the text the sequence's tail repeats goes on, whether an exact match of two
-        tokens or more says so, and whether it is read past a one-token edit (None: nowhere).
+    def _source(self) -> _Source | None:
+        """Where the text the sequence's tail repeats goes on (None: nowhere).
 
         Longest match first (a tail holding an edit's new token is also tried as it was
         before the edit); before a one-token match, a match (of two tokens or more) of the
@@ -195,7 +203,7 @@ class NgramDrafter(DrafterBase):
         if c is not None and m <= c < end and all(
                 self._unedit.get(a, a) == self._unedit.get(b, b)
                 for a, b in zip(toks[c - m : c], toks[end - m : end], strict=True)):
-            return c, True, False
+            return _Source(c, True, False)
         for n in range(self.n_max, max(self.n_min, 2) - 1, -1):
             if end < n:
                 continue
@@ -204,18 +212,18 @@ class NgramDrafter(DrafterBase):
             if j is None and self._unedit:
                 j = self._index[n].get(tuple(self._unedit.get(t, t) for t in key))
             if j is not None:
-                return j, True, False
+                return _Source(j, True, False)
         last = end - 1
         for c in range(min(self.n_max, last), max(self.n_min, 2) - 1, -1):  # an edit after c
             # The index points these c tokens at the last token; the time before, at what the
             # last token replaced.
             j = self._before[c].get(tuple(toks[last - c : last]))
             if j is not None:
-                return j + 1, False, True
+                return _Source(j + 1, False, True)
         if self.n_min == 1:
             j = self._at(toks, 1, end)
             if j is not None:
-                return j, False, False
+                return _Source(j, False, False)
         return None
 
     def _next(self, state: State) -> tuple[int, State] | None:
@@ -281,7 +289,7 @@ class NgramDrafter(DrafterBase):
                             self._lost = None
                             return j, ()
         found = self._source()
-        return (found[0], ()) if found is not None and found[1] else None
+        return (found.at, ()) if found is not None and found.exact else None
 
     def _learn_edit(self, t: int) -> None:
         """Before ``t`` joins the sequence: confirm or start an edit, or forget one."""
@@ -298,9 +306,9 @@ class NgramDrafter(DrafterBase):
                 self._edits[x] = y
                 self._unedit[y] = x
         found = self._source()
-        j = found[0] if found is not None else -1
+        j = found.at if found is not None else -1
         self._cursor = j + 1 if j >= 0 and self._edits.get(toks[j], toks[j]) == t else None
-        if found is None or not found[1]:
+        if found is None or not found.exact:
             return
         x = toks[j]
         if t == x:  # kept as the copied text has it: an edit of x no longer holds

@@ -540,16 +540,20 @@ class Planner(AutoGamma):
             else:
                 at_mean = Candidate(pick.plan, self._expected(pick.plan, self._alphas, ng),
                                     pick.seconds, pick.explore)
-                floor = ps.explore_floor if self._needed(pick.plan.drafter) == ps.margin \
-                    else ps.lookup_margin
+                floor = ps.lookup_margin if self._short_lookup(pick.plan.drafter) \
+                    else ps.explore_floor
                 if at_mean.rate >= base.rate * floor:
                     chosen = at_mean
         return base, cands, chosen, sampled_best
 
+    def _short_lookup(self, drafter: str) -> bool:
+        """A lookup step now would start outside a long run of right guesses."""
+        return drafter == NGRAM and self.lookup.band != LONG
+
     def _needed(self, drafter: str) -> float:
         """How many times plain's rate a step of ``drafter`` must promise now."""
         ps = self.plan_settings
-        return ps.lookup_margin if drafter == NGRAM and self.lookup.band != LONG else ps.margin
+        return ps.lookup_margin if self._short_lookup(drafter) else ps.margin
 
     def _fastest_paying(self, cands: Sequence[Candidate], base: Candidate) -> Candidate:
         """The fastest candidate of those that beat plain by the margin each needs; else
