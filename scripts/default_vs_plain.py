@@ -8,13 +8,16 @@ first try). Greedy. It prints decode tokens per second, the ratio of each round'
 to the plain run of the same round, the median ratio per prompt, whether the outputs were the
 same tokens, and how fast the default's own plain steps ran against the plain run (this
 machine's processes differ by up to ±15 % in speed: where nothing was drafted, that is all of
-the ratio). ``--trace DIR`` keeps each default run's steps.
+the ratio). ``--trace DIR`` keeps each default run's steps. ``--control`` runs plain a second
+time in each round, in a process of its own: its ratio to the first plain run is how far this
+machine's noise alone moves a ratio in the same rounds.
 
 The models are the pair's files in an existing home (``--models``, default the qwen-coder
 files of the test cache): nothing is fetched.
 
     python scripts/default_vs_plain.py --rounds 2 --max-tokens 128
     python scripts/default_vs_plain.py --max-tokens 48 --only copy,code-edit   # short replies
+    python scripts/default_vs_plain.py --rounds 4 --control   # with plain against plain
 """
 
 from __future__ import annotations
@@ -125,6 +128,9 @@ def main() -> int:
     ap.add_argument("--trace", type=Path, default=None,
                     help="a folder: each default run's steps, one line each (what the planner "
                          "chose, what it kept, the step's time), as PROMPT-ROUND.txt")
+    ap.add_argument("--control", action="store_true",
+                    help="also run plain a second time each round: plain against plain, the "
+                         "noise floor of a ratio on this machine")
     a = ap.parse_args()
     model, draft = a.models / a.target, a.models / a.draft
     prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(EXTRA.items())
@@ -135,17 +141,24 @@ def main() -> int:
     print(f"{a.target} + {a.draft}: cold `specchat ask`, greedy, {a.max_tokens} tokens, "
           f"{a.threads} threads, {a.rounds} rounds{' (real-time priority)' if rt else ''}")
     print(f"{'prompt':<15} {'tokens':>6} {'plain tok/s':>11} {'default tok/s':>13} "
-          f"{'ratio':>6}  same  rounds  drafted/accepted  plain steps  corrected")
-    all_ratios = []
+          f"{'ratio':>6}  same  rounds  drafted/accepted  plain steps  corrected"
+          + ("  control (rounds)" if a.control else ""))
+    all_ratios, all_controls = [], []
     for name, text in prompts:
         ratios, same, plain_tps, dflt_tps, n = [], True, [], [], 0
         step_ratios = []  # the default's own plain steps against the plain run, per token
         corrected = []  # each round's ratio with that process's own speed taken out
+        controls = []  # plain again against plain, each round
         drafted = accepted = 0
         for r in range(a.rounds):
-            order = (True, False) if r % 2 == 0 else (False, True)
-            got = {p: ask(text, model, draft, a.max_tokens, a.threads, p, rt) for p in order}
-            pl, df = got[True], got[False]
+            # Each run takes each place in turn: a slow spell at one place in a round weighs
+            # on every side across the rounds.
+            runs = ["plain", "default"] + (["again"] if a.control else [])
+            k = r % len(runs)
+            order = runs[k:] + runs[:k]
+            got = {p: ask(text, model, draft, a.max_tokens, a.threads, p != "default", rt)
+                   for p in order}
+            pl, df = got["plain"], got["default"]
             n = int(pl["generated_tokens"])  # type: ignore[call-overload]
 
             def tps(s: dict[str, object]) -> float:
@@ -156,6 +169,8 @@ def main() -> int:
             dflt_tps.append(tps(df))
             ratios.append(dflt_tps[-1] / plain_tps[-1] if plain_tps[-1] else 0.0)
             same = same and pl["tokens"] == df["tokens"]
+            if a.control and plain_tps[-1]:
+                controls.append(tps(got["again"]) / plain_tps[-1])
             own = [float(e["verify_s"]) for e in df["steps_trace"]  # type: ignore[attr-defined]
                    if e["drafter"] == "none" and int(e["position"]) > 0]
             if len(own) >= MIN_PLAIN_STEPS and plain_tps[-1]:
@@ -169,11 +184,22 @@ def main() -> int:
         all_ratios.append(ratio)
         steps = (f"{statistics.median(step_ratios):.2f}×  {statistics.median(corrected):.2f}×"
                  if step_ratios else "-")
+        control = ""
+        if controls:
+            all_controls.append(statistics.median(controls))
+            control = (f"  {all_controls[-1]:.2f}× "
+                       f"({' '.join(f'{x:.2f}' for x in controls)})")
         print(f"{name:<15} {n:>6} {statistics.median(plain_tps):>11.1f} "
               f"{statistics.median(dflt_tps):>13.1f} {ratio:>5.2f}×  {'yes' if same else 'NO':>4}  "
-              f"{' '.join(f'{x:.2f}' for x in ratios)}  {drafted}/{accepted}  {steps}", flush=True)
+              f"{' '.join(f'{x:.2f}' for x in ratios)}  {drafted}/{accepted}  {steps}{control}",
+              flush=True)
     print(f"median over prompts: {statistics.median(all_ratios):.2f}× plain; "
           f"lowest {min(all_ratios):.2f}×")
+    if all_controls:
+        print(f"control, plain against plain: median over prompts "
+              f"{statistics.median(all_controls):.2f}×, from {min(all_controls):.2f}× to "
+              f"{max(all_controls):.2f}× (a default ratio inside that range is within this "
+              "machine's noise)")
     print("plain steps: the default's own plain steps (their forward pass alone) against the "
           "plain run's time per token, median of rounds: above 1, that process simply ran "
           "slower (where nothing was drafted, all of its ratio is this); corrected: each "
