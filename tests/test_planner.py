@@ -14,6 +14,7 @@ from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
 from specchat.engine.policy.costs import CostCurve
+from specchat.engine.policy.lookup_estimate import LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
@@ -592,3 +593,30 @@ def test_a_calibration_ending_mid_session_seeds_the_running_planner() -> None:
     assert p.ngram.alpha() == pytest.approx(0.95, abs=0.01)  # the lookup was never tried
     assert p.topic_priors["code"] == 0.9
     assert p.next_plan(("model",)).reason != "warm-up"
+
+
+def test_a_lookup_uses_every_check_size_a_calibration_timed() -> None:
+    """A CPU curve with a step at 8 rows (2 cores, Qwen 1.5B: 7 rows cost 4.6× one, 8 rows
+    6.3–7.6×): calibrated, every size is timed, and a lookup deep in a copy checks 7 rows,
+    which pays more than any of the few sizes it uses where only those were timed."""
+    ms = [34, 63, 85, 112, 128, 145, 160, 220, 235, 245, 258, 275, 280, 290, 295, 300]
+    ms += [300 + 12 * k for k in range(1, 17)]
+    curve = CostCurve(0.025, tuple(x / 1000 for x in ms))
+
+    def plan(sizes: frozenset[int] | None) -> tuple[Plan, float, float]:
+        p = Planner(replace(CALM, lookup_depth=31), AutoGammaSeed(curve, 0.5, ngram_alpha=0.9),
+                    clock=lambda: 0.0)
+        p.begin("copy this")
+        p.lookup.streak = LONG_STREAK
+        if sizes is not None:
+            p._lookup_sizes = lambda: sizes  # type: ignore[method-assign]
+        chosen = p.next_plan(("ngram",))
+        base, cands = p.candidates(("ngram",), p._alphas, p.ngram.position_alphas())
+        return chosen, cands[0].rate, base.rate
+
+    every, every_rate, base = plan(None)
+    few, few_rate, _ = plan(planner_module.LOOKUP_SIZES)
+    assert every.drafter == few.drafter == "ngram"
+    assert every.size not in planner_module.LOOKUP_SIZES, every.reason
+    assert few.size in planner_module.LOOKUP_SIZES
+    assert every_rate > few_rate > base

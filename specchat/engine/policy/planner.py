@@ -240,10 +240,7 @@ class Planner(AutoGamma):
         e, run = 1.0, 1.0
         deepest = min(self.lookup_depth, len(table) - 1) if lookup else top
         steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
-        # A lookup's checks come in a few sizes (2, 4, 8, 16, 32 rows): each new batch
-        # shape's first decode in a process costs up to twice a later one, and a lookup's
-        # runs vary, so 31 sizes would each pay it (and each be timed less often).
-        sizes = LOOKUP_SIZES if lookup else None
+        sizes = self._lookup_sizes() if lookup else None
         for g in range(1, min(deepest, len(alph)) + 1):
             run *= alph[g - 1]
             e += run
@@ -256,6 +253,16 @@ class Planner(AutoGamma):
             return None
         g, explore = self._longer_check(name, steps, best_g, best_rate, sizes, base)
         return Candidate(chain(name, g), *steps[g], explore)
+
+    def _lookup_sizes(self) -> frozenset[int]:
+        """The chain lengths a lookup's check may have: a few (2, 4, 8, 16, 32 rows), since
+        each new batch shape's first decode in a process costs up to twice a later one and a
+        lookup's runs vary, so 31 sizes learnt online would each pay it (and each be timed
+        less often); and every size this machine has timed (a calibration times them all). A
+        CPU's curve has steps where a line has none (2 cores, Qwen 1.5B: a check of 7 rows
+        4.6× one row, of 8 rows 6.3–7.6×), which only a timed size shows."""
+        w = self.costs.table.weight
+        return LOOKUP_SIZES.union(g for g in range(1, len(w)) if w[g] > 0.0)
 
     def _longer_check(self, name: str, steps: Sequence[tuple[float, float]], best_g: int,
                       best_rate: float, sizes: frozenset[int] | None, base: Candidate
