@@ -14,7 +14,7 @@ from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
 from specchat.engine.policy.costs import CostCurve
-from specchat.engine.policy.lookup_estimate import LONG_STREAK
+from specchat.engine.policy.lookup_estimate import HOT_STREAK, LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
@@ -427,7 +427,11 @@ def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
     # Not a lookup that has not been right yet: its warm-up steps wait for a repeated passage.
     assert p.next_plan(("model", "ngram")).drafter == "none"
     p.lookup_hot = True  # its last guesses were right
-    assert p.next_plan(("model", "ngram")).reason == "warm-up"  # n-gram lookups can warm up
+    plan = p.next_plan(("model", "ngram"))
+    assert plan.reason == "warm-up"  # n-gram lookups can warm up
+    # ... with checks of 4 rows: a line through T(1) and T(2), the dearest tokens of a
+    # concave curve, would price every longer check too dear to try.
+    assert (plan.drafter, plan.size) == ("ngram", 3)
 
 
 @pytest.mark.parametrize(("alpha", "scorings"), [(0.75, 2), (0.5, 1)])
@@ -620,3 +624,38 @@ def test_a_lookup_uses_every_check_size_a_calibration_timed() -> None:
     assert every.size not in planner_module.LOOKUP_SIZES, every.reason
     assert few.size in planner_module.LOOKUP_SIZES
     assert every_rate > few_rate > base
+
+
+@pytest.mark.parametrize("warm", [1, 3])
+def test_a_cold_lookup_warms_up_on_checks_of_four_rows(monkeypatch: pytest.MonkeyPatch,
+                                                       warm: int) -> None:
+    """Nothing calibrated, a copy on a concave CPU curve whose T(2) came out at 2.07× T(1) (a
+    cold qwen-coder run here): warmed up on 2-row checks, the line through T(1) and T(2) prices
+    every longer check at more than plain, and the whole copy runs plain; warmed up on 4-row
+    checks (the default), the lookup climbs to 32-row checks."""
+    monkeypatch.setattr(planner_module, "LOOKUP_WARMUP", warm)
+    ratios = [1.0, 2.07, 2.4, 2.9, 3.6, 4.05, 4.69, 6.5, 6.9, 7.35, 7.9, 8.1, 8.4, 8.55, 8.55,
+              8.6, 9.1, 9.3, 10.4, 10.5, 10.6, 11.7, 11.8, 11.9, 13.0, 13.1, 13.2, 13.7, 13.8,
+              14.8, 14.9, 15.0]
+    t = [0.030 * r for r in ratios]
+    p = Planner(CALM, clock=lambda: 0.0)
+    p.begin("copy this list")
+    for _ in range(3):  # the reply's first tokens, before the lookup's guesses come right
+        assert p.next_plan(("ngram",)).size == 0
+        p.observe(StepEvent(0, 0, 0.0, t[0], "none", committed=1))
+    p.lookup.streak = HOT_STREAK
+    tokens = seconds = 0.0
+    sizes = []
+    for _ in range(40):  # every lookup token right (plain steps' guesses too)
+        n = p.next_plan(("ngram",)).size
+        sizes.append(n)
+        if n == 0:
+            p.lookup.streak += 1
+        p.observe(StepEvent(n, n, 0.0002 if n else 0.0, t[n], "ngram" if n else "none",
+                            committed=n + 1))
+        tokens, seconds = tokens + n + 1, seconds + t[n]
+    speed = tokens / seconds * t[0]  # × plain
+    if warm == 3:
+        assert sizes[:2] == [3, 3] and max(sizes) == 31 and speed > 1.8
+    else:
+        assert sizes[:2] == [1, 1] and max(sizes) <= 1 and speed < 1.05
