@@ -101,6 +101,24 @@ def test_cost_model_clips_a_burst_of_load() -> None:
     assert m.t_verify(2) < 0.012
 
 
+@pytest.mark.parametrize(("first", "second", "counted"),
+                         [(0.200, 0.100, 0.100),   # the first decode of a shape, dear
+                          (0.100, 0.150, 0.100)])  # the second met a burst of other work
+def test_a_sizes_first_counted_time_is_the_lesser_of_its_first_two(
+        first: float, second: float, counted: float) -> None:
+    """With ``skip_first`` a size's first time is held back, and its second counts as the
+    lesser of the two: one slow step must not price every check the line through it reaches."""
+    m = OnlineCostModel(skip_first=True)
+    m.add_verify(1, 0.030)
+    m.add_verify(1, 0.030)
+    m.add_verify(4, first)
+    assert m.table.weight[3] == 0.0  # held back
+    m.add_verify(4, second)
+    assert m.verify_table()[3] == pytest.approx(counted, rel=0.02)
+    m.add_verify(4, 0.110)  # later times count as they come
+    assert counted < m.verify_table()[3] < 0.110
+
+
 # ---------------------------------------------------------------------- acceptance, change
 
 
