@@ -627,18 +627,16 @@ def test_a_lookup_uses_every_check_size_a_calibration_timed() -> None:
 
 
 @pytest.mark.parametrize("warm", [1, 3])
-def test_a_cold_lookup_warms_up_on_checks_of_four_rows(monkeypatch: pytest.MonkeyPatch,
-                                                       warm: int) -> None:
+def test_a_cold_lookup_warms_up_on_checks_of_four_rows(warm: int) -> None:
     """Nothing calibrated, a copy on a concave CPU curve whose T(2) came out at 2.07× T(1) (a
     cold qwen-coder run here): warmed up on 2-row checks, the line through T(1) and T(2) prices
     every longer check at more than plain, and the whole copy runs plain; warmed up on 4-row
     checks (the default), the lookup climbs to 32-row checks."""
-    monkeypatch.setattr(planner_module, "LOOKUP_WARMUP", warm)
     ratios = [1.0, 2.07, 2.4, 2.9, 3.6, 4.05, 4.69, 6.5, 6.9, 7.35, 7.9, 8.1, 8.4, 8.55, 8.55,
               8.6, 9.1, 9.3, 10.4, 10.5, 10.6, 11.7, 11.8, 11.9, 13.0, 13.1, 13.2, 13.7, 13.8,
               14.8, 14.9, 15.0]
     t = [0.030 * r for r in ratios]
-    p = Planner(CALM, clock=lambda: 0.0)
+    p = Planner(replace(CALM, lookup_warmup=warm), clock=lambda: 0.0)
     p.begin("copy this list")
     for _ in range(3):  # the reply's first tokens, before the lookup's guesses come right
         assert p.next_plan(("ngram",)).size == 0

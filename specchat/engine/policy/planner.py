@@ -79,13 +79,6 @@ LOOKUP_LIKE = ("prediction",)
 PREDICTION_PRIOR_ALPHA = 0.8
 LOOKUP_COST_PRIOR = 0.01  # × T(1) per proposed token, before one is measured
 LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's check may have
-# A lookup's warm-up checks (inside a repeated passage) draft this many: until more is timed,
-# longer checks are priced on the line through T(1) and the size timed, and a line through
-# T(1) and T(2) — the dearest tokens of a concave curve — prices every longer check at more
-# than it costs (2 cores, Qwen 1.5B: T(2) 1.8-2.1x T(1), so 4 rows guessed at 4.2x, costing
-# 3x, and a cold copy whose T(2) came out at 2.07x never drafted again). Timing 4 rows first
-# anchors the line where lookups run; on a flat (GPU) curve either is cheap.
-LOOKUP_WARMUP = 3
 
 
 @dataclass
@@ -437,7 +430,7 @@ class Planner(AutoGamma):
                                            or warm[0] == NGRAM):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
             if warm[0] == NGRAM:
-                gamma = max(gamma, LOOKUP_WARMUP)
+                gamma = max(gamma, ps.lookup_warmup)
             self._warmup_left -= 1
             self.planned = gamma
             return self._chosen(chain(warm[0], gamma, "warm-up"), scored=False)

@@ -29,6 +29,14 @@ class PlannerSettings:
     # of 4 tokens costs 2.7–3.2× one, so checks planned at 1.05–1.15× plain lost (a summary at
     # 0.88× plain, cold). On a flat (GPU) curve such checks promise far more and still run.
     lookup_margin: float = 1.15
+    # A lookup's warm-up checks (inside a repeated passage) draft at least this many: until more
+    # is timed, longer checks are priced on the line through T(1) and the size timed, and a line
+    # through T(1) and T(2), the dearest tokens of a concave curve, prices every longer check
+    # above what it costs (2 cores, Qwen 1.5B: T(2) 1.8-2.1× T(1), so 4 rows guessed at 4.2×
+    # where they cost 3×; a cold copy whose T(2) came out at 2.07× never drafted again).
+    # Timing 4 rows first anchors the line where lookups run; on a flat (GPU) curve either is
+    # cheap.
+    lookup_warmup: int = 3
     # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
     # this × plain: trying is how estimates recover, but not at any price.
     explore_floor: float = 0.97
