@@ -14,7 +14,7 @@ from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
 from specchat.engine.policy.costs import CostCurve
-from specchat.engine.policy.lookup_estimate import HOT_STREAK, LONG_STREAK
+from specchat.engine.policy.lookup_estimate import LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
@@ -426,7 +426,9 @@ def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
     assert p.next_plan(("model",)).drafter == "none"
     # Not a lookup that has not been right yet: its warm-up steps wait for a repeated passage.
     assert p.next_plan(("model", "ngram")).drafter == "none"
-    p.lookup_hot = True  # its last guesses were right
+    p.lookup_hot = True  # its last two guesses were right: a word pair as often as a copy
+    assert p.next_plan(("model", "ngram")).drafter == "none"
+    p.lookup.streak = LONG_STREAK  # four right in a row: a passage the reply repeats
     plan = p.next_plan(("model", "ngram"))
     assert plan.reason == "warm-up"  # n-gram lookups can warm up
     # ... with checks of 4 rows: a line through T(1) and T(2), the dearest tokens of a
@@ -563,7 +565,7 @@ def test_a_draft_never_timed_is_not_priced_free_after_a_long_prompt(lag: int,
     drafters = []
     for i in range(40):
         available = ("model", "ngram") if i % 3 else ("model",)  # the lookup matches now and then
-        p.lookup_hot = True  # ... and is right when it does
+        p.lookup.streak = LONG_STREAK  # ... and is right when it does
         plan = p.next_plan(available)
         drafters.append(plan.drafter)
         n = plan.size
@@ -641,7 +643,7 @@ def test_a_cold_lookup_warms_up_on_checks_of_four_rows(warm: int) -> None:
     for _ in range(3):  # the reply's first tokens, before the lookup's guesses come right
         assert p.next_plan(("ngram",)).size == 0
         p.observe(StepEvent(0, 0, 0.0, t[0], "none", committed=1))
-    p.lookup.streak = HOT_STREAK
+    p.lookup.streak = LONG_STREAK
     tokens = seconds = 0.0
     sizes = []
     for _ in range(40):  # every lookup token right (plain steps' guesses too)

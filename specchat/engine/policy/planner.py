@@ -279,7 +279,7 @@ class Planner(AutoGamma):
         # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
         # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
         # 13- to 22-token timing checks that kept nothing).
-        if name == NGRAM and not (self.lookup.hot and self._lookup_full):
+        if name == NGRAM and not (self._lookup_timed() and self._lookup_full):
             reach = 0
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # A longer check this machine never timed is priced by a guess: a line through
@@ -294,6 +294,11 @@ class Planner(AutoGamma):
             if e_g / s_g >= max(TRY_UNTIMED * best_rate, self._needed(name) * base.rate):
                 return g, True
         return best_g, False
+
+    def _lookup_timed(self) -> bool:
+        """Whether the lookup has been right long enough in a row for an unscored step of it
+        (a warm-up, a timing check, a longer check): see PlannerSettings.lookup_timing_streak."""
+        return self.lookup.streak >= self.plan_settings.lookup_timing_streak
 
     def _lags_behind(self, name: str) -> bool:
         """Whether drafting with ``name`` now would first read tokens it has not seen (the
@@ -415,8 +420,8 @@ class Planner(AutoGamma):
         # repeats: elsewhere a lookup of two tokens or more is right a third of the time or
         # less, and on a CPU each check that fails costs more than the plain step it replaced
         # (a cold 34-token prose reply ran at 0.89× plain with them). Its guesses are scored on
-        # every step, so it turns hot as soon as the reply starts copying.
-        warm = [d for d in step.chains if d != NGRAM or self.lookup.hot]
+        # every step, so its streak grows as soon as the reply starts copying.
+        warm = [d for d in step.chains if d != NGRAM or self._lookup_timed()]
         if step.chains and step.chains[0] == MODEL and (
                 self._behind > ps.warmup_max_lag
                 or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
@@ -477,7 +482,7 @@ class Planner(AutoGamma):
         # finds nothing and otherwise times a check of several tokens (without it, a reply
         # whose warm-up lookups found nothing would never leave plain).
         lookup = next((n for n in (*LOOKUP_LIKE, NGRAM) if n in step.available
-                       and (n != NGRAM or self.lookup.hot)), None)
+                       and (n != NGRAM or self._lookup_timed())), None)
         if lookup is not None:
             return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
         if self._warmup_left and step.warm and step.reply is not None:

@@ -37,6 +37,14 @@ class PlannerSettings:
     # Timing 4 rows first anchors the line where lookups run; on a flat (GPU) curve either is
     # cheap.
     lookup_warmup: int = 3
+    # A lookup's unscored steps (warm-up, timing a check, timing a longer one) wait until its
+    # guesses were right this many times in a row. Two right is a common word pair as often
+    # as a repeated passage, and on a CPU a failed 4-row check costs 2-3 plain steps; four is
+    # a copy under way (the next right 89-95 % of the time, against 71 % after two). Replayed
+    # on one measured curve (qwen-coder, 2 cores, scripts/default_on_curve.py, 3 noise seeds):
+    # 4 against 2 moved roleplay 0.97→1.01× plain, math_reasoning 0.97→1.00, stem 0.98→1.00,
+    # copy 1.07→1.11, code edit 1.16→1.17; math 1.00→0.98, summary 1.00→0.98.
+    lookup_timing_streak: int = 4
     # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
     # this × plain: trying is how estimates recover, but not at any price.
     explore_floor: float = 0.97
