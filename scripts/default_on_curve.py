@@ -21,7 +21,6 @@ Last, the T(1)s each kind of step lost or won against plain, over all prompts.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -54,13 +53,8 @@ from specchat.engine.llama.model_settings import ContextSettings  # noqa: E402
 from specchat.engine.policy.costs import draft_step_cost, non_decreasing  # noqa: E402
 from specchat.engine.policy.planner import Planner  # noqa: E402
 
-
-def _extra() -> dict[str, str]:
-    spec = importlib.util.spec_from_file_location("dvp", REPO / "scripts" / "default_vs_plain.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return dict(mod.EXTRA)
+sys.path.insert(0, str(REPO / "scripts"))
+from default_vs_plain import EXTRA  # noqa: E402  (the two copy-with-changes prompts)
 
 
 def measure(rt: Any, prompt: list[int], points: int, repeats: int = 15) -> dict[str, Any]:
@@ -229,7 +223,7 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     rt = Runtime.open(select(cat, model=str(target), draft=str(draft)), ModelResolver(cat, app_paths()), opts,
                       fetch=False)
     chat = ChatEngine(PlainDecoder(rt.target_ctx))
-    prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(_extra().items())
+    prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(EXTRA.items())
     only = {x for x in a.only.split(",") if x}
     prompts = [(n, t) for n, t in prompts if not only or n in only]
     encoded = [(n, chat.tokenize_chat([Message("user", t)])) for n, t in prompts]
