@@ -119,6 +119,42 @@ def test_a_sizes_first_counted_time_is_the_lesser_of_its_first_two(
     assert counted < m.verify_table()[3] < 0.110
 
 
+def test_a_size_not_used_lately_keeps_its_relative_cost() -> None:
+    """A CPU-like curve (16 rows 9× one row, the line through 1-8 rows says ~13×): after a copy
+    timed its 16-row checks and 400 prose steps used 1 and 4 rows only, the 16-row estimate
+    still follows what 16 rows cost, scaled to the level now (a machine 10 % slower), not the
+    line through the sizes in use."""
+    curve = {1: 0.032, 4: 0.100, 8: 0.215, 16: 0.294}
+    m = OnlineCostModel()
+    for _ in range(6):
+        for n, t in curve.items():
+            m.add_verify(n, t)
+    for i in range(400):
+        n = 4 if i % 3 == 0 else 1
+        m.add_verify(n, curve[n] * 1.1)
+    assert m.table.weight[15] < 0.05  # the level forgot it...
+    assert m.t_verify(16) == pytest.approx(0.294 * 1.1, rel=0.05)  # ...its shape did not
+    a, b = m.line()
+    assert a + 16 * b > 1.25 * m.t_verify(16)  # what the line alone would have said
+
+
+def test_a_verify_table_saved_before_sizes_kept_their_own_means_loads() -> None:
+    m = OnlineCostModel()
+    for _ in range(5):
+        m.add_verify(1, 0.030)
+        m.add_verify(16, 0.270)
+    old = m.state()
+    table = dict(old["table"])  # type: ignore[call-overload]
+    del table["learnt"], table["count"]
+    again = OnlineCostModel()
+    again.load_state({**old, "table": table})
+    assert again.table.learnt[15] == pytest.approx(9.0)  # in T(1)s
+    assert again.t_verify(16) == pytest.approx(m.t_verify(16))
+    rt = OnlineCostModel()
+    rt.load_state(m.state())
+    assert rt.table.state() == m.table.state()
+
+
 # ---------------------------------------------------------------------- acceptance, change
 
 
