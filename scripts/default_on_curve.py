@@ -12,10 +12,13 @@ in a process ``--first`` × that. A reply's cost is the sum of its steps' costs;
 same loop's planning plain steps only. ``--noise σ`` multiplies the times the planner is told
 by a mean-one log-normal factor per step (``--seeds`` of them): it then reacts to noise as it
 does live, while the ratio still counts the noiseless costs, so it prices the decisions alone.
-Last, the T(1)s each kind of step lost or won against plain, over all prompts.
+Last, the T(1)s each kind of step lost or won against plain, over all prompts. ``--warm P``
+keeps one planner over P passes through the prompts, as a server or the app does, and reports
+the last pass.
 
     python scripts/default_on_curve.py --curve /tmp/curve.json            # measure once, keep
     python scripts/default_on_curve.py --curve /tmp/curve.json --noise 0.1 --seeds 4
+    python scripts/default_on_curve.py --curve /tmp/curve.json --noise 0.1 --warm 2
 """
 
 from __future__ import annotations
@@ -138,34 +141,41 @@ class AlwaysPlain(Planner):
         return plain("plain")
 
 
-def run_one(rt: Any, prompt: list[int], settings: SamplerSettings, curve: dict[str, Any],
-            first: float, noise: float, seed: int, baseline: bool = False) -> dict[str, Any]:
-    rt.clear_caches()
-    dec = rt.decoder() if not baseline else SpeculativeDecoder(rt.target_ctx, rt.draft_ctx,
-                                                            AlwaysPlain())
-    planner = dec.policy
-    clock = CurveClock(curve, first, noise, seed)
-    planner.clock = lambda: clock.now
-    observe, start = planner.observe, planner.start_reply
+class Session:
+    """One decoder and its planner, charged on the curve: a fresh one per reply is a cold
+    ``specchat ask``; one kept over several replies is a server or the app (``--warm``)."""
 
-    def told(step: StepEvent) -> None:
-        observe(clock.charge(step))
+    def __init__(self, rt: Any, curve: dict[str, Any], first: float, noise: float, seed: int,
+                 baseline: bool = False) -> None:
+        self.rt = rt
+        self.dec = rt.decoder() if not baseline else SpeculativeDecoder(
+            rt.target_ctx, rt.draft_ctx, AlwaysPlain())
+        planner = self.dec.policy
+        self.clock = clock = CurveClock(curve, first, noise, seed)
+        planner.clock = lambda: clock.now
+        observe, start = planner.observe, planner.start_reply
 
-    def started(info: ReplyStart) -> None:
-        start(replace(info, target_read_s=curve["target_read_s"]
-                      if info.target_read_s is not None else None))
+        def told(step: StepEvent) -> None:
+            observe(clock.charge(step))
 
-    planner.observe = told  # type: ignore[method-assign]
-    planner.start_reply = started  # type: ignore[method-assign]
-    done = run_to_end(dec, prompt, settings, threading.Event())
-    steps = done.steps
-    drafted = sum(s.gamma for s in steps)
-    kept = sum(s.accepted for s in steps)
-    return {"tokens": list(done.tokens), "cost": sum(clock.steps), "steps": len(steps),
-            "drafted": drafted, "kept": kept,
-            "trace": [(s.position, s.drafter, s.gamma, s.accepted, s.committed,
-                       c / curve["verify_s"][0], s.reason)
-                      for s, c in zip(steps, clock.steps, strict=True)]}
+        def started(info: ReplyStart) -> None:
+            start(replace(info, target_read_s=curve["target_read_s"]
+                          if info.target_read_s is not None else None))
+
+        planner.observe = told  # type: ignore[method-assign]
+        planner.start_reply = started  # type: ignore[method-assign]
+
+    def run(self, prompt: list[int], settings: SamplerSettings) -> dict[str, Any]:
+        self.rt.clear_caches()
+        clock = self.clock
+        clock.steps = []
+        done = run_to_end(self.dec, prompt, settings, threading.Event())
+        steps = done.steps
+        t1 = clock.c["verify_s"][0]
+        return {"tokens": list(done.tokens), "cost": sum(clock.steps), "steps": len(steps),
+                "drafted": sum(s.gamma for s in steps), "kept": sum(s.accepted for s in steps),
+                "trace": [(s.position, s.drafter, s.gamma, s.accepted, s.committed, c / t1,
+                           s.reason) for s, c in zip(steps, clock.steps, strict=True)]}
 
 
 def kind(reason: str) -> str:
@@ -192,6 +202,9 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=0.0, help="σ of a step's log-normal factor")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated prompt names")
+    ap.add_argument("--warm", type=int, default=0, metavar="PASSES",
+                    help="one planner over PASSES passes through the prompts (a server's or the "
+                    "app's), the last one reported; default: a fresh planner per reply (cold)")
     ap.add_argument("--trace", type=Path, help="write each run's steps into this folder (a "
                     "line: position, drafter, drafted, kept, T(1)s a committed token, why)")
     a = ap.parse_args()
@@ -238,33 +251,44 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     print(f"{'prompt':<15} {'tokens':>6} {'steps':>5} {'drafted/kept':>12}  ratio (seeds)")
     ratios = []
     losses: dict[str, list[float]] = {}
+    wants = {}
     for name, prompt in encoded:
         rt.clear_caches()
-        want = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
-        base = run_one(rt, prompt, settings, curve, a.first, 0.0, 0, baseline=True)
-        if base["tokens"] != want:
-            raise SystemExit(f"{name}: the loop's plain steps differ from plain decoding")
-        plain_cost = base["cost"]
-        got = []
-        for seed in range(a.seeds):
-            r = run_one(rt, prompt, settings, curve, a.first, a.noise, seed)
-            got.append(r)
-            if a.trace is not None:
-                a.trace.mkdir(parents=True, exist_ok=True)
-                (a.trace / f"{name}-{seed + 1}.txt").write_text("\n".join(
-                    f"{p:5d} {d:<6} {g:3d} {k:3d} {c / cmt if cmt else 0:6.2f}  {why}"
-                    for p, d, g, k, cmt, c, why in r["trace"]))
-            for _, _, _, _, cmt, c, why in r["trace"]:
-                lost = losses.setdefault(kind(why), [0, 0.0])
-                lost[0] += 1
-                lost[1] += (c - cmt) / a.seeds  # T(1)s spent beyond one a token
-        rs = [plain_cost / r["cost"] for r in got]
-        same = all(r["tokens"] == want for r in got)
-        ratios.append(statistics.median(rs))
-        r0 = got[0]
-        print(f"{name:<15} {len(want):>6} {r0['steps']:>5} {r0['drafted']:>5}/{r0['kept']:<6} "
-              f"{statistics.median(rs):.3f}× ({' '.join(f'{x:.3f}' for x in rs)})"
-              f"{'' if same else '  output differs from plain'}", flush=True)
+        wants[name] = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
+    # Warm: one session each (the baseline's and a seed's) over every pass through the
+    # prompts, the last pass reported; cold: new sessions for each reply.
+    warm: list[Session] = []
+    if a.warm:
+        warm = [Session(rt, curve, a.first, 0.0, 0, baseline=True)] + [
+            Session(rt, curve, a.first, a.noise, seed) for seed in range(a.seeds)]
+    for pass_ in range(max(a.warm, 1)):
+        last = pass_ == max(a.warm, 1) - 1
+        for name, prompt in encoded:
+            want = wants[name]
+            sessions = warm or [Session(rt, curve, a.first, 0.0, 0, baseline=True)] + [
+                Session(rt, curve, a.first, a.noise, seed) for seed in range(a.seeds)]
+            base, *got = [sess.run(prompt, settings) for sess in sessions]
+            if base["tokens"] != want:
+                raise SystemExit(f"{name}: the loop's plain steps differ from plain decoding")
+            if not last:
+                continue
+            for seed, r in enumerate(got):
+                if a.trace is not None:
+                    a.trace.mkdir(parents=True, exist_ok=True)
+                    (a.trace / f"{name}-{seed + 1}.txt").write_text("\n".join(
+                        f"{p:5d} {d:<6} {g:3d} {k:3d} {c / cmt if cmt else 0:6.2f}  {why}"
+                        for p, d, g, k, cmt, c, why in r["trace"]))
+                for _, _, _, _, cmt, c, why in r["trace"]:
+                    lost = losses.setdefault(kind(why), [0, 0.0])
+                    lost[0] += 1
+                    lost[1] += (c - cmt) / a.seeds  # T(1)s spent beyond one a token
+            rs = [base["cost"] / r["cost"] for r in got]
+            same = all(r["tokens"] == want for r in got)
+            ratios.append(statistics.median(rs))
+            r0 = got[0]
+            print(f"{name:<15} {len(want):>6} {r0['steps']:>5} {r0['drafted']:>5}/{r0['kept']:<6} "
+                  f"{statistics.median(rs):.3f}× ({' '.join(f'{x:.3f}' for x in rs)})"
+                  f"{'' if same else '  output differs from plain'}", flush=True)
     print(f"median over prompts {statistics.median(ratios):.3f}×; lowest {min(ratios):.3f}×")
     print("T(1)s lost (+) or won (−) against one a token, by kind of step, over the prompts "
           "(a seed's mean):")
