@@ -659,3 +659,55 @@ def test_a_cold_lookup_warms_up_on_checks_of_four_rows(warm: int) -> None:
         assert sizes[:2] == [3, 3] and max(sizes) == 31 and speed > 1.8
     else:
         assert sizes[:2] == [1, 1] and max(sizes) <= 1 and speed < 1.05
+
+
+def test_a_lookup_check_that_departed_is_timed_again_only_after_as_long_a_run() -> None:
+    """Nothing calibrated, the kinked CPU curve (8 rows 6.5× one): a summary's lookups keep a
+    few tokens and depart (a phrase quoted, then words of its own). Its first 8-row timing
+    check kept 5 of 7; a second, the same size, would cost ~2 plain steps again on the same
+    phrases, so it waits until the lookup's own steps have kept 7 in a row — which a copy that
+    follows does at once."""
+    ratios = [1.0, 2.07, 2.4, 2.9, 3.6, 4.05, 4.69, 6.5, 6.9, 7.35, 7.9, 8.1, 8.4, 8.55, 8.55,
+              8.6, 9.1, 9.3, 10.4, 10.5, 10.6, 11.7, 11.8, 11.9, 13.0, 13.1, 13.2, 13.7, 13.8,
+              14.8, 14.9, 15.0]
+    t = [0.030 * r for r in ratios]
+    p = Planner(CALM, clock=lambda: 0.0)
+    p.begin("summarise this")
+    for _ in range(3):
+        p.next_plan(("ngram",))
+        p.observe(StepEvent(0, 0, 0.0, t[0], "none", committed=1))
+
+    def run(steps: int, first: list[int], then: list[int]) -> list[tuple[int, bool]]:
+        """Lookup steps that keep at most first[k], then then[k % len(then)] tokens: (size,
+        timed) of each step."""
+        out, k = [], 0
+        for _ in range(steps):
+            p.lookup.streak = max(p.lookup.streak, LONG_STREAK)  # right between steps too
+            plan = p.next_plan(("ngram",))
+            n = plan.size
+            out.append((n, "timing a longer check" in plan.reason))
+            most = first[k] if k < len(first) else then[(k - len(first)) % len(then)]
+            kept = min(n, most) if n else 0
+            k += 1 if n else 0
+            p.observe(StepEvent(n, kept, 0.0002 if n else 0.0, t[n], "ngram" if n else "none",
+                                committed=kept + 1))
+        return out
+
+    summary = run(40, [3, 3, 5], [2, 3])  # after the warm-up, never 7 in a row of its own
+    first = [i for i, (n, timed) in enumerate(summary) if timed and n >= 7]
+    assert len(first) == 1, [x for x in summary if x[0]]  # timed once, not on the same phrases
+    copy = run(60, [], [99])  # then a passage it copies whole
+    assert any(timed and n >= 7 for n, timed in copy), copy
+    assert max(n for n, _ in copy) >= 15
+
+
+@pytest.mark.parametrize(("streak", "longest"), [(2, 4), (4, 8), (8, 16), (16, 31)])
+def test_a_lookup_checks_at_most_twice_the_run_it_is_in(streak: int, longest: int) -> None:
+    """Estimates carried from copies (α 0.98) on a flattening curve would check 32 rows at
+    once; a run of ``streak`` right guesses earns a chain of at most twice that."""
+    p = planner(CPU32, 0.85, replace(CALM, lookup_depth=31), ngram_alpha=0.98)
+    p.lookup.streak = streak
+    plan = p.next_plan(("ngram",))
+    assert plan.drafter == "ngram"
+    assert plan.size <= longest
+    assert plan.size > longest // 2  # (the longest allowed is what pays here)

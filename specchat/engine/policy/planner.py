@@ -66,6 +66,7 @@ REPLAN_FAR = 16
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
+LOOKUP_FIRST = 3  # the longest lookup chain before it has been right twice in a row
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
@@ -140,6 +141,11 @@ class Planner(AutoGamma):
         self.lengths = ReplyLengths()
         self.pauses = LookupPauses()  # lookups that kept nothing lately, not tried for a while
         self._lookup_full = False  # the last n-gram step kept every token it checked
+        self._lookup_run = 0  # tokens the n-gram steps kept in a row (their own, not guesses)
+        # The shortest lookup timing check this reply that did not keep all it drafted: the
+        # passages here may be shorter than it (see _longer_check). None: none so far.
+        self._timed_short: int | None = None
+        self._timing_plan = 0  # the size of the lookup check being timed now (0: none)
 
     def reseed(self, seed: AutoGammaSeed) -> None:
         super().reseed(seed)
@@ -239,6 +245,12 @@ class Planner(AutoGamma):
         best_g, best_rate = 0, -1.0
         e, run = 1.0, 1.0
         deepest = min(self.lookup_depth, len(table) - 1) if lookup else top
+        if name == NGRAM:
+            # At most twice as long as the lookup has been right in a row: a run that has
+            # lasted is likely to go on about as long again, one just begun is not, whatever
+            # the estimates carried from a copy say (warm, a reply's lookup at its 7th token,
+            # four right so far, checked 16 rows and kept 3: 0.86× plain over that reply).
+            deepest = min(deepest, max(LOOKUP_FIRST, 2 * self.lookup.streak))
         steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
         sizes = self._lookup_sizes() if lookup else None
         for g in range(1, min(deepest, len(alph)) + 1):
@@ -289,6 +301,13 @@ class Planner(AutoGamma):
             # whose guessed rate costs little and still beats plain (twice: one timing moves
             # the estimate a third of the way).
             if not self._untimed(g) or (sizes is not None and g not in sizes):
+                continue
+            if name == NGRAM and self._timed_short is not None and g >= self._timed_short \
+                    and self._lookup_run < g:
+                # A check of this length already departed from its passage in this reply:
+                # time it again only once the lookup has kept that many in a row since (a
+                # summary's phrases run a few tokens: its second 8-row timing check, on this
+                # CPU's dear 8-row step, cost two plain steps again).
                 continue
             e_g, s_g = steps[g]
             if e_g / s_g >= max(TRY_UNTIMED * best_rate, self._needed(name) * base.rate):
@@ -638,6 +657,7 @@ class Planner(AutoGamma):
         reason = f"{'chain' if plan.drafter == MODEL else plan.drafter} {plan.size}"
         if chosen.explore:
             self._timing[plan.size] = self._timing.get(plan.size, 0) + 1
+            self._timing_plan = plan.size if plan.drafter == NGRAM else 0
             reason += " · timing a longer check"
         if plan.drafter == MODEL and s.early_stop and self._confident():
             # The confidence rule (keep_drafting) decides where the step stops; the
@@ -735,6 +755,11 @@ class Planner(AutoGamma):
             self.pauses.outcome(step.drafter, step.accepted > 0)
             if step.drafter == NGRAM:
                 self._lookup_full = step.accepted == step.gamma
+                self._lookup_run = self._lookup_run + step.accepted if self._lookup_full else 0
+                if self._timing_plan and not self._lookup_full:
+                    self._timed_short = min(self._timed_short or self._timing_plan,
+                                            self._timing_plan)
+        self._timing_plan = 0
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
@@ -837,6 +862,7 @@ class Planner(AutoGamma):
         self._lags = {}
         self._reply_tokens = 0
         self.pauses.clear()
+        self._lookup_run, self._timed_short, self._timing_plan = 0, None, 0
 
     def start_reply(self, info: ReplyStart) -> None:
         self._budget = info.max_tokens
