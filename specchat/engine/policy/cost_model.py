@@ -23,6 +23,7 @@ to a few times the prediction before they enter the sums.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from specchat.engine.policy.costs import CostCurve, non_decreasing
 
@@ -155,17 +156,13 @@ class VerifyTable:
         known = [n for n in range(self.size) if self.count[n] > 0]
         if not known:
             return fb
-        lr, out = self.learnt, []
-        for i in range(self.size):
-            lo = max((k for k in known if k <= i), default=None)
-            hi = min((k for k in known if k >= i), default=None)
-            if lo is not None and hi is not None:
-                y = lr[lo] if hi == lo else lr[lo] + (lr[hi] - lr[lo]) * (i - lo) / (hi - lo)
-            elif lo is not None:
-                y = lr[lo] + ((fb[i] - fb[lo]) / fb[0] if fb else 0.0)
-            else:  # below the smallest learnt size
-                y = lr[known[0]] * (fb[i] / fb[known[0]] if fb else 1.0)
-            out.append(y)
+        lr, first, last = self.learnt, known[0], known[-1]
+        out = [lr[first] * (fb[i] / fb[first] if fb else 1.0) for i in range(first)]
+        for lo, hi in pairwise(known):
+            slope = (lr[hi] - lr[lo]) / (hi - lo)
+            out.extend(lr[lo] + slope * (i - lo) for i in range(lo, hi))
+        out.extend(lr[last] + ((fb[i] - fb[last]) / fb[0] if fb else 0.0)
+                   for i in range(last, self.size))
         return tuple(out)
 
     def state(self) -> dict[str, list[float]]:
