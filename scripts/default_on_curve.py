@@ -257,16 +257,16 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
         wants[name] = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
     # Warm: one session each (the baseline's and a seed's) over every pass through the
     # prompts, the last pass reported; cold: new sessions for each reply.
-    warm: list[Session] = []
-    if a.warm:
-        warm = [Session(rt, curve, a.first, 0.0, 0, baseline=True)] + [
+    def new_sessions() -> list[Session]:
+        return [Session(rt, curve, a.first, 0.0, 0, baseline=True)] + [
             Session(rt, curve, a.first, a.noise, seed) for seed in range(a.seeds)]
+
+    warm = new_sessions() if a.warm else []
     for pass_ in range(max(a.warm, 1)):
         last = pass_ == max(a.warm, 1) - 1
         for name, prompt in encoded:
             want = wants[name]
-            sessions = warm or [Session(rt, curve, a.first, 0.0, 0, baseline=True)] + [
-                Session(rt, curve, a.first, a.noise, seed) for seed in range(a.seeds)]
+            sessions = warm or new_sessions()
             base, *got = [sess.run(prompt, settings) for sess in sessions]
             if base["tokens"] != want:
                 raise SystemExit(f"{name}: the loop's plain steps differ from plain decoding")

@@ -140,8 +140,9 @@ class Planner(AutoGamma):
         self._budget: int | None = None
         self.lengths = ReplyLengths()
         self.pauses = LookupPauses()  # lookups that kept nothing lately, not tried for a while
-        self._lookup_full = False  # the last n-gram step kept every token it checked
-        self._lookup_run = 0  # tokens the n-gram steps kept in a row (their own, not guesses)
+        # Tokens the n-gram steps kept in a row (their own, not guesses): above 0, the last one
+        # kept every token it checked.
+        self._lookup_run = 0
         # The shortest lookup timing check this reply that did not keep all it drafted: the
         # passages here may be shorter than it (see _longer_check). None: none so far.
         self._timed_short: int | None = None
@@ -291,7 +292,7 @@ class Planner(AutoGamma):
         # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
         # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
         # 13- to 22-token timing checks that kept nothing).
-        if name == NGRAM and not (self._lookup_timed() and self._lookup_full):
+        if name == NGRAM and not (self._lookup_timed() and self._lookup_run > 0):
             reach = 0
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # A longer check this machine never timed is priced by a guess: a line through
@@ -754,11 +755,11 @@ class Planner(AutoGamma):
         if step.gamma > 0 and step.drafter in (NGRAM, *LOOKUP_LIKE):
             self.pauses.outcome(step.drafter, step.accepted > 0)
             if step.drafter == NGRAM:
-                self._lookup_full = step.accepted == step.gamma
-                self._lookup_run = self._lookup_run + step.accepted if self._lookup_full else 0
-                if self._timing_plan and not self._lookup_full:
-                    self._timed_short = min(self._timed_short or self._timing_plan,
-                                            self._timing_plan)
+                full = step.accepted == step.gamma
+                self._lookup_run = self._lookup_run + step.accepted if full else 0
+                if self._timing_plan and not full:
+                    g = self._timing_plan
+                    self._timed_short = min(self._timed_short or g, g)
         self._timing_plan = 0
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
             if self._draft_behind:
