@@ -711,3 +711,30 @@ def test_a_lookup_checks_at_most_twice_the_run_it_is_in(streak: int, longest: in
     assert plan.drafter == "ngram"
     assert plan.size <= longest
     assert plan.size > longest // 2  # (the longest allowed is what pays here)
+
+
+def test_a_prediction_the_reply_follows_is_learnt_from_its_guesses() -> None:
+    """On a steep CPU curve the prediction's prior does not pay, so it would never be tried;
+    its free guesses, scored on plain steps, show the reply following it and bring it in."""
+    p = planner(CPU32, 0.85)
+    first = p.next_plan(("prediction",))
+    assert first.drafter == "none"  # the prior alone: plain (the control)
+    t1 = CPU32.verify_s[0]
+    chosen = []
+    for i in range(12):
+        plan = first if i == 0 else p.next_plan(("prediction",))
+        chosen.append(plan.drafter)
+        if plan.drafter != "none":
+            break
+        p.observe(StepEvent(0, 0, 0.0, t1, "none", committed=1))
+        p.score_guesses([i], "none", {"prediction": lambda k, i=i: list(range(i + 1, i + 1 + k))})
+    assert chosen[-1] == "prediction" and len(chosen) <= 8, chosen
+
+
+def test_a_prediction_the_reply_leaves_is_not_brought_in_by_its_guesses() -> None:
+    p = planner(CPU32, 0.85)
+    t1 = CPU32.verify_s[0]
+    for i in range(12):
+        assert p.next_plan(("prediction",)).drafter == "none"
+        p.observe(StepEvent(0, 0, 0.0, t1, "none", committed=1))
+        p.score_guesses([i], "none", {"prediction": lambda k: [10_000] * k})
