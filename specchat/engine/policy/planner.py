@@ -147,7 +147,7 @@ class Planner(AutoGamma):
         # The shortest lookup timing check this reply that did not keep all it drafted: the
         # passages here may be shorter than it (see _longer_check). None: none so far.
         self._timed_short: int | None = None
-        self._other_guesses = GuessBook()  # the prediction's guesses (the lookup keeps its own)
+        self._other_guesses = GuessBook()  # other free drafters' guesses (the lookup has its own)
         self._timing_plan = 0  # the size of the lookup check being timed now (0: none)
 
     def reseed(self, seed: AutoGammaSeed) -> None:
@@ -801,16 +801,16 @@ class Planner(AutoGamma):
         proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.policy.guesses`)."""
-        # A prediction's guesses too: its prior alone (0.8 a token) never pays on a steep CPU
-        # curve, so without them a warm home never tried a prediction the reply followed
-        # (serve, a 40-line rename: 0 of 82 predicted tokens used).
+        # Every other free drafter's guesses too (the prediction's): its prior alone (0.8 a
+        # token) never pays on a steep CPU curve, so without them a warm home never tried a
+        # prediction the reply followed (serve, a 40-line rename: 0 of 82 predicted tokens used).
         k = self.settings.gamma_max
         for name, got in self._other_guesses.resolve(committed, ran).items():
             for _, start, outcome in got:
                 self._other(name).model.observe(outcome, start)
-        for name in LOOKUP_LIKE:
-            if name in guessers:
-                self._other_guesses.offer(name, guessers[name](k))
+        for name, guesser in guessers.items():
+            if name != NGRAM:
+                self._other_guesses.offer(name, guesser(k))
         guess = guessers.get(NGRAM)
         # Guesses as long as the draft model's chains: scored deeper, a copy's long runs of
         # right tokens would outweigh the first token in the pooled α that every depth shrinks
