@@ -401,6 +401,26 @@ def test_ngram_probes_that_keep_missing_slow_down_but_never_stop() -> None:
     assert max(gaps) <= p.settings.probe_every + LOOKUP_PAUSE_MAX + 1
 
 
+@pytest.mark.parametrize("scored", [True, False])
+def test_a_lookup_whose_guesses_are_scored_is_not_probed(scored: bool) -> None:
+    """A probe would buy, at a check's price, what the lookup's scored guesses already say: a
+    reply its guesses miss three times in four (not enough to pay on this curve) gets no
+    lookup step. Control: the same reply without guesses scored is probed every so often."""
+    p = planner(QWEN_CPU, 0.5, ngram_alpha=0.3)
+    lookups, seq = 0, [1, 2]
+    for i in range(200):
+        plan = p.next_plan(("ngram",))
+        n = plan.size if plan.drafter == "ngram" else 0
+        lookups += n > 0
+        p.observe(StepEvent(n, 0, 0.0002 * n, 0.055 if n else 0.043,
+                            plan.drafter if n else "none", committed=1))
+        seq.append(i % 7)
+        if scored:  # right one step in four
+            p.score_guesses([seq[-1]], plan.drafter if n else "none",
+                            {"ngram": lambda k, i=i: [(i + 1) % 7 if i % 4 == 3 else 99][:k]})
+    assert (lookups == 0) if scored else (lookups >= 5), lookups
+
+
 def test_a_long_prompt_the_draft_has_not_read_is_paid_for_before_drafting() -> None:
     """After a long pasted document the draft model must first read it all: on a flat curve
     with a good draft that still pays; on the CPU curve with a 0.85 draft it does not."""
