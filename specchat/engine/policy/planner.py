@@ -635,8 +635,10 @@ class Planner(AutoGamma):
         # probe would learn, so a probe is a bet the scoring turned down (Spec-Bench, warm, on
         # a 2-core curve where a 2-row check costs 1.84 T(1): 9 lookup probes kept 4 tokens
         # and lost 3.6 T(1); on a flatter one a 13-token reply lost 3 % to one).
-        probe = ("" if NGRAM in self._guessed else NGRAM) if NGRAM in step.chains else (
-            MODEL if MODEL in step.chains and affordable else others[0][1] if others else "")
+        if NGRAM in step.chains:
+            probe = "" if NGRAM in self._guessed else NGRAM
+        else:
+            probe = MODEL if MODEL in step.chains and affordable else others[0][1] if others else ""
         self._plain_run = 0
         if not probe:
             return self._chosen(plain(self._plain_reason(base, cands)))
