@@ -281,6 +281,30 @@ def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
     assert p.next_plan(("model", "ngram")).drafter == "none"  # not on the old estimate alone
 
 
+# Qwen 1.5B's verify curve on a slower 2-core box: flatter, a 4-row check 2.35× one row.
+FLATTER = CostCurve(0.033, tuple(x / 1000 for x in (93, 138, 177, 219, 259, 293, 323, 351)))
+
+
+@pytest.mark.parametrize("streak", [0, HOT_STREAK, 4])
+def test_a_reply_after_code_edits_checks_lookups_on_their_estimates_only_in_a_long_run(
+        streak: int) -> None:
+    """Code edits: after each edit the copy resumes, so every estimate learns a high α. The
+    next reply may be prose, where a lookup two right in a row is a common phrase: outside a
+    long run it does not check on the edits' estimates (warm, a prose reply after a code edit
+    lost 2.6 % to 3-token checks that kept nothing); inside one (a copy in any reply) it
+    does."""
+    p = Planner(CALM, AutoGammaSeed(FLATTER, 0.85), clock=lambda: 0.0)
+    p.begin("rename x to y in this function")
+    for _ in range(10):  # an edit, the copy resuming, then going on
+        for n, kept in [(3, 0), (3, 3), (3, 3), *[(6, 6)] * 5]:
+            p.observe(StepEvent(n, kept, 0.0001 * n, 0.1, "ngram", committed=kept + 1))
+    assert min(p.ngram_model(b).position_alphas()[0] for b in (COLD, HOT, LONG)) > 0.8
+    p.begin("write a poem")
+    p.lookup.streak = streak
+    plan = p.next_plan(("ngram",))
+    assert (plan.drafter == "ngram") == (streak >= 4), plan
+
+
 def test_the_lookup_is_judged_apart_after_a_right_and_after_a_wrong_guess() -> None:
     """Guesses right in runs (a summary quoting phrases between words of its own): after a
     right guess the next is likely right, after a wrong one likely wrong. One estimate over all

@@ -118,10 +118,10 @@ class AcceptanceModel:
     def keep_at_most(self, weight: float) -> None:
         """Scale what was observed down to at most ``weight`` observations at the first
         position (the other positions in proportion): earlier evidence kept as a prior that
-        new observations soon outweigh."""
+        new observations soon outweigh (0: forgotten, the prior alone)."""
         for st in (self.slow, self.fast):
             first = st.reached[0] if st.reached else 0.0
-            if first > weight > 0:
+            if first > weight >= 0:
                 st.decay(weight / first)
 
     def reset_to(self, other: AcceptanceModel) -> None:
