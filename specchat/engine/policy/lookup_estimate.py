@@ -17,9 +17,8 @@ Learnt from the lookup's own steps and from its guesses on every other step (sco
 - A new reply inherits at most ``CARRY`` observations of the long streak's estimate, and none of
   the others: how often the lookup is right depends on the reply (a copy or not), so its own
   guesses decide. A run of four right is a copy in any reply, but two right in prose is a
-  common phrase: after a code edit, a prose reply's first lookups were priced at the edit's α
-  and lost 2.6 % of its time to 3-token checks that kept nothing (one observation carried
-  still priced them at 0.76, through the deeper positions' pooled α).
+  common phrase (after a code edit, a prose reply's first lookups, priced at the edit's α, lost
+  2.6 % of its time to checks that kept nothing).
 """
 
 from __future__ import annotations

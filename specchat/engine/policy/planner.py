@@ -637,8 +637,10 @@ class Planner(AutoGamma):
         # and lost 3.6 T(1); on a flatter one a 13-token reply lost 3 % to one).
         if NGRAM in step.chains:
             probe = "" if NGRAM in self._guessed else NGRAM
+        elif MODEL in step.chains and affordable:
+            probe = MODEL
         else:
-            probe = MODEL if MODEL in step.chains and affordable else others[0][1] if others else ""
+            probe = others[0][1] if others else ""
         self._plain_run = 0
         if not probe:
             return self._chosen(plain(self._plain_reason(base, cands)))
