@@ -89,7 +89,14 @@ def test_esc_then_a_letter_read_as_alt_letter_still_stops() -> None:
 
 def test_esc_read_as_alt_stops_a_reply_from_the_box_and_from_the_transcript(
         tmp_path: Path, tiny_target: Path) -> None:
-    from ui_helpers import GREEDY, GatedDecoder, make_services, tiny_runtime, wait_for
+    from ui_helpers import (
+        GREEDY,
+        GatedDecoder,
+        make_services,
+        screen_with,
+        tiny_runtime,
+        wait_for,
+    )
 
     from specchat.engine.decode.plain import PlainDecoder
     from specchat.runtime import Runtime
@@ -111,8 +118,7 @@ def test_esc_read_as_alt_stops_a_reply_from_the_box_and_from_the_transcript(
     async def run() -> None:
         app = SpecchatApp(services)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
-            chat = app.screen
+            chat = await screen_with(pilot, ChatScreen, ChatInput)
             assert isinstance(chat, ChatScreen)
             for focus in ("box", "transcript"):
                 chat.query_one(ChatInput).focus()

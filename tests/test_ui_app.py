@@ -260,8 +260,7 @@ async def test_settings_change_the_engine_and_are_saved(tmp_path: Path, tiny_tar
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
-        form = app.screen
+        form = await screen_with(pilot, SettingsScreen, "#top-p")
         form.query_one("#top-p").value = "2"
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -465,8 +464,7 @@ async def test_first_run_opens_the_wizard_and_esc_starts_the_default(
     services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=True)
     app = SpecchatApp(services)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
-        wizard = app.screen
+        wizard = await screen_with(pilot, WizardScreen, "#welcome-advice")
         assert wizard.step == "step-welcome"
         await wait_for(pilot, lambda: "Recommended here:" in str(
             wizard.query_one("#welcome-advice", Static).render()))
@@ -489,8 +487,7 @@ async def test_the_welcome_starts_qwen_coder_or_goes_on_to_the_wizard(
     services = pair_services(tmp_path, home, tiny_target, tiny_draft, first_run=True)
     app = SpecchatApp(services)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WizardScreen))
-        wizard = app.screen
+        wizard = await screen_with(pilot, WizardScreen, "#welcome-advice")
         # The recommendation fills in from a worker: click once the step has settled.
         await wait_for(pilot, lambda: "Recommended" in str(
             wizard.query_one("#welcome-advice", Static).render()))

@@ -74,8 +74,7 @@ async def test_search_finds_a_message_in_another_chat_and_opens_it_there(
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         await pilot.press("ctrl+f")
-        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        search = app.screen
+        search = await screen_with(pilot, SearchScreen, Input)
         assert isinstance(search, SearchScreen)
         await pilot.press(*"walr")  # a prefix is enough
         await wait_for(pilot, lambda: len(search.hits) == 1)
@@ -95,8 +94,7 @@ async def test_search_finds_a_message_in_another_chat_and_opens_it_there(
         assert chat.query_one(ChatInput).has_focus  # ready to type on
         # Ctrl+F again offers the last search; nothing found says so; Esc changes nothing.
         await pilot.press("ctrl+f")
-        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        search = app.screen
+        search = await screen_with(pilot, SearchScreen, Input)
         assert search.query_one(Input).value == "walr"
         await pilot.press("ctrl+u", *"narwhal")
         await wait_for(pilot, lambda: "No message matches" in str(
@@ -115,8 +113,7 @@ async def test_search_results_are_picked_with_the_arrows(tmp_path: Path,
     async with app.run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         await pilot.press("ctrl+f")
-        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        search = app.screen
+        search = await screen_with(pilot, SearchScreen, Input)
         await pilot.press(*"toast OR butter")  # OR is a word here, not the FTS operator
         await wait_for(pilot, lambda: "No message matches" in str(
             search.query_one("#search-status", Static).render()))

@@ -7,21 +7,21 @@ from pathlib import Path
 from typing import Any
 
 from textual.widgets import OptionList
-from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
+from ui_helpers import GREEDY, app_test, make_services, screen_with, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.screens.race import RaceScreen
 from specchat.ui.screens.race_pickers import DrafterPicker
+from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.race_column import RaceColumn
 
 
 async def pick(pilot: Any, screen: RaceScreen, key: str) -> list[str]:
     """Press d, choose ``key``; return the keys the picker offered."""
     await pilot.press("d")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, DrafterPicker))
-    picker = pilot.app.screen
+    picker = await screen_with(pilot, DrafterPicker, "#drafter-list")
     options = picker.query_one("#drafter-list", OptionList)
     offered = [options.get_option_at_index(i).id for i in range(options.option_count)]
     options.highlighted = offered.index(key)
@@ -37,7 +37,7 @@ async def test_the_race_drafter_key_picks_what_drafts(tmp_path: Path, tiny_targe
     services = make_services(tmp_path, runtime, config=UserConfig(sampling=GREEDY, gamma=3))
     app = SpecchatApp(services)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen))
+        await screen_with(pilot, ChatScreen, ChatInput)
         await pilot.press("f5")
         await wait_for(pilot, lambda: isinstance(app.screen, RaceScreen))
         screen = app.screen

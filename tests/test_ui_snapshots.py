@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_helpers import make_services, tiny_runtime, wait_for
+from ui_helpers import make_services, screen_with, tiny_runtime
 
 from specchat.engine.decode.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
 from specchat.store import FateTrace, ReplyStats
@@ -66,8 +66,7 @@ def snapshot_app(tmp_path: Path, tiny_target: Path) -> tuple[SpecchatApp, int]:
 
 
 async def settle(pilot: Any) -> ChatScreen:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChatScreen))
-    screen = pilot.app.screen
+    screen = await screen_with(pilot, ChatScreen, ChatInput)
     screen.query_one(ChatInput).cursor_blink = False
     await pilot.pause()
     return screen
