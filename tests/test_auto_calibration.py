@@ -223,7 +223,9 @@ async def test_a_reply_started_mid_calibration_runs_first_and_the_calibration_go
         chat = await ready(pilot)
         job = chat.calibration.job
         await wait_for(pilot, lambda: gate.held.is_set())  # one prompt measured, more to go
-        assert job.phase == RUNNING and chat.check_action("stop_calibration", ()) is True
+        # (the worker posts its progress: the bar, and F12 with it, shows once that is read)
+        await wait_for(pilot, lambda: chat.check_action("stop_calibration", ()) is True)
+        assert job.phase == RUNNING
         reply = await send(pilot, "hello there")
         await wait_for(pilot, lambda: chat.job is None)
         assert reply.turn.status == "done" and reply.turn.text
