@@ -15,7 +15,9 @@ needs its extras (fastapi, sse-starlette, starlette-context, pydantic-settings),
     SPECCHAT_HOME=/tmp/servehome python scripts/serve_vs_llama_server.py
 
 With ``--llama-server BIN`` (built from the llama.cpp sources vendored in the installed
-llama-cpp-python, so both run the same kernels) it serves the pair's target six ways, one
+llama-cpp-python, so both run the same kernels; where a native build stops with an illegal
+instruction in its AMX kernel, build it with ``-mno-amx-tile -mno-amx-int8 -mno-amx-bf16`` in
+CMAKE_C_FLAGS and CMAKE_CXX_FLAGS) it serves the pair's target six ways, one
 server at a time: llama-server plain, with the draft (``-md … --spec-type draft-simple``;
 without a type it loads the draft and does not speculate) and with ``--spec-type ngram-mod``;
 specchat plain, with its defaults, and with ``--drafter ngram``. Each round starts each server
