@@ -46,7 +46,7 @@ from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, 
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
 from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.guesses import GuessBook
-from specchat.engine.policy.lookup_estimate import HOT_STREAK, LONG, LookupEstimate
+from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.lookup_pauses import LookupPauses
 from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
@@ -858,7 +858,7 @@ class Planner(AutoGamma):
         return out
 
     def load_state(self, d: dict[str, object]) -> None:
-        lookup = LookupEstimate(self.lookup_depth, self.lookup.models[True].prior_alpha,
+        lookup = LookupEstimate(self.lookup_depth, self.lookup.models[HOT].prior_alpha,
                                 self.settings.slow_half_life, self.settings.fast_half_life)
         lookup.load_state(d)
         cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
