@@ -12,13 +12,14 @@ import specchat.engine.policy.planner as planner_module
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
-from specchat.engine.policy.cost_model import TABLE_SIZE, OnlineCostModel, VerifyTable, extend_curve
+from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.tree_stats import tree_draft_cost
+from specchat.engine.policy.verify_table import TABLE_SIZE, VerifyTable, extend_curve
 
 # llama-bench on 2 CPU cores, Qwen2.5-Coder 1.5B Q4_K_M target (issue 14): n = 1..6, 8; the
 # 0.5B draft costs 25 ms a token. n = 7 is between its neighbours.

@@ -34,9 +34,9 @@ from specchat.engine.llama.model import DecodeCancelled, LlamaContext, LlamaMode
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.engine.policy.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.policy.agreement import agreement_trace, cross_agreement_trace, greedy_continuation
-from specchat.engine.policy.cost_model import TABLE_SIZE
 from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.engine.policy.speedup import PAYS, best_gamma, speedup_table, verdict
+from specchat.engine.policy.verify_table import TABLE_SIZE
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.progress import Progress, ProgressFn, no_progress
 

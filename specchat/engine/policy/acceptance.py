@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specchat.engine.decode.events import StepEvent
-from specchat.engine.policy.cost_model import decay_for
+from specchat.engine.policy.decay import decay_for
 
 
 def step_outcomes(step: StepEvent) -> list[float]:

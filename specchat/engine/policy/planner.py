@@ -8,7 +8,7 @@ node budget) are set against the step's cost,
 
     rate = E / (draft cost + T(n + 1) + o),        plain: 1 / (T(1) + o),
 
-where T is the target's verify-cost *table* (n = 1..32, :class:`~specchat.engine.policy.cost_model.
+where T is the target's verify-cost *table* (n = 1..32, :class:`~specchat.engine.policy.verify_table.
 VerifyTable`: calibrated, then updated from every step's measured verify time by batch size),
 o the loop's overhead, and the draft cost γ·t_d for a draft-model chain (t_d measured per token),
 γ·t_ng for an n-gram chain (a lookup: nearly free, measured too), and for a draft-model tree one

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.policy.acceptance import AcceptanceModel, step_outcomes
-from specchat.engine.policy.cost_model import decay_for
+from specchat.engine.policy.decay import decay_for
 
 OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
 OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSettings
-from specchat.engine.policy.cost_model import TABLE_SIZE
+from specchat.engine.policy.verify_table import TABLE_SIZE
 
 
 def _planner_auto() -> AutoGammaSettings:

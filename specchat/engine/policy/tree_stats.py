@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.decode.plan import Plan
-from specchat.engine.policy.cost_model import decay_for
+from specchat.engine.policy.decay import decay_for
 
 
 class RankStats:
