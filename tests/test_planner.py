@@ -257,10 +257,10 @@ def test_no_draft_model_probe_where_re_reading_the_skipped_tokens_costs_too_much
 
 def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
     p = planner(FLAT, 0.7)
-    p._behind = 2  # the usual: the draft missed the last step's tokens
+    p.reads.behind = 2  # the usual: the draft missed the last step's tokens
     assert p.next_plan(("model",)).drafter == "model"
     p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
-    p._behind = 20000  # a long plain stretch: re-reading it costs more than 64 tokens gain
+    p.reads.behind = 20000  # a long plain stretch: re-reading it costs more than 64 tokens gain
     plan = p.next_plan(("model",))
     assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read " \
         "20000 tokens"

@@ -45,6 +45,7 @@ from specchat.engine.decode.step_policy import ReplyStart
 from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
 from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
 from specchat.engine.policy.cost_model import OnlineCostModel
+from specchat.engine.policy.draft_reads import DraftReads
 from specchat.engine.policy.guesses import GuessBook
 from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.lookup_pauses import LookupPauses
@@ -71,9 +72,6 @@ LOOKUP_FIRST = 3  # the longest lookup chain before it has been right twice in a
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
-# A draft model's catch-up this long or longer is timed as a read cost per token (shorter ones
-# are mostly a draft step's fixed cost).
-READ_LEARN = 8
 # Chain drafters other than the n-gram lookup that read nothing and cost a list slice (a
 # predicted output): not probed before they are scored, checks as deep as a lookup's, a prior
 # that trusts what the caller predicted (its steps soon say otherwise where it is wrong).
@@ -124,20 +122,15 @@ class Planner(AutoGamma):
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
         self._probed = ""  # the drafter of the last speculative step when it was a probe
-        self._draft_behind = True  # the draft model has not drafted since the last commit
-        self._behind = 0  # tokens committed since the draft model last drafted
         # Tokens this reply has committed (None until a reply begins: driven step by step).
         self._reply_tokens: int | None = None
         self._timing: dict[int, int] = {}  # chain lengths tried to time their check (by count)
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
         self.prediction = Prediction()  # this reply's, against which its speed is judged
-        # What a draft model's catch-up is priced with (see catch_up_cost): its measured reads
-        # (decayed Σ seconds, Σ tokens), else the target's prompt read scaled by the models'
-        # sizes; and against the tokens the reply is still expected to write.
-        self._read_cost = [0.0, 0.0]
-        self._target_read: float | None = None
-        self._size_ratio: float | None = None
+        # What the draft model lacks and what reading it costs (see catch_up_cost), priced
+        # against the tokens the reply is still expected to write (within its budget).
+        self.reads = DraftReads()
         self._budget: int | None = None
         self.lengths = ReplyLengths()
         self.pauses = LookupPauses()  # lookups that kept nothing lately, not tried for a while
@@ -329,7 +322,7 @@ class Planner(AutoGamma):
         """Whether drafting with ``name`` now would first read tokens it has not seen (the
         draft model, or a drafter with a cache of its own, after a new prompt)."""
         if name in (*MODEL_DRAFTERS, TREE):
-            return self._draft_behind and self._behind > FIRST_STEP_READ
+            return self.reads.pending and self.reads.behind > FIRST_STEP_READ
         return self._lags.get(name, 0) > FIRST_STEP_READ
 
     def _draft_unpriced(self) -> bool:
@@ -337,27 +330,21 @@ class Planner(AutoGamma):
         out because it would first read a long prompt) and it is that far behind: its cost
         reads 0, not unknown. Priced free it would win, and then read the whole prompt (a
         2,000-token RAG prompt: 4 s on 2 CPU cores), so it is neither scored nor probed."""
-        return not self.costs.draft_known and self._size_ratio is None \
-            and self._behind > self.plan_settings.warmup_max_lag
+        return not self.costs.draft_known and self.reads.size_ratio is None \
+            and self.reads.behind > self.plan_settings.warmup_max_lag
 
     @property
     def t_draft(self) -> float:
         """A draft token's cost: measured (or calibrated), else the target's step scaled by the
         models' sizes (decoding reads every weight once a token), else 0 (unknown)."""
         c = self.costs
-        if c.draft_known or self._size_ratio is None:
+        if c.draft_known or self.reads.size_ratio is None:
             return c.t_draft
-        return self._size_ratio * c.verify_table()[0]
+        return self.reads.size_ratio * c.verify_table()[0]
 
     def read_cost(self) -> float | None:
-        """Seconds the draft model takes to read one token it missed, in a batch: measured on
-        its catch-ups, else the target's prompt read scaled by the models' sizes."""
-        secs, toks = self._read_cost
-        if toks >= READ_LEARN:
-            return secs / toks
-        if self._target_read is not None and self._size_ratio is not None:
-            return self._target_read * self._size_ratio
-        return None
+        """Seconds the draft model takes to read one token it missed (DraftReads.per_token)."""
+        return self.reads.per_token()
 
     def expected_remaining(self) -> float:
         """Tokens this reply is still expected to write (:mod:`~specchat.engine.policy.
@@ -367,7 +354,7 @@ class Planner(AutoGamma):
     def _read_pays(self, share: float) -> bool:
         """Whether the draft's catch-up costs at most ``share`` of the plain time the rest of
         the reply is expected to take (a warm-up's guess of what drafting could gain)."""
-        catch = self.catch_up_cost(self._behind)
+        catch = self.catch_up_cost(self.reads.behind)
         if catch <= 0:
             return True
         t1 = self.costs.verify_table()[0]
@@ -448,7 +435,7 @@ class Planner(AutoGamma):
         # every step, so its streak grows as soon as the reply starts copying.
         warm = [d for d in step.chains if d != NGRAM or self._lookup_timed()]
         if step.chains and step.chains[0] == MODEL and (
-                self._behind > ps.warmup_max_lag
+                self.reads.behind > ps.warmup_max_lag
                 or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
             # A warm-up step would first read the whole prompt into the draft: not for a
             # guess (after a long document that costs more than the reply gains), nor when
@@ -535,7 +522,7 @@ class Planner(AutoGamma):
         """Every candidate scored on the measured costs and estimates; then the best, plain,
         or a probe."""
         base, cands, chosen, sampled_best = self._choose(step.available)
-        catch = self.catch_up_cost(self._behind)
+        catch = self.catch_up_cost(self.reads.behind)
         if chosen.plan.drafter in (MODEL, TREE) and catch > 0:
             # Worth switching back to the draft only if the faster steps repay its catch-up
             # within the tokens the reply is still expected to write.
@@ -543,7 +530,7 @@ class Planner(AutoGamma):
             if gain < catch:
                 self._plain_run += 1
                 return self._chosen(plain(f"plain: the draft would first re-read "
-                                          f"{self._behind} tokens"))
+                                          f"{self.reads.behind} tokens"))
         if chosen.plan.drafter == NONE:
             return self._plain_or_probe(step, base, cands, sampled_best, catch)
         return self._speculate(base, chosen)
@@ -626,7 +613,7 @@ class Planner(AutoGamma):
             return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
         # A probe (n-gram first: it costs nearly nothing; the draft model only if re-reading
         # what it missed is cheap here).
-        affordable = catch <= ps.probe_budget * self._behind * base.seconds \
+        affordable = catch <= ps.probe_budget * self.reads.behind * base.seconds \
             and not self._draft_unpriced()
         others = sorted((self._tried(n), n) for n in available if n not in SCORED
                         and n not in self._guessed and self._lags.get(n, 0) <= ps.warmup_max_lag
@@ -680,21 +667,8 @@ class Planner(AutoGamma):
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
-        """Seconds for the draft model to read ``tokens`` it missed, in one batched decode,
-        beyond the one token every draft step reads anyway: its measured read cost per token
-        (:meth:`read_cost`), else a draft step scaled by the target table's shape at that
-        batch (same machine, same kind of curve)."""
-        if tokens <= 1:
-            return 0.0
-        per_token = self.read_cost()
-        if per_token is not None:
-            return per_token * (tokens - 1)
-        table = self.costs.verify_table()
-        n = len(table)
-        if table[0] <= 0:  # nothing timed yet
-            return 0.0
-        shape = (table[tokens - 1] if tokens <= n else table[-1] * tokens / n) / table[0]
-        return self.t_draft * max(shape - 1.0, 0.0)
+        """Seconds for the draft model to read ``tokens`` it missed (DraftReads.catch_up)."""
+        return self.reads.catch_up(tokens, self.costs.verify_table(), self.t_draft)
 
     def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
         if plan.drafter == TREE:
@@ -719,7 +693,7 @@ class Planner(AutoGamma):
         expected = self._expected(plan, alphas, self.ngram.position_alphas())
         if plan.drafter == NGRAM:
             return expected, n * self.t_ngram + table[n] + o
-        catch = self.catch_up_cost(self._behind)
+        catch = self.catch_up_cost(self.reads.behind)
         if plan.drafter == MODEL:
             return expected, catch + n * self.t_draft + table[n] + o
         if plan.drafter == TREE:
@@ -761,10 +735,8 @@ class Planner(AutoGamma):
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
         self.costs.add_verify(step.batch, step.verify_s)
-        if step.read_tokens >= READ_LEARN and step.drafter in (*MODEL_DRAFTERS, TREE):
-            lam = self.ngram._lam_slow
-            self._read_cost = [lam * self._read_cost[0] + step.read_s,
-                               lam * self._read_cost[1] + step.read_tokens]
+        model_drafted = step.drafter in (*MODEL_DRAFTERS, TREE)
+        self.reads.learn(step, self.ngram._lam_slow, model_drafted)
         if step.gamma > 0 and step.drafter in (NGRAM, *LOOKUP_LIKE):
             self.pauses.outcome(step.drafter, step.accepted > 0)
             if step.drafter == NGRAM:
@@ -775,7 +747,7 @@ class Planner(AutoGamma):
                     self._timed_short = min(self._timed_short or g, g)
         self._timing_plan = 0
         if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
-            if self._draft_behind:
+            if self.reads.pending:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
                 # what they committed, a batched decode: that time is not a draft token's.
                 self.costs.draft_seen()
@@ -799,8 +771,7 @@ class Planner(AutoGamma):
             # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
             # still paid for its window (its drafter then reads "none").
             self.measured[self.last_plan.drafter].observe(step)
-        self._draft_behind = step.drafter not in (*MODEL_DRAFTERS, TREE) or step.gamma == 0
-        self._behind = self._behind + step.committed if self._draft_behind else 0
+        self.reads.after(step, model_drafted)
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed
         self._after_observe()
@@ -834,7 +805,7 @@ class Planner(AutoGamma):
     def state(self) -> dict[str, object]:
         d = super().state()
         d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
-                 ranks=self.trees.ranks.state(), read_cost=list(self._read_cost),
+                 ranks=self.trees.ranks.state(), read_cost=self.reads.state(),
                  **self._lengths_now().state())
         return d
 
@@ -865,15 +836,14 @@ class Planner(AutoGamma):
         if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
             raise ValueError("n-gram cost of another shape")
         ranks = self.trees.read_ranks(d["ranks"])  # type: ignore[arg-type]
-        read = [float(v) for v in d.get("read_cost", [0.0, 0.0])]  # type: ignore[attr-defined]
-        if len(read) != 2 or min(read) < 0:
-            raise ValueError("read cost of another shape")
+        read = DraftReads.read_state(d.get("read_cost", [0.0, 0.0]))
         lengths = ReplyLengths()
         lengths.load_state(d)  # (older states have neither: nothing measured yet)
         super().load_state(d)
         self.lookup.load_state(d)  # (checked above, before anything changed)
         self._ngram_cost, self.trees.ranks = cost, ranks
-        self._read_cost, self.lengths = read, lengths
+        self.reads.load(read)
+        self.lengths = lengths
         self.label = "plan"
 
     def begin(self, prompt_text: str) -> None:
@@ -884,8 +854,7 @@ class Planner(AutoGamma):
         self.lookup.begin()
         self._other_guesses.clear()
         self._guessed = set()
-        self._draft_behind = True
-        self._behind = 0  # until the decoder says how much of the prompt the draft lacks
+        self.reads.begin()
         self._lags = {}
         self._reply_tokens = 0
         self.pauses.clear()
@@ -893,16 +862,12 @@ class Planner(AutoGamma):
 
     def start_reply(self, info: ReplyStart) -> None:
         self._budget = info.max_tokens
-        if info.target_read_s is not None:
-            self._target_read = info.target_read_s
-        if info.draft_size_ratio is not None:
-            self._size_ratio = info.draft_size_ratio
+        self.reads.start_reply(info)
 
     def draft_lag(self, tokens: int) -> None:
         """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
         ``begin``): a first draft step pays for reading them, as after plain steps."""
-        self._behind = max(tokens - 1, 0)  # a draft step reads the last token anyway
-        self._draft_behind = True
+        self.reads.lag(tokens)
 
     def drafter_lags(self, lags: dict[str, int]) -> None:
         """What each drafter with a cache of its own lacks of the prompt (the decoder says so
