@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -227,8 +228,10 @@ def _bench_rounds(target: Path, draft: Path, tmp_path: Path,
                "--max-tokens", "8", "--threads", "1", "--out", str(out), *extra])
     assert rc == 0
     said = capsys.readouterr()
+    # Progress lines only ("[3/12] T=0 …"): a notice in brackets (the AMX one) is not a run.
     return out, [(line[1:].split("]")[0], line.split("#", 1)[1].split(":")[0].split(" ", 1)[1])
-                 for line in (said.out + said.err).splitlines() if line.startswith("[")]
+                 for line in (said.out + said.err).splitlines()
+                 if re.match(r"\[\d+/\d+\] ", line)]
 
 
 def test_bench_runs_keep_the_median_of_interleaved_rounds(tiny_target: Path, tiny_draft: Path,
