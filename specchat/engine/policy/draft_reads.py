@@ -37,7 +37,7 @@ class DraftReads:
         secs, toks = self._cost
         if toks >= READ_LEARN:
             return secs / toks
-        if self.target_read is not None and self.size_ratio is not None:
+        if self.target_read is not None and self.size_ratio is not None:  # (a draft loaded)
             # Not scaled by the models' sizes: a small model reads a batch far less efficiently
             # than its weights say (2 cores, Qwen 0.5B against 1.5B: 0.66 of the target's time
             # a token, its weights 0.44), and priced by its weights a cold reply's warm-up read
@@ -47,7 +47,7 @@ class DraftReads:
 
     def catch_up(self, tokens: int, table: Sequence[float], t_draft: float) -> float:
         """Seconds to read ``tokens`` missed, in one batched decode, beyond the one token every
-        draft step reads anyway: the measured or guessed cost per token (:meth:`per_token`),
+        draft step reads anyway: the measured cost per token, else the target's (:meth:`per_token`),
         else a draft step (``t_draft``) scaled by the target's verify ``table`` at that batch
         (same machine, same kind of curve)."""
         if tokens <= 1:
