@@ -30,6 +30,10 @@ when its own sample equals it, specchat with probability min(1, p/q).
 
     SPECCHAT_HOME=~/.cache/specchat-qwen/home python scripts/serve_vs_llama_server.py \
         --pair qwen-coder --llama-server /path/to/llama-server --rounds 2 --max-tokens 96
+
+``--configs "specchat plain,specchat"`` runs only those servers (and llama-server plain, the
+base), so more rounds fit the same time; with both specchat ones it also prints the defaults'
+ratio to specchat's own plain decoding.
 """
 
 from __future__ import annotations
@@ -158,6 +162,18 @@ def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
     return [*cmd, "--draft", str(draft)]
 
 
+def chosen_configs(text: str) -> tuple[str, ...]:
+    """The servers to run, in CONFIGS' order; llama-server plain always (the base)."""
+    if not text:
+        return CONFIGS
+    want = {c.strip() for c in text.split(",") if c.strip()}
+    unknown = want - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"--configs: unknown {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(CONFIGS)})")
+    return tuple(c for c in CONFIGS if c in want or c == "llama-server")
+
+
 def ask_timed(api: OpenAI, model: str, text: str, max_tokens: int, temperature: float,
               seed: int | None = None) -> tuple[int, float, str, dict[str, int]]:
     t0 = time.perf_counter()
@@ -179,10 +195,11 @@ def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) ->
         prompts = [p for p in prompts if p[0] in keep]
     print(f"{target.name} + {draft.name}: {len(prompts)} prompts × {args.rounds} rounds, "
           f"greedy, max_tokens {args.max_tokens}, {args.threads} threads, one server at a time")
+    configs = chosen_configs(args.configs)
     rates: dict[tuple[str, str], list[float]] = {}
     texts: dict[tuple[str, str], str] = {}
     for r in range(args.rounds):
-        order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+        order = configs if r % 2 == 0 else configs[::-1]
         for name in order:
             port = free_port()
             s = Server(name, six_ways(name, args, target, draft, port), port)
@@ -195,16 +212,16 @@ def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) ->
             finally:
                 s.stop()
             print(f"  round {r + 1}: {name} done", flush=True)
-    head = "| prompt | " + " | ".join(CONFIGS[1:]) + " |"
+    head = "| prompt | " + " | ".join(configs[1:]) + " |"
     print("\nclient-clock tok/s as a ratio to llama-server plain (median of rounds; * = greedy "
           "reply differs from llama-server plain's)\n")
     print(head)
-    print("|" + "---|" * len(CONFIGS))
-    cols: dict[str, list[float]] = {c: [] for c in CONFIGS[1:]}
+    print("|" + "---|" * len(configs))
+    cols: dict[str, list[float]] = {c: [] for c in configs[1:]}
     for cat, _ in prompts:
         base = rates[("llama-server", cat)]
         row = []
-        for c in CONFIGS[1:]:
+        for c in configs[1:]:
             ratio = statistics.median(x / b for x, b in zip(rates[(c, cat)], base, strict=True))
             cols[c].append(ratio)
             same = texts[(c, cat)] == texts[("llama-server", cat)]
@@ -214,6 +231,14 @@ def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) ->
     base_tps = statistics.median(x for (c, _), v in rates.items() if c == "llama-server"
                                  for x in v)
     print(f"\nllama-server plain: median {base_tps:.1f} tok/s")
+    if "specchat" in configs and "specchat plain" in configs:
+        # The target the defaults answer to: plain decoding through the same server.
+        own = [statistics.median(x / b for x, b in zip(rates[("specchat", cat)],
+                                                       rates[("specchat plain", cat)],
+                                                       strict=True)) for cat, _ in prompts]
+        print("specchat defaults / specchat plain (median of rounds): " + ", ".join(
+            f"{cat} {x:.2f}×" for (cat, _), x in zip(prompts, own, strict=True))
+            + f"; median {statistics.median(own):.2f}×")
     if args.sampled_rounds:
         acceptance(args, target, draft, prompts[: args.sampled_prompts])
     return 0
@@ -268,6 +293,9 @@ def main() -> int:
     p.add_argument("--llama-server", metavar="BIN",
                    help="llama.cpp's llama-server: compare six ways against it (see above)")
     p.add_argument("--only", default="", help="with --llama-server: these categories only")
+    p.add_argument("--configs", default="",
+                   help="with --llama-server: these servers only, comma-separated (of: "
+                        + ", ".join(CONFIGS) + "; llama-server plain always runs)")
     p.add_argument("--sampled-rounds", type=int, default=2,
                    help="with --llama-server: rounds of the T 0.8 acceptance comparison (0: none)")
     p.add_argument("--sampled-prompts", type=int, default=5)
