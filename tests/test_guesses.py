@@ -369,6 +369,26 @@ def test_a_long_run_of_right_guesses_is_judged_apart_from_one_just_begun() -> No
     assert est.band == COLD
 
 
+def test_a_first_token_outside_a_passage_is_judged_on_first_tokens_alone() -> None:
+    """A reply that restates its question: the lookup, starting outside a repeated passage, is
+    right for eight tokens, then its next three starts miss. Outside a passage what matters is
+    how often a first token is right (1 in 4 here); the eight-token run's later tokens, right
+    because the first was, must not lift that (pooled over all depths, a cold estimate of 0.82
+    checked three tokens at the 21st token of a humanities reply and kept one)."""
+    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    est.step([1.0] * 8)  # (a step from the cold band: its outcomes teach that band)
+    for _ in range(3):
+        est.streak = 0
+        est.step([0.0])
+    cold = est.models[COLD].position_alphas()
+    assert cold[0] < 0.4, cold[:3]
+    # Deep in a passage the later tokens still count: the long run's estimate pools them all.
+    est.streak = 10
+    for _ in range(4):
+        est.step([1.0] * 8)
+    assert est.models[LONG].position_alphas()[0] > 0.8
+
+
 def test_a_state_saved_before_the_long_streak_loads() -> None:
     est = LookupEstimate(16, 0.4, 40.0, 5.0)
     for _ in range(10):

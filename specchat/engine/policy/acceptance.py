@@ -62,8 +62,12 @@ class PositionStats:
 class AcceptanceModel:
     def __init__(self, size: int, prior_alpha: float, prior_weight: float = 6.0,
                  position_weight: float = 6.0, slow_half_life: float = 40.0,
-                 fast_half_life: float = 5.0) -> None:
+                 fast_half_life: float = 5.0, pool_first: bool = False) -> None:
         self.size = size
+        # The pooled α from the first position alone: where a first token being right is the
+        # rare event and the later ones follow from it (a lookup outside a repeated passage),
+        # the later positions' many right outcomes would lift the first's estimate.
+        self.pool_first = pool_first
         self.prior_alpha = prior_alpha
         self.prior_weight = prior_weight
         self.position_weight = position_weight
@@ -90,7 +94,8 @@ class AcceptanceModel:
 
     def _pooled(self, stats: PositionStats) -> tuple[float, float]:
         """Beta posterior (successes, failures) of the pooled α, prior included."""
-        kept, reached = stats.totals
+        kept, reached = (stats.kept[0], stats.reached[0]) if self.pool_first and stats.reached \
+            else stats.totals
         m = self.prior_weight
         return kept + m * self.prior_alpha, reached - kept + m * (1 - self.prior_alpha)
 

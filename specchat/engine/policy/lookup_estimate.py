@@ -11,6 +11,9 @@ Learnt from the lookup's own steps and from its guesses on every other step (sco
   than one just begun (qwen-coder's replies to Spec-Bench and two copy prompts: the next token
   right 71 % of the time after 2–3 right, 89–95 % after 4 or more), so the checks a long copy
   earns are not held back by the misses at the start of runs.
+  Outside a passage, its estimate shrinks toward first tokens' rate alone: the later tokens
+  of a run that started there are right because the first was (a reply restating its question
+  lifted it to 0.82 by them, and its lookups then lost 1.5 % of the reply's time in prose).
 - Change detection (Page-Hinkley on each step's or guess's first token) restarts an estimate
   from its recent outcomes when the hit rate changes: a stale high α would plan long checks that
   fail, each costing several plain steps on a steep curve.
@@ -44,7 +47,8 @@ class LookupEstimate:
         self.size = size
         self.models = {band: AcceptanceModel(size, prior_alpha, prior_weight=6.0,
                                              slow_half_life=slow_half_life,
-                                             fast_half_life=fast_half_life)
+                                             fast_half_life=fast_half_life,
+                                             pool_first=band == COLD)
                        for band in _KEYS}
         # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
         # than the draft model's detector catches the change within a few steps.
