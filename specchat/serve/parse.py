@@ -7,11 +7,8 @@ would change the reply in a way this server does not do (``n`` > 1, penalties) a
 rather than ignored: a client must not believe it got what it asked for. Anything else unknown
 is ignored, as OpenAI's servers do.
 
-Constrained output: ``response_format`` ``{"type": "json_object"}`` (any JSON object; a
-``schema`` beside it, as llama-server takes it, constrains it further) or ``{"type":
-"json_schema", "json_schema": {"name", "schema", "strict"}}``, or llama-server's ``grammar``
-(Lark or GBNF text), compiled here by llguidance (``engine/decode/grammar.py``): a schema or
-grammar that does not compile is a 400 naming the field, before anything is queued.
+Constrained output (``response_format``, ``grammar``) is read by ``constraint_request.py``,
+tools by ``tool_request.py``.
 
 Log-probabilities (chat's ``logprobs`` and ``top_logprobs``, a completion's ``logprobs: N``,
 ``/infill``'s ``n_probs``) become the sampler's ``logprobs``. Fill-in-the-middle is a
@@ -24,7 +21,6 @@ them is the worker's to say, likewise.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,9 +28,9 @@ from typing import Any, Literal
 from specchat.config import check_setting
 from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.fim import ExtraFile
-from specchat.engine.decode.grammar import GrammarError, compile_grammar
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import bad_request
+from specchat.serve.constraint_request import constraint
 from specchat.serve.fields import flag, kind_name, unicode_text, wrong_type
 from specchat.serve.tool_request import tool_calls, tool_grammar, tools
 
@@ -233,65 +229,6 @@ def _common(doc: Mapping[str, Any], defaults: SamplerSettings, kind: str) -> dic
     return dict(settings=settings, model=model, stream=stream, include_usage=include_usage,
                 fates=fates, prediction=_prediction(doc.get("prediction")),
                 grammar_param=grammar_param)
-
-
-def _compiled(kind: Any, text: str | None, param: str, code: str) -> str:
-    try:
-        return compile_grammar(kind, text)
-    except GrammarError as e:
-        raise bad_request(str(e), param, code) from None
-
-
-def _schema_text(schema: Any, param: str) -> str:
-    if not isinstance(schema, dict):
-        raise wrong_type(param, "a JSON schema (an object)", schema)
-    return json.dumps(schema)
-
-
-def constraint(doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """The reply's grammar (llguidance's) from ``response_format`` or ``grammar``, and the field
-    it came from; (None, None) for free text."""
-    fmt, grammar = doc.get("response_format"), doc.get("grammar")
-    out: tuple[str | None, str | None] = (None, None)
-    if fmt is not None:
-        if not isinstance(fmt, dict):
-            raise wrong_type("response_format", "an object", fmt)
-        kind = fmt.get("type", "text")
-        if kind == "json_object":
-            schema = fmt.get("schema")
-            out = (_compiled("json_object", None, "response_format", "invalid_value")
-                   if schema is None else
-                   _compiled("json_schema", _schema_text(schema, "response_format.schema"),
-                             "response_format.schema", "invalid_json_schema"),
-                   "response_format")
-        elif kind == "json_schema":
-            spec = fmt.get("json_schema")
-            if spec is None:
-                raise bad_request("'response_format.json_schema' is required with type "
-                                  "'json_schema'", "response_format.json_schema",
-                                  "missing_required_parameter")
-            if not isinstance(spec, dict):
-                raise wrong_type("response_format.json_schema", "an object", spec)
-            if spec.get("strict") is not None and not isinstance(spec.get("strict"), bool):
-                raise wrong_type("response_format.json_schema.strict", "true or false",
-                                 spec.get("strict"))
-            # Strict or not, the schema is enforced: every token is masked to it.
-            where = "response_format.json_schema.schema"
-            schema = spec.get("schema")
-            text = _schema_text({} if schema is None else schema, where)
-            out = (_compiled("json_schema", text, where, "invalid_json_schema"), "response_format")
-        elif kind != "text":
-            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
-            raise bad_request("'response_format.type' must be 'text', 'json_object' or "
-                              f"'json_schema', not {shown!r}", "response_format.type")
-    if grammar is not None:
-        if not isinstance(grammar, str):
-            raise wrong_type("grammar", "a string (a Lark or GBNF grammar)", grammar)
-        if out[0] is not None:
-            raise bad_request("give 'grammar' or a JSON 'response_format', not both", "grammar")
-        out = (_compiled("grammar", unicode_text(grammar, "grammar"), "grammar",
-                         "invalid_grammar"), "grammar")
-    return out
 
 
 def _prediction(value: Any) -> str | None:
