@@ -1,6 +1,7 @@
 """A drafter is one module (issue 39): a new file in the drafters package is found by name,
 listed by ``--drafter``, chosen with it, and verified by the one verification module — with no
-other file changed. The file is the worked example of ARCHITECTURE.md's "Add a drafter"."""
+other file changed. The file is docs/examples/bigram.py, the worked example of ARCHITECTURE.md's
+"Add a drafter"."""
 
 from __future__ import annotations
 
@@ -13,37 +14,8 @@ import specchat.engine.drafters
 from specchat.cli.main import main
 from specchat.engine.decode import registry
 
-BIGRAM = '''\
-"""A bigram lookup: after token t, propose what followed t's last earlier occurrence."""
-
-from __future__ import annotations
-
-from specchat.engine.decode.drafting import DraftRequest, DrafterBase, Proposal
-from specchat.engine.decode.registry import DrafterEnv
-from specchat.engine.decode.verify import one_hot
-
-NAME = "bigram"
-
-
-class BigramDrafter(DrafterBase):
-    name = NAME
-
-    def propose(self, req: DraftRequest) -> Proposal:
-        seq, out = list(req.seq), []
-        for _ in range(req.plan.depth):
-            last = seq[-1]
-            at = next((i for i in range(len(seq) - 2, -1, -1) if seq[i] == last), None)
-            if at is None:
-                break
-            out.append(seq[at + 1])
-            seq.append(seq[at + 1])
-        return Proposal(NAME, tuple(out), tuple(range(-1, len(out) - 1)),
-                        tuple(one_hot(t) for t in out))
-
-
-def build(env: DrafterEnv) -> BigramDrafter:
-    return BigramDrafter()
-'''
+# The worked example of ARCHITECTURE.md, loaded as it is written, not a copy of it.
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "bigram.py"
 PROMPT = "the cat sat on the mat, the cat sat on the mat, the cat"
 
 
@@ -52,7 +24,7 @@ def dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The drafters package with one more module in it (a folder on its search path)."""
     folder = tmp_path / "drafters"
     folder.mkdir()
-    (folder / "bigram.py").write_text(BIGRAM, encoding="utf-8")
+    (folder / "bigram.py").write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setattr(specchat.engine.drafters, "__path__",
                         [*specchat.engine.drafters.__path__, str(folder)])
     monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path / "home"))
