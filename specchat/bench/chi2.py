@@ -3,8 +3,8 @@
 Cells whose expected count is under 5 are pooled into one, as the test's textbook condition asks.
 Critical values and p-values are exact: the χ² survival function is the regularized upper
 incomplete gamma function Q(df/2, x/2), computed by its power series below a + 1 and by its
-continued fraction above (Numerical Recipes §6.2), and the quantile is found by bisection on it.
-(The Wilson–Hilferty approximation used before was 15 % lenient at df = 1.)
+continued fraction above (Numerical Recipes §6.2), and the quantile is found by bisection on it
+(an approximation such as Wilson–Hilferty's is lenient at small df).
 """
 
 from __future__ import annotations

@@ -157,8 +157,8 @@ def search(src: CutSource, work_dir: Path, options: SearchOptions = SearchOption
             return clip(lo + (hi - lo - length) // 2, length)
 
         budget = options.max_candidates
-        # Small models lose agreement fast (SmolLM2-135M: one block gone keeps ~80 %, a
-        # quarter gone almost none), so the lengths start small.
+        # Small models lose agreement fast as blocks go (docs/performance.md), so the lengths
+        # start small.
         lengths = sorted({max(1, min(room, x)) for x in (n // 8, n // 4, n // 2)})
         best_span = middle(lengths[0])
         best = score(span_kept(n, *best_span))

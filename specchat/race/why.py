@@ -60,9 +60,10 @@ def alpha_needed(costs: Costs, draft: float | None) -> float | None:
 
 
 def explain(costs: Costs, device: str = "CPU", check: int | None = None) -> str:
-    """e.g. ``on this CPU a 5-token check costs 2.4× one token and the draft costs 59 % of the
-    target: the draft model cannot pay; prompt lookup can on text that repeats the
-    conversation``."""
+    """One sentence from the measured costs: what a check of ``check`` tokens costs against one
+    token, what the draft costs against the target, and which drafters can pay, e.g. ``on this
+    CPU a N-token check costs X× one token and the draft costs Y % of the target: the draft
+    model cannot pay; prompt lookup can on text that repeats the conversation``."""
     sizes = sorted(n for n in costs.verify if n > 1)
     if not sizes or costs.t1 <= 0:
         return ""

@@ -36,7 +36,7 @@ from specchat.serve.tool_request import tool_calls, tool_grammar, tools
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
 # Characters per stop string: the reply checks each one's prefixes at every token, so a long
-# one costs its length squared per token (a 30,000-character stop took 80 ms a token).
+# one costs its length squared per token (docs/performance.md).
 MAX_STOP_CHARS = 1000
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}

@@ -24,8 +24,8 @@ holds only the committed path (``keep_branch`` drops the window's sequences with
 branches); nothing of the window is ever committed.
 
 Sizes: W, N, G come from :class:`LookaheadSettings` (``SETTINGS`` when provided, else the
-defaults below). They are fixed, not planned per step: on 2 CPU cores every extra row costs
-(Qwen2.5-Coder-1.5B: a batch of 8 ≈ 4.4 × one token), so the defaults keep the batch small — a
+defaults below). They are fixed, not planned per step: on a CPU every extra row costs
+(docs/performance.md), so the defaults keep the batch small — a
 window of 2 × 2 adds 3 rows, 4 candidates of 2 tokens at most 8 more — and what is decided per
 step is whether to run Lookahead at all: under γ ``plan`` the planner runs ``own_plan()`` (every
 candidate at full depth) while its measured rate beats plain's

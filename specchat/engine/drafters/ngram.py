@@ -178,10 +178,10 @@ class NgramDrafter(DrafterBase):
             return walk(self._next, self._follow, k)
         found = self._source()
         if found is None or found.edit_read:
-            # Not after a one-token edit read: a guess that the copy skipped one word is right
-            # 5 % of the time on qwen-coder's replies (107 cases over Spec-Bench and two copy
-            # prompts), a failed check on a CPU costs most of a plain step, and a copy that did
-            # change one word re-joins its passage two tokens later (see _rejoin).
+            # Not after a one-token edit read: a guess that the copy skipped one word is rarely
+            # right (docs/performance.md), a failed check on a CPU costs most of a plain step,
+            # and a copy that did change one word re-joins its passage two tokens later (see
+            # _rejoin).
             return []
         j = found.at
         edits = self._edits
@@ -329,8 +329,8 @@ class NgramDrafter(DrafterBase):
 
 
 def build(env: DrafterEnv) -> NgramDrafter:
-    # Matches of two tokens or more, with or without a draft model: on qwen-coder's replies a
-    # one-token match was right 11 % of the time (397 cases), a loss on any curve where a
-    # second row costs more than a tenth of a step, for 2 % more tokens kept where it is free.
+    # Matches of two tokens or more, with or without a draft model: a one-token match is
+    # rarely right, a loss on any curve where a second row costs more than a tenth of a step,
+    # for few more tokens kept where it is free (figures: docs/performance.md).
     n_min = env.ngram_n_min or 2
     return NgramDrafter(n_min=n_min, is_eog=env.target.model.is_eog)

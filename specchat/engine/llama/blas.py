@@ -15,8 +15,8 @@ def blas_threads(n: int) -> Iterator[None]:
     """numpy's OpenBLAS on ``n`` threads inside the block, when the library says how.
 
     Heads' matrices are small (a training batch of 64 × d, one hidden state when drafting):
-    on a busy 2-core machine OpenBLAS's threads spin waiting for each other, and one thread
-    was measured 4-100× faster. Nothing happens where the symbols are absent (another BLAS).
+    on a busy small machine OpenBLAS's threads spin waiting for each other, and one thread is
+    far faster (docs/performance.md). Nothing happens where the symbols are absent.
     """
     lib = _openblas()
     if lib is None:

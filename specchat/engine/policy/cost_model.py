@@ -41,8 +41,8 @@ def fit_line(ns: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 class OnlineCostModel:
     """``skip_first``: ignore the first observation of each batch size (and the first draft
     step) in this process — llama.cpp sizes its compute buffers on a batch shape's first
-    decode, which then costs up to twice a normal one (measured here: T(2) 54 ms once, then
-    31 ms) — except that a size's second counts as the lesser of the two."""
+    decode, which then costs up to twice a normal one (docs/performance.md) — except that a
+    size's second counts as the lesser of the two."""
 
     def __init__(self, half_life: float = 48.0, shape_weight: float = 2.0,
                  skip_first: bool = False) -> None:
@@ -108,8 +108,8 @@ class OnlineCostModel:
             return
         # A size's first counted time is the lesser of its first two: the first pays the
         # shape's buffers, either may meet a burst of other work, and until more steps come
-        # one time prices every check the line through it reaches (a cold copy's second 4-row
-        # check met one, 144 ms where 90-100 is usual, and the copy ran plain).
+        # one time prices every check the line through it reaches (a burst on one check can
+        # turn a copy plain).
         seconds = min(seconds, self._held.pop(n, seconds))
         if self._n_verify >= 3:
             seconds = min(seconds, CLIP * self._clip_reference(n))
@@ -122,7 +122,7 @@ class OnlineCostModel:
     def _clip_reference(self, n: int) -> float:
         """T_v(n) for the burst clip: this table's estimate as last worked out (a planner works
         it out at each scoring; a 3× guard needs nothing fresher, and working it out after
-        every step cost a small model's plain step a few per cent), else :meth:`t_verify`."""
+        every step slows a small model's plain step), else :meth:`t_verify`."""
         vt = self._vt
         if vt is not None and vt[0][0] == id(self.table) and 1 <= n <= TABLE_SIZE \
                 and vt[1][n - 1] > 0:

@@ -1,11 +1,11 @@
 """What a draft token and a verification cost on this machine, measured on real decodes.
 
 Speculation pays only if γ draft steps plus one target pass over γ + 1 tokens beat γ + 1 plain
-target steps. On a GPU a batch of 5 costs about what 1 does; on a CPU it does not (measured here:
-SmolLM2 Q4_1 — 1 token 8.6 ms, 4 tokens 24.7 ms), so the whole curve T_v(n) is measured, not
-assumed. Each figure is the fastest of a few repeats (other load on the machine only ever adds
-time), with batch sizes measured round-robin so a burst of load does not skew one of them, after
-the cache holds a realistic prefix.
+target steps. On a GPU a batch of 5 costs about what 1 does; on a CPU it does not
+(docs/performance.md), so the whole curve T_v(n) is measured, not assumed. Each figure is the
+fastest of a few repeats (other load on the machine only ever adds time), with batch sizes
+measured round-robin so a burst of load does not skew one of them, after the cache holds a
+realistic prefix.
 """
 
 from __future__ import annotations

@@ -6,22 +6,21 @@ Learnt from the lookup's own steps and from its guesses on every other step (sco
 - Three estimates, by how long the lookup has been right in a row: outside a passage the reply
   repeats, just inside one (the last ``HOT_STREAK`` guesses right), and deep inside one
   (``LONG_STREAK``). Right guesses come in runs, so one estimate over all positions is too high
-  where a step starts after a miss (a summary quotes phrases between words of its own: 0.84×
-  plain with one estimate on the Qwen pair); and a run that has lasted is likelier to go on
-  than one just begun (qwen-coder's replies to Spec-Bench and two copy prompts: the next token
-  right 71 % of the time after 2–3 right, 89–95 % after 4 or more), so the checks a long copy
+  where a step starts after a miss (a summary quotes phrases between words of its own); and a
+  run that has lasted is likelier to go on than one just begun, so the checks a long copy
   earns are not held back by the misses at the start of runs.
   Outside a passage, its estimate shrinks toward first tokens' rate alone: the later tokens
   of a run that started there are right because the first was (a reply restating its question
-  lifted it to 0.82 by them, and its lookups then lost 1.5 % of the reply's time in prose).
+  would otherwise price its prose's lookups as a copy's).
 - Change detection (Page-Hinkley on each step's or guess's first token) restarts an estimate
   from its recent outcomes when the hit rate changes: a stale high α would plan long checks that
   fail, each costing several plain steps on a steep curve.
 - A new reply inherits at most ``CARRY`` observations of the long streak's estimate, and none of
   the others: how often the lookup is right depends on the reply (a copy or not), so its own
   guesses decide. A run of four right is a copy in any reply, but two right in prose is a
-  common phrase (after a code edit, a prose reply's first lookups, priced at the edit's α, lost
-  2.6 % of its time to checks that kept nothing).
+  common phrase (after a code edit, a prose reply's first lookups priced at the edit's α lose).
+
+The figures behind each of these: docs/performance.md, "Figures behind the defaults".
 """
 
 from __future__ import annotations

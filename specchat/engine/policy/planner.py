@@ -247,8 +247,7 @@ class Planner(AutoGamma):
         if name == NGRAM:
             # At most twice as long as the lookup has been right in a row: a run that has
             # lasted is likely to go on about as long again, one just begun is not, whatever
-            # the estimates carried from a copy say (warm, a reply's lookup at its 7th token,
-            # four right so far, checked 16 rows and kept 3: 0.86× plain over that reply).
+            # the estimates carried from a copy say (figures: docs/performance.md).
             deepest = min(deepest, max(LOOKUP_FIRST, 2 * self.lookup.streak))
         steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
         sizes = self._lookup_sizes() if lookup else None
@@ -270,8 +269,8 @@ class Planner(AutoGamma):
         each new batch shape's first decode in a process costs up to twice a later one and a
         lookup's runs vary, so 31 sizes learnt online would each pay it (and each be timed
         less often); and every size this machine has timed (a calibration times them all). A
-        CPU's curve has steps where a line has none (2 cores, Qwen 1.5B: a check of 7 rows
-        4.6× one row, of 8 rows 6.3–7.6×), which only a timed size shows."""
+        CPU's curve has steps where a line has none, which only a timed size shows (figures:
+        docs/performance.md)."""
         w = self.costs.table.weight
         return LOOKUP_SIZES.union(g for g in range(1, len(w)) if w[g] > 0.0)
 
@@ -283,19 +282,16 @@ class Planner(AutoGamma):
         c = self.costs
         # A guess is trusted at most twice past the largest check timed so far: a line
         # through small checks prices a long one far from what it costs, and a long check
-        # that fails costs many plain steps (a 27-token lookup check keeping 9 ran at 0.8×
-        # plain on the Qwen pair); the curve is learnt by doubling instead.
+        # that fails costs many plain steps; the curve is learnt by doubling instead.
         reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
         # A lookup's longer check is timed only inside a passage the reply repeats, right
         # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
-        # check of a guess is mostly rows that fail (a code edit ran at 0.72× plain with
-        # 13- to 22-token timing checks that kept nothing).
+        # check of a guess is mostly rows that fail (figures: docs/performance.md).
         if name == NGRAM and not (self._lookup_timed() and self._lookup_run > 0):
             reach = 0
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # A longer check this machine never timed is priced by a guess: a line through
-            # the sizes timed so far. A CPU's curve flattens past them (2 cores, a 1.5B
-            # target: 16 tokens cost 8× one, where the line through 1..8 said 12×), so the
+            # the sizes timed so far. A CPU's curve flattens past them, so the
             # best chain on the guesses can be far too short. Try the longest such check
             # whose guessed rate costs little and still beats plain (twice: one timing moves
             # the estimate a third of the way).
@@ -328,8 +324,8 @@ class Planner(AutoGamma):
     def _draft_unpriced(self) -> bool:
         """The draft model's cost was never measured (no calibration, and the warm-up left it
         out because it would first read a long prompt) and it is that far behind: its cost
-        reads 0, not unknown. Priced free it would win, and then read the whole prompt (a
-        2,000-token RAG prompt: 4 s on 2 CPU cores), so it is neither scored nor probed."""
+        reads 0, not unknown. Priced free it would win, and then read the whole prompt (seconds
+        for a long one on a CPU), so it is neither scored nor probed."""
         return not self.costs.draft_known and self.reads.size_ratio is None \
             and self.reads.behind > self.plan_settings.warmup_max_lag
 
@@ -431,7 +427,7 @@ class Planner(AutoGamma):
         # Unscored lookup steps (the warm-up's, a timing check) only inside a passage the reply
         # repeats: elsewhere a lookup of two tokens or more is right a third of the time or
         # less, and on a CPU each check that fails costs more than the plain step it replaced
-        # (a cold 34-token prose reply ran at 0.89× plain with them). Its guesses are scored on
+        # (figures: docs/performance.md). Its guesses are scored on
         # every step, so its streak grows as soon as the reply starts copying.
         warm = [d for d in step.chains if d != NGRAM or self._lookup_timed()]
         if step.chains and step.chains[0] == MODEL and (
@@ -619,9 +615,8 @@ class Planner(AutoGamma):
                         and n not in self._guessed and self._lags.get(n, 0) <= ps.warmup_max_lag
                         and (n not in self._own or self._own_can_pay(n)))
         # A lookup whose guesses are scored is not probed: its estimate already holds what a
-        # probe would learn, so a probe is a bet the scoring turned down (Spec-Bench, warm, on
-        # a 2-core curve where a 2-row check costs 1.84 T(1): 9 lookup probes kept 4 tokens
-        # and lost 3.6 T(1); on a flatter one a 13-token reply lost 3 % to one).
+        # probe would learn, so a probe is a bet the scoring turned down (figures:
+        # docs/performance.md).
         if NGRAM in step.chains:
             probe = "" if NGRAM in self._guessed else NGRAM
         elif MODEL in step.chains and affordable:

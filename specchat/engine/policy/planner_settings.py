@@ -14,8 +14,7 @@ def _planner_auto() -> AutoGammaSettings:
     # The shortest warm-up (when neither calibration nor a saved state gave costs): two steps
     # of γ 1 time a draft token and T(2) (the first of each is not counted: see
     # OnlineCostModel's skip_first); plain steps time T(1). Each warm-up step is paid in full
-    # where drafting cannot pay, but γ 1 loses little (on 2 CPU cores, a 0.5B draft at 59 % of a
-    # 1.5B target: 80 ms for 1.9 tokens against 43 ms a token).
+    # where drafting cannot pay, but γ 1 loses little (figures: docs/performance.md).
     return AutoGammaSettings(warmup=(1, 1))
 
 
@@ -24,26 +23,22 @@ class PlannerSettings:
     auto: AutoGammaSettings = field(default_factory=_planner_auto)
     margin: float = 1.03  # speculation must promise this × plain's rate
     # ... and a lookup outside a long run (the lookup's last guesses not 4 right in a row) this
-    # much: there its α differs from one reply to the next (the next token right after 2–3
-    # right: 40 % on a RAG answer, 83 % on a summary, replayed on qwen-coder), and a CPU's check
-    # of 4 tokens costs 2.7–3.2× one, so checks planned at 1.05–1.15× plain lost (a summary at
-    # 0.88× plain, cold). On a flat (GPU) curve such checks promise far more and still run.
+    # much: there its α differs from one reply to the next and a CPU's checks are dear, so a
+    # thin promise loses; on a flat (GPU) curve such checks promise far more and still run.
+    # Trades lookups in prose against never running slower (figures: docs/performance.md).
     lookup_margin: float = 1.15
     # A lookup's warm-up checks (inside a repeated passage) draft at least this many: until more
     # is timed, longer checks are priced on the line through T(1) and the size timed, and a line
     # through T(1) and T(2), the dearest tokens of a concave curve, prices every longer check
-    # above what it costs (2 cores, Qwen 1.5B: T(2) 1.8-2.1× T(1), so 4 rows guessed at 4.2×
-    # where they cost 3×; a cold copy whose T(2) came out at 2.07× never drafted again).
-    # Timing 4 rows first anchors the line where lookups run; on a flat (GPU) curve either is
-    # cheap.
+    # above what it costs, and a cold copy could then never draft again. Timing 4 rows first
+    # anchors the line where lookups run; on a flat (GPU) curve either is cheap (figures:
+    # docs/performance.md).
     lookup_warmup: int = 3
     # A lookup's unscored steps (warm-up, timing a check, timing a longer one) wait until its
     # guesses were right this many times in a row. Two right is a common word pair as often
-    # as a repeated passage, and on a CPU a failed 4-row check costs 2-3 plain steps; four is
-    # a copy under way (the next right 89-95 % of the time, against 71 % after two). Replayed
-    # on one measured curve (qwen-coder, 2 cores, scripts/default_on_curve.py, 3 noise seeds):
-    # 4 against 2 moved roleplay 0.97→1.01× plain, math_reasoning 0.97→1.00, stem 0.98→1.00,
-    # copy 1.07→1.11, code edit 1.16→1.17; math 1.00→0.98, summary 1.00→0.98.
+    # as a repeated passage, and on a CPU a failed check costs several plain steps; four is a
+    # copy under way. Trades a little speed on copies for none lost in prose (figures, and the
+    # replay that chose 4 over 2: docs/performance.md).
     lookup_timing_streak: int = 4
     # Exploration (Thompson sampling) may try a plan the posterior mean rates at no less than
     # this × plain: trying is how estimates recover, but not at any price.
@@ -51,13 +46,13 @@ class PlannerSettings:
     probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
     # After plain (or n-gram) steps the draft model must first read what they committed: a
     # switch to it must pay that back within this many tokens, and a probe with it may cost at
-    # most probe_budget × the plain time since (on 2 CPU cores a 0.5B draft reads a token in
-    # ~20 % of a 1.5B target step: probing it would cost that much on every skipped token).
+    # most probe_budget × the plain time since: a draft's read is not free on a CPU, and a
+    # probe would pay it on every skipped token (figures: docs/performance.md).
     payback_tokens: int = 64
     warmup_max_lag: int = 256  # prompt tokens the draft may have to read for a warm-up step
     # With no costs known, a reply runs plain until it has this many tokens before the warm-up
     # drafts: a short reply cannot repay the draft reading the prompt and the first batches of
-    # new shapes (on the demo pair, 2 cores: +140 ms, 17 % of a 35-token reply). What the
+    # new shapes (figures: docs/performance.md). What the
     # warm-up measures is kept for the pair, so it is paid once, not per reply.
     warmup_after: int = 64
     probe_budget: float = 0.05
@@ -73,7 +68,7 @@ class PlannerSettings:
     ngram_prior_alpha: float = 0.4
     # Longest prompt-lookup chain (γ): a lookup costs nothing to draft, and a passage the
     # reply copies runs on for dozens of tokens, where a check's cost per token keeps falling
-    # (on 2 CPU cores 16 tokens cost 9.6× one, 32 cost 15×).
+    # (figures: docs/performance.md).
     lookup_depth: int = TABLE_SIZE - 1
     rank_half_life: float = 200.0  # tree steps
 

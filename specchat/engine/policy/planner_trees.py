@@ -50,8 +50,8 @@ class TreePlans:
               chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
         """The best tree over budgets n and depth bounds L (Sequoia's depth-bounded search: a
         deeper tree costs a draft pass per level). Shapes come from the DP on the rank table
-        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search costs
-        ~15 ms in Python); each shape is then scored on the exact estimates and costs."""
+        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search is
+        dear in Python); each shape is then scored on the exact estimates and costs."""
         p = self.rank_table(alphas)
         key = tuple(tuple(round(x * 20) for x in row) for row in p)
         self._age += 1 if reshape else 0

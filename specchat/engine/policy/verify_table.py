@@ -1,7 +1,7 @@
 """The target's verify cost per batch size, learnt from the steps: :class:`VerifyTable`.
 
-On a CPU the curve has kinks (measured here on a Q4 1.5B: 1-4 tokens 43/55/67/95 ms — a jump at
-4 —, 8 tokens 188 ms) that a line smooths into wrong choices. Each batch size keeps its own
+On a CPU the curve has kinks (docs/performance.md shows one) that a line smooths into wrong
+choices. Each batch size keeps its own
 decayed mean; a size seen rarely or never borrows the curve's *shape* (the calibration's table,
 else what each size cost when last used, else a line), scaled to the level the observed sizes
 show now. :class:`~specchat.engine.policy.cost_model.OnlineCostModel` keeps one.
