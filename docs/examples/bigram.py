@@ -9,7 +9,7 @@ file into the package's search path and checks all of that.
 
 from __future__ import annotations
 
-from specchat.engine.decode.drafting import DraftRequest, DrafterBase, Proposal
+from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.verify import one_hot
 
