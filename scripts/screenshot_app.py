@@ -1,9 +1,12 @@
 #!/usr/bin/env python
-"""Save an SVG screenshot of the chat screen after a real reply (for the README / assets).
+"""Save an SVG screenshot of the chat screen mid-reply (for the README / assets).
 
-Runs the app headless on a pair (default: demo) from a models folder, asks one question,
-waits for the reply, switches to the token-fate view with rejected drafts shown, and saves
-the screen:
+Runs the app headless on a pair (default: demo) from a models folder, asks one question and,
+once the reply has streamed ``--at-tokens`` tokens, shows the rejected drafts and saves the
+screen while the reply is still being written: tokens coloured by their fate (accepted,
+corrected, bonus, rejected) and the stats bar live. γ is fixed (``--gamma``, default 3) so
+that the screenshot shows drafting: on a CPU the default planner mostly decodes plainly on
+prose, which would leave nothing to colour.
 
     python scripts/screenshot_app.py [--pair demo] [--out assets/chat-screen.svg]
 """
@@ -39,12 +42,17 @@ async def shoot(args: argparse.Namespace) -> None:
         await pilot.pause()
         chat = app.screen
         chat.send_text(QUESTION)
-        while chat.job is not None:
-            await asyncio.sleep(0.2)
-        await pilot.press("ctrl+r")  # token view, rejected drafts shown
-        await pilot.pause(0.5)
+        while chat.job is not None and chat.stats_bar.stats.tokens < args.at_tokens:
+            await asyncio.sleep(0.05)
+        if chat.job is None:
+            raise SystemExit(f"the reply ended before {args.at_tokens} tokens: lower --at-tokens")
+        await pilot.press("ctrl+r")  # rejected drafts shown, mid-reply
+        await pilot.pause(0.2)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         app.save_screenshot(args.out.name, path=str(args.out.parent))
+        await pilot.press("escape")  # stop the reply; what was written is kept
+        while chat.job is not None:
+            await asyncio.sleep(0.1)
     services.store.close()
     print(f"wrote {args.out}")
 
@@ -56,8 +64,11 @@ def main() -> int:
     p.add_argument("--width", type=int, default=120)
     p.add_argument("--height", type=int, default=36)
     p.add_argument("--models", type=Path, default=default_models_dir())
+    p.add_argument("--gamma", type=int, default=3, help="draft length (fixed, so it drafts)")
+    p.add_argument("--at-tokens", type=int, default=70, help="shoot once this many tokens came")
     args = p.parse_args()
-    with linked_home(args.models, "sampling:\n  temperature: 0\n  max_tokens: 120\n"):
+    config = f"gamma: {args.gamma}\nauto_calibrate: false\nsampling:\n  temperature: 0\n  max_tokens: 160\n"
+    with linked_home(args.models, config):
         asyncio.run(shoot(args))
     return 0
 
