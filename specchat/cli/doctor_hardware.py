@@ -25,7 +25,7 @@ def write_hardware(w: Write) -> None:
     devs = devices()
     w("\nhardware\n")
     w(f"  backend:          {backend_label(devs)}\n")
-    w(f"  GPU offload:      {'yes' if offload else 'no (CPU-only build; see README: GPU)'}\n")
+    w(f"  GPU offload:      {'yes' if offload else 'no (CPU-only build; see docs/gpu.md)'}\n")
     if devs:
         w("  devices:\n")
         for d in devs:
