@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Save an SVG screenshot of a finished race on a real pair (for the README / assets).
+"""Save an SVG screenshot of a finished race on a real pair (docs/performance.md shows it).
 
 Runs the app headless on a pair (default: demo) from a models folder, opens the race screen
 on a built-in prompt (greedy), waits for the recording and the real-time replay to finish,
