@@ -294,7 +294,7 @@ class Runtime:
         chosen = [build(n, env) for n in names]
         policy = self.policy(gamma, ngram="ngram" in names)
         fixed = chosen[0].fixed_gamma if len(chosen) == 1 else None
-        if fixed is not None and isinstance(policy, AutoGamma) and not isinstance(policy, Planner):
+        if fixed is not None and isinstance(policy, AutoGamma) and not policy.plans_steps:
             policy = FixedGamma(*fixed)  # auto-γ sizes chains only, not the drafter's own step
         return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
 

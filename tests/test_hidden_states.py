@@ -8,14 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specchat.engine.llama.hidden_states import (
-    HiddenStateError,
-    decode_tree_with_hidden,
-    decode_with_hidden,
-    last_hidden,
-    n_embd,
-    states_over,
-)
+from specchat.engine.llama.hidden_output import HiddenStateError
+from specchat.engine.llama.hidden_states import states_over
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled
@@ -42,8 +36,8 @@ def _check_post_norm(path: Path, text: str) -> None:
     tokens = ctx.model.tokenize(text)
     plain = ctx.decode(tokens, logits="all").copy()
     ctx.truncate(0)
-    d = n_embd(ctx)
-    logits, hidden = decode_with_hidden(ctx, tokens)
+    d = ctx.n_embd
+    logits, hidden = ctx.decode_with_hidden(tokens)
     assert hidden.shape == (len(tokens), d)
     np.testing.assert_array_equal(logits, plain)  # turning hidden states on changes no logit
     w, g = _output_matrix(path)
@@ -55,12 +49,12 @@ def _check_post_norm(path: Path, text: str) -> None:
     # ... and RMS-normalised: divided by the norm's gain, every row has RMS 1.
     rms = np.sqrt(((hidden / g) ** 2).mean(axis=1))
     np.testing.assert_allclose(rms, 1.0, rtol=1e-3)
-    assert last_hidden(ctx) is not None
+    assert ctx.last_hidden() is not None
     # Embeddings are off again: a last-row decode reads the last row (with them on,
     # llama.cpp would output every row and the first would be read as the last).
     ctx.truncate(0)
     np.testing.assert_allclose(ctx.decode(tokens, logits="last")[0], plain[-1], atol=1e-4)
-    assert last_hidden(ctx) is None  # that decode made the states stale
+    assert ctx.last_hidden() is None  # that decode made the states stale
 
 
 def test_tiny_model_states_are_post_norm(tiny_target: Path) -> None:
@@ -74,11 +68,11 @@ def test_demo_target_states_are_post_norm(demo_files: tuple[Path, Path]) -> None
 def test_tree_rows_match_linear_rows(tiny_target: Path) -> None:
     ctx = _ctx(tiny_target)
     tokens = ctx.model.tokenize("the cat sat on the mat")
-    _, lin = decode_with_hidden(ctx, tokens)
+    _, lin = ctx.decode_with_hidden(tokens)
     lin = lin.copy()
     ctx.truncate(3)
     # Nodes 1 and 2 both follow node 0: node 1 is tokens[4] after tokens[3], as in the line.
-    logits, tree = decode_tree_with_hidden(ctx, (-1, 0, 0), [0, 1, 2],
+    logits, tree = ctx.decode_tree_with_hidden((-1, 0, 0), [0, 1, 2],
                                            [tokens[3], tokens[4], tokens[5]])
     assert tree.shape[0] == logits.shape[0] == 3
     np.testing.assert_allclose(tree[0], lin[3], atol=1e-5)
@@ -89,7 +83,7 @@ def test_tree_rows_match_linear_rows(tiny_target: Path) -> None:
 def test_states_over_chunks_match_one_batch(tiny_target: Path) -> None:
     ctx = _ctx(tiny_target)
     tokens = ctx.model.tokenize("the cat sat on a mat and then the dog ran after it, fast")
-    logits, whole = decode_with_hidden(ctx, tokens)
+    logits, whole = ctx.decode_with_hidden(tokens)
     whole, best = whole.copy(), logits.argmax(1)
     seen: list[tuple[int, int]] = []
     chunks = list(states_over(ctx, tokens, chunk=5, top=3,
@@ -122,7 +116,7 @@ def test_no_hidden_states_is_a_clear_error(tiny_target: Path,
     import llama_cpp
 
     ctx = _ctx(tiny_target)
-    assert last_hidden(ctx) is None
+    assert ctx.last_hidden() is None
     monkeypatch.setattr(llama_cpp, "llama_get_embeddings", lambda _ctx: None)
     with pytest.raises(HiddenStateError, match="returned no hidden states for target.gguf"):
-        decode_with_hidden(ctx, ctx.model.tokenize("the cat"))
+        ctx.decode_with_hidden(ctx.model.tokenize("the cat"))

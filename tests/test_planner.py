@@ -4,7 +4,7 @@ the verify-cost table's fit, n-gram and tree learning, and its state's round tri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
@@ -36,13 +36,6 @@ def planner(curve: CostCurve, alpha: float, settings: PlannerSettings = CALM,
                 clock=lambda: 0.0)
     p.begin("hello")
     return p
-
-
-@dataclass(frozen=True)
-class TreeStep(StepEvent):
-    """A step as the tree decoder reports it (the field trees adds to StepEvent)."""
-
-    accepted_ranks: tuple[int, ...] = ()
 
 
 def test_plain_on_the_qwen_cpu_curve_with_its_costly_draft() -> None:
@@ -162,7 +155,7 @@ def test_tree_steps_teach_the_rank_statistics() -> None:
         p.next_plan(("tree",))
         p.last_plan = shape  # the decoder ran this shape
         # the root's second child was accepted, then its only child
-        p.observe(TreeStep(4, 2, 0.003, 0.011, "tree", committed=3, accepted_ranks=(1, 0)))
+        p.observe(StepEvent(4, 2, 0.003, 0.011, "tree", committed=3, accepted_ranks=(1, 0)))
     table = p.trees.rank_table(p.current.model.position_alphas())
     assert table[0][1] > prior + 0.2  # rank 2 at depth 1: often the one
     assert p.current.model.position_alphas()[0] < 0.4  # rank 1 at depth 1: never

@@ -5,17 +5,21 @@ its position (a Markov chain over a tiny vocabulary), so its output distribution
 exactly and a reply costs microseconds instead of a forward pass: the real decoder, drafters
 and verification rule can be sampled 10⁵ times in a test. It keeps the cache bookkeeping
 (``tokens``, trees ended by ``keep_branch``) the decoder relies on and checks it: a node of a
-tree must follow its parent, a kept path must be one the tree held.
+tree must follow its parent, a kept path must be one the tree held. Its model and it declare
+what the engine reads of a ``LlamaModel`` and a ``LlamaContext`` (names, a BOS rule, the
+hidden-state capability), so no product code needs a branch for them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.llama.model_settings import ModelSettings
 from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.side_branch import SideBranch
 
@@ -25,6 +29,15 @@ class ScriptedModel:
         self.n_vocab = n_vocab
         self.eog = eog
         self.size_bytes = 0  # no weights: no size ratio for a planner's priors
+        # As a loaded file names itself; two scripted vocabularies of one size are the same
+        # (every piece is "<id>"), so the size is the file's identity (cross_map keys on it).
+        self.path = Path(f"scripted-{n_vocab}.gguf")
+        self.name = f"scripted-{n_vocab}"
+        self.settings = ModelSettings()  # loaded as a file is by default (no MTP layers)
+        self.add_bos, self.bos = False, -1  # no BOS token
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.piece(token)
 
     def is_eog(self, token: int) -> bool:
         return token == self.eog
@@ -51,13 +64,14 @@ class ScriptedContext:
         self.cancel = threading.Event()
         self._tree: dict[int, tuple[int, int]] | None = None  # node → (token, parent node)
         self.side_rows = 0  # side-branch rows evaluated (see SideBranch)
+        self._last_hidden: tuple[float, npt.NDArray[np.float32]] | None = None
 
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
 
-    # Hidden states (engine.llama.hidden_states asks a context for its own when it has them): the
-    # state after token t at position i is the one-hot of its row's index, which determines the
-    # next-token logits as a real final hidden state does.
+    # The hidden-state capability (engine.llama.hidden_output.HiddenOutput): the state after
+    # token t at position i is the one-hot of its row's index, which determines the next-token
+    # logits as a real final hidden state does.
 
     @property
     def n_embd(self) -> int:
@@ -73,7 +87,7 @@ class ScriptedContext:
                            ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         start = len(self.tokens)
         rows = self.decode(tokens, logits="all")
-        return rows, self._states([(int(t), start + i) for i, t in enumerate(tokens)])
+        return rows, self._mark(self._states([(int(t), start + i) for i, t in enumerate(tokens)]))
 
     def decode_tree_with_hidden(self, shape: Sequence[int], nodes: Sequence[int],
                                 tokens: Sequence[int]
@@ -85,10 +99,18 @@ class ScriptedContext:
             while p >= 0:
                 depth, p = depth + 1, shape[p]
             pairs.append((int(tok), len(self.tokens) + depth))
-        return rows, self._states(pairs)
+        return rows, self._mark(self._states(pairs))
+
+    def _mark(self, hidden: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        self._last_hidden = (self.decode_s, hidden)
+        return hidden
+
+    def last_hidden(self) -> npt.NDArray[np.float32] | None:
+        mark = self._last_hidden
+        return mark[1] if mark is not None and mark[0] == self.decode_s else None
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
-        self.decode_s += 1e-9  # each decode moves the clock (hidden_states.last_hidden reads it)
+        self.decode_s += 1e-9  # each decode moves the clock (last_hidden reads it)
         self.drop_tree()
         start = len(self.tokens)
         if start + len(tokens) > self.n_ctx:

@@ -267,6 +267,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     @property
     def budget(self) -> _Budget:
+        # Thread-local: unset in a thread that has not rendered yet.
         b: _Budget | None = getattr(self._local, "budget", None)
         if b is None:
             # Outside a render means at compile time, where Jinja folds constant expressions
@@ -278,7 +279,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         self._local.budget = budget
 
     def step(self) -> None:
-        b: _Budget | None = getattr(self._local, "budget", None)
+        b: _Budget | None = getattr(self._local, "budget", None)  # thread-local, as above
         if b is not None:
             b.step()
 
@@ -313,6 +314,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         b = __self.budget
         b.step()
         method = getattr(__obj, "__wrapped__", __obj)  # str.format comes wrapped by the sandbox
+        # Any Python callable a template reaches: a bound method says its owner and name.
         owner = getattr(method, "__self__", None)
         name = getattr(method, "__name__", "")
         if name == "generate_lorem_ipsum":  # the lipsum global: n paragraphs of min…max words
@@ -367,7 +369,7 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return "".join(parts)
 
     def _guard_filter(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-        pass_arg = getattr(func, "jinja_pass_arg", None)
+        pass_arg = getattr(func, "jinja_pass_arg", None)  # Jinja marks only pass_* filters
         skip = 1 if pass_arg is not None else 0
 
         def guarded(*args: Any, **kwargs: Any) -> Any:

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import Generic, Protocol, TypeVar, cast
 
 from specchat.engine.decode.drafting import Drafter
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 PACKAGE = "specchat.engine.drafters"
@@ -83,8 +83,7 @@ class DrafterEnv:
         """The target as a message names it: :attr:`target_name`, else its model's name."""
         if self.target_name is not None:
             return self.target_name
-        model = self.target.model
-        return model.name if isinstance(model, LlamaModel) else "the model"  # (a test's stand-in)
+        return self.target.model.name
 
 
 class DrafterModule(Protocol):
@@ -109,6 +108,7 @@ def _modules() -> dict[str, str]:
         if info.name.startswith("_"):
             continue
         mod = importlib.import_module(f"{PACKAGE}.{info.name}")
+        # Discovery: a module of the package is a drafter when it defines NAME and build.
         name = getattr(mod, "NAME", None)
         if isinstance(name, str) and callable(getattr(mod, "build", None)):
             found[name] = mod.__name__

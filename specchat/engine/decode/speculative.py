@@ -64,7 +64,6 @@ from specchat.engine.decode.sampling import (
 from specchat.engine.decode.spec_stats import SpecTally
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
 from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
-from specchat.engine.llama.hidden_states import decode_tree_with_hidden, decode_with_hidden
 from specchat.engine.llama.model import DecodeCancelled, LlamaContext
 from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
@@ -349,8 +348,8 @@ class SpeculativeDecoder:
         if proposal.side is not None:
             rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
         elif hidden:
-            rows, _ = (decode_tree_with_hidden(tgt, shape, range(len(tokens)), tokens) if tree
-                       else decode_with_hidden(tgt, tokens))
+            rows, _ = (tgt.decode_tree_with_hidden(shape, range(len(tokens)), tokens) if tree
+                       else tgt.decode_with_hidden(tokens))
         else:
             rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
                     else tgt.decode(tokens, logits="all"))

@@ -142,7 +142,7 @@ class CrossVocabDraft(DraftModel):
                 return b
         self._target_piece = target_piece
         self._tokenize = tokenize or (lambda data: tokenize_bytes(dm, data))
-        if bos is None and isinstance(dm, LlamaModel) and dm.add_bos and dm.bos >= 0:
+        if bos is None and dm.add_bos and dm.bos >= 0:
             bos = dm.bos
         self._bos = bos
         self._tseq: list[int] = []  # target tokens whose bytes are in _text

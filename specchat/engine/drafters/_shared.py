@@ -7,7 +7,7 @@ from __future__ import annotations
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaContext
 
 DRAFT_MODEL: Need[DraftModel] = Need("draft_model")
 
@@ -25,8 +25,7 @@ def shared_draft(env: DrafterEnv) -> DraftModel | None:
 
 def draft_for(target: LlamaContext, draft: LlamaContext, stepwise: bool) -> DraftModel:
     """A draft of the same vocabulary, else one drafting through the shared tokens (TLI)."""
-    if isinstance(target.model, LlamaModel) and isinstance(draft.model, LlamaModel):
-        vmap = cross_map(target.model, draft.model)
-        if vmap is not None:
-            return CrossVocabDraft(target, draft, vmap)
+    vmap = cross_map(target.model, draft.model)
+    if vmap is not None:
+        return CrossVocabDraft(target, draft, vmap)
     return DraftModel(target, draft, stepwise)

@@ -38,8 +38,7 @@ from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftReque
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
-from specchat.engine.llama.hidden_states import decode_with_hidden
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "kangaroo"
@@ -106,7 +105,7 @@ class KangarooDrafter(DrafterBase):
 
     def __init__(self, target: LlamaContext,
                  load: Callable[[], tuple[LlamaContext, KangarooAdapter]],
-                 decode: DecodeHidden = decode_with_hidden) -> None:
+                 decode: DecodeHidden = LlamaContext.decode_with_hidden) -> None:
         self.target = target
         self._load = load
         self._decode = decode
@@ -188,10 +187,6 @@ def build(env: DrafterEnv) -> KangarooDrafter:
 
 
 def _why_not(env: DrafterEnv) -> str:
-    model = env.target.model
-    if isinstance(model, LlamaModel):  # (else a test's stand-in)
-        path = model.path
-        return (f"{path.name} has no Kangaroo adapter yet: train one with "
-                f"`specchat models train-heads {path} --kind kangaroo`")
-    return ("the kangaroo drafter needs an adapter trained for this target: "
-            "`specchat models train-heads TARGET --kind kangaroo`")
+    path = env.target.model.path
+    return (f"{path.name} has no Kangaroo adapter yet: train one with "
+            f"`specchat models train-heads {path} --kind kangaroo`")

@@ -2,7 +2,7 @@
 
 Head k (k = 1 … K) is a residual SiLU block on the target's post-norm final hidden state h
 followed by the target's own output matrix: ``logits_k = W_out · (h + SiLU(A_k h + b_k))``
-(:mod:`specchat.engine.llama.hidden_states` says why no final norm is applied again). Trained by
+(:mod:`specchat.engine.llama.hidden_output` says why no final norm is applied again). Trained by
 ``specchat models train-heads TARGET --kind medusa`` (:mod:`specchat.models.heads`) to predict
 the target's token k + 1 positions after h's.
 
@@ -47,7 +47,6 @@ from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
 from specchat.engine.llama.blas import blas_threads
-from specchat.engine.llama.hidden_states import decode_with_hidden, last_hidden, n_embd
 from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
@@ -125,7 +124,7 @@ class MedusaDrafter(DrafterBase):
     def heads(self) -> MedusaHeads:
         if self._heads is None:
             heads = self._load()
-            d = n_embd(self.target)
+            d = self.target.n_embd
             if heads.n_embd != d:
                 raise DraftFailed(f"the Medusa heads are {heads.n_embd} wide, the target's "
                                   f"hidden state {d}", NAME)
@@ -157,7 +156,7 @@ class MedusaDrafter(DrafterBase):
         tgt = self.target
         # The cache holds seq[:-1] between steps: evaluate its last token again, with states.
         tgt.truncate(len(seq) - 2)
-        _, hidden = decode_with_hidden(tgt, [seq[-2]])
+        _, hidden = tgt.decode_with_hidden([seq[-2]])
         self._h, self._h_len = hidden[0].copy(), len(seq)
         return self._h
 
@@ -210,7 +209,7 @@ class MedusaDrafter(DrafterBase):
         return Proposal(self.name, tuple(tokens), tuple(parents), tuple(qs))
 
     def commit(self, seq: Sequence[int], proposal: Proposal, verdict: Verdict) -> None:
-        hidden = last_hidden(self.target)
+        hidden = self.target.last_hidden()
         row = verdict.path[-1] + 1 if verdict.path else 0
         if hidden is None or row >= hidden.shape[0]:
             self._h, self._h_len = None, -1

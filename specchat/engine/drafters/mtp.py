@@ -50,7 +50,7 @@ from specchat.engine.decode.grammar import masked
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaContext
 from specchat.engine.llama.mtp import MtpContext, MtpFailed, capture_for, hooks_available, n_mtp_layers
 from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
@@ -152,10 +152,10 @@ def _why_not(env: DrafterEnv) -> str:
     """Why the loaded target cannot draft with its MTP layers (what its file says is
     ``FILE_SAYS``)."""
     model = env.target.model
-    label = model.name if isinstance(model, LlamaModel) else "the model"
+    label = model.name
     if not hooks_available():
         return "this llama-cpp-python build lacks llama.cpp's MTP hooks (llama_cpp_ext)"
-    if isinstance(model, LlamaModel) and n_mtp_layers(model) > 0 and not model.settings.load_mtp:
+    if n_mtp_layers(model) > 0 and not model.settings.load_mtp:
         return f"{label} was loaded without its MTP layers"
     return f"{label} has no MTP layers that llama.cpp can run: --drafter mtp needs a model " \
         "that ships them"
@@ -166,7 +166,7 @@ def build(env: DrafterEnv) -> MtpDrafter:
     if file_says is not None:
         raise SpecchatError(file_says)
     model = env.target.model
-    if not hooks_available() or not isinstance(model, LlamaModel) or not model.settings.load_mtp \
+    if not hooks_available() or not model.settings.load_mtp \
             or n_mtp_layers(model) <= 0:
         raise SpecchatError(_why_not(env))
     return MtpDrafter(env.target)

@@ -47,6 +47,7 @@ def _openblas() -> tuple[Any, Any] | None:
         for get_name, set_name in (("scipy_openblas_get_num_threads64_",
                                     "scipy_openblas_set_num_threads64_"),
                                    ("openblas_get_num_threads", "openblas_set_num_threads")):
+            # FFI: which of the two BLAS builds' symbol pairs this library exports
             get, set_ = getattr(dll, get_name, None), getattr(dll, set_name, None)
             if get is not None and set_ is not None:
                 return get, set_

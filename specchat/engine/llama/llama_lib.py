@@ -127,7 +127,7 @@ class GgmlSymbols:
         self.funcs: dict[str, Any] = {}
         for name, (argtypes, restype) in signatures.items():
             for lib in libs:
-                fn = getattr(lib, name, None)
+                fn = getattr(lib, name, None)  # FFI: the symbol, where this library has it
                 if fn is not None:
                     fn.argtypes = argtypes
                     fn.restype = restype
@@ -154,6 +154,7 @@ def ggml_libs() -> list[ctypes.CDLL]:
     """Where ggml's symbols are: libllama (its lookup reaches libggml on Linux and macOS), then
     the ggml libraries themselves."""
     libs: list[ctypes.CDLL] = []
+    # FFI: llama-cpp-python's own handle on libllama (private, so read defensively)
     own = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
     if isinstance(own, ctypes.CDLL):
         libs.append(own)
@@ -172,7 +173,7 @@ def ggml_libs() -> list[ctypes.CDLL]:
 
 
 def version() -> str:
-    return str(getattr(llama_cpp, "__version__", "unknown"))
+    return str(getattr(llama_cpp, "__version__", "unknown"))  # FFI: a build may not say
 
 
 # Names llama.cpp's system info gives its GPU backends ("CUDA : ARCHS = ... | CPU : ...").

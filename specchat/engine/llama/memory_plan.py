@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specchat.engine.llama.hardware import (
@@ -77,7 +78,7 @@ class Footprint:
         def num(key: str, default: int) -> int:
             v = header.arch_value(key, default)
             try:
-                return int(max(v)) if hasattr(v, "__len__") else int(v)
+                return int(max(v)) if isinstance(v, (np.ndarray, list)) else int(v)  # per layer
             except (TypeError, ValueError):
                 return default
 
@@ -105,7 +106,7 @@ class Footprint:
         k_len = num("attention.key_length", head_dim)
         v_len = num("attention.value_length", head_dim)
         kv_heads = header.arch_value("attention.head_count_kv", n_head)
-        per_layer = (list(kv_heads) if hasattr(kv_heads, "__len__")
+        per_layer = (list(kv_heads) if isinstance(kv_heads, (np.ndarray, list))
                      else [kv_heads] * n_layer)
         per_layer = (per_layer + [n_head] * n_layer)[:n_layer]
         kv_width = tuple(int(h) * (k_len + v_len) for h in per_layer)

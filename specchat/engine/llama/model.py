@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.llama import amx, rpc
+from specchat.engine.llama.hidden_output import HiddenOutput
 from specchat.engine.llama.llama_lib import (
     capture_log,
     clear_log,
@@ -179,7 +180,7 @@ class LlamaModel:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     def close(self) -> None:
-        if getattr(self, "ptr", None):
+        if getattr(self, "ptr", None):  # FFI: none when __init__ failed before llama.cpp made one
             llama_cpp.llama_model_free(self.ptr)
             self.ptr = None
 
@@ -187,8 +188,9 @@ class LlamaModel:
         self.close()
 
 
-class LlamaContext:
-    """A KV cache (one sequence) over a model, and a reusable batch."""
+class LlamaContext(HiddenOutput):
+    """A KV cache (one sequence) over a model, and a reusable batch; hidden states beside the
+    logits on request (:class:`HiddenOutput`)."""
 
     def __init__(self, model: LlamaModel, settings: ContextSettings = ContextSettings()) -> None:
         self.model = model
@@ -460,7 +462,7 @@ class LlamaContext:
         self._tree_seqs, self._tree_shape = 0, None
 
     def close(self) -> None:
-        if getattr(self, "ptr", None):
+        if getattr(self, "ptr", None):  # FFI: none when __init__ failed before llama.cpp made one
             for hook in self.on_close:
                 hook()
             self.on_close.clear()

@@ -9,6 +9,7 @@ context is a second context of the same model (``ctx_type = LLAMA_CONTEXT_TYPE_M
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +52,7 @@ class HiddenCapture:
 
     def __init__(self, target: LlamaContext) -> None:
         assert _ext is not None
-        self.target = target
+        self._target = weakref.ref(target)  # the context keeps its capture, not the reverse
         self.n_embd = int(llama_cpp.llama_model_n_embd(target.model.ptr))
         self.rows: dict[int, tuple[int, npt.NDArray[np.float32]]] = {}
         _ext.llama_set_embeddings_nextn(target.ptr, True, False)  # every token, not just logits
@@ -62,8 +63,9 @@ class HiddenCapture:
             del self.rows[p]
         if tokens is None:  # a token tree: its rows are not positions of one sequence
             return
-        assert _ext is not None
-        ptr = _ext.llama_get_embeddings_nextn(self.target.ptr)
+        target = self._target()
+        assert _ext is not None and target is not None  # the context calls this, so it lives
+        ptr = _ext.llama_get_embeddings_nextn(target.ptr)
         if not ptr:
             return  # read as missing when needed (the drafter says so)
         block = np.ctypeslib.as_array(ptr, shape=(len(tokens), self.n_embd))
@@ -79,11 +81,15 @@ class HiddenCapture:
             del self.rows[p]
 
 
+# One capture per target context, shared by the MTP drafters built on it; keyed weakly, so a
+# context's lifetime stays its own.
+_CAPTURES: weakref.WeakKeyDictionary[LlamaContext, HiddenCapture] = weakref.WeakKeyDictionary()
+
+
 def capture_for(target: LlamaContext) -> HiddenCapture:
-    cap = getattr(target, "_mtp_capture", None)
-    if not isinstance(cap, HiddenCapture):
-        cap = HiddenCapture(target)
-        setattr(target, "_mtp_capture", cap)  # noqa: B010 - one capture per context
+    cap = _CAPTURES.get(target)
+    if cap is None:
+        cap = _CAPTURES[target] = HiddenCapture(target)
     return cap
 
 
@@ -174,7 +180,7 @@ class MtpContext:
                 np.ctypeslib.as_array(h, shape=(self.n_embd,)))
 
     def close(self) -> None:
-        if getattr(self, "ptr", None):
+        if getattr(self, "ptr", None):  # FFI: none when __init__ failed before llama.cpp made one
             self.batch.token = None  # ours, not llama.cpp's to free
             llama_cpp.llama_batch_free(self.batch)
             llama_cpp.llama_free(self.ptr)

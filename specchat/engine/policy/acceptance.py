@@ -142,9 +142,8 @@ class AcceptanceModel:
     def load_state(self, d: dict[str, object]) -> None:
         """Restore :meth:`state` (positions beyond this model's size are dropped, missing ones
         start empty); raises ValueError/TypeError/KeyError on a malformed record."""
-        for name in ("slow", "fast"):
+        for name, st in (("slow", self.slow), ("fast", self.fast)):
             pair: list[list[float]] = d[name]  # type: ignore[assignment]
-            st: PositionStats = getattr(self, name)
             k = [float(v) for v in pair[0]][: self.size]
             r = [float(v) for v in pair[1]][: self.size]
             if len(k) != len(r):

@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
+from specchat.engine.policy.auto_gamma import AutoGamma
+from specchat.engine.policy.planner import Planner
 
 
 @dataclass(frozen=True)
@@ -28,15 +31,16 @@ class InForce:
 
 
 def in_force(decoder: Decoder) -> InForce:
-    if decoder.name == "plain":
+    if not isinstance(decoder, SpeculativeDecoder):
         return InForce("plain")
-    drafters = tuple(n for d in getattr(decoder, "drafters", ())  # a fallback: "ngram,model"
-                     for n in str(getattr(d, "name", type(d).__name__)).split(",") if n)
-    policy = getattr(decoder, "policy", None)
-    if policy is None:
-        mode = "?"
-    elif isinstance(policy, FixedGamma):
+    drafters = tuple(d.name for d in decoder.drafters)
+    policy = decoder.policy
+    if isinstance(policy, FixedGamma):
         mode = f"{policy.label} {policy.gamma}"  # "fixed 4", "pair 3", "default 4"
-    else:  # "plan · warm-up", "auto · code": the mode is the first word
-        mode = str(policy.label).partition(" · ")[0]
+    elif isinstance(policy, Planner):
+        mode = "plan"
+    elif isinstance(policy, AutoGamma):
+        mode = "auto"
+    else:  # a policy of the caller's own: what it calls itself
+        mode = policy.label
     return InForce("speculative", drafters, mode)

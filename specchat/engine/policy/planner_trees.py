@@ -85,7 +85,7 @@ class TreePlans:
     def learn(self, plan: Plan, step: StepEvent) -> list[float]:
         """Walk the accepted path of the plan the step ran: per depth, what was offered and
         which rank (if any) the target took. Returns rank 1's outcomes, for the depth α."""
-        ranks: tuple[int, ...] = tuple(getattr(step, "accepted_ranks", ()))
+        ranks = step.accepted_ranks
         node, outcomes = -1, []
         for d in range(plan.depth):
             kids = plan.children(node)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import MODEL, NONE
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
+from specchat.engine.policy.auto_gamma import AutoGamma
+from specchat.engine.policy.planner import Planner
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class TurnReplay:
     steps: int = 0
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
-    planned: list[int] = field(default_factory=list)  # the policy's ``planned`` γ, if it has one
+    planned: list[int] = field(default_factory=list)  # a learner's ``planned`` γ, else the γ asked
     labels: list[str] = field(default_factory=list)
 
     @property
@@ -146,7 +148,7 @@ def replay_turn(policy: GammaPolicy, turn: TurnTrace, costs: ReplayCosts,
         out.seconds += draft_s + verify_s + costs.overhead_s
         out.drafted.append(drafted)
         out.accepted.append(accepted)
-        out.planned.append(int(getattr(policy, "planned", gamma)))
+        out.planned.append(policy.planned if isinstance(policy, (AutoGamma, Planner)) else gamma)
         out.labels.append(label)
         pos += committed
     return out
