@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Generic, Protocol, TypeVar, cast
 
+from specchat.engine.decode.arms import CHAIN, Arm
 from specchat.engine.decode.drafting import Drafter
 from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
@@ -87,7 +88,9 @@ class DrafterEnv:
 
 
 class DrafterModule(Protocol):
-    """What a drafter module of :mod:`specchat.engine.drafters` defines."""
+    """What a drafter module of :mod:`specchat.engine.drafters` defines (and, optionally,
+    ``ARM``: how the planner treats it, :mod:`specchat.engine.decode.arms`; read by
+    :func:`arm`)."""
 
     NAME: str
 
@@ -117,6 +120,19 @@ def _modules() -> dict[str, str]:
 
 def _module(path: str) -> DrafterModule:
     return cast(DrafterModule, importlib.import_module(path))  # _modules checked what it defines
+
+
+def arm(name: str) -> Arm:
+    """How the planner treats drafter ``name``: its module's ``ARM``; a chain drafter's
+    (``arms.CHAIN``) for a module that declares none and for a name no module defines."""
+    path = _modules().get(name)
+    if path is None:
+        return CHAIN
+    # Discovery: ARM is optional (a drafter module declares it where CHAIN is not its arm).
+    got = getattr(importlib.import_module(path), "ARM", CHAIN)
+    if not isinstance(got, Arm):
+        raise SpecchatError(f"the '{name}' drafter's ARM is not an engine.decode.arms.Arm")
+    return got
 
 
 def build(name: str, env: DrafterEnv) -> Drafter:

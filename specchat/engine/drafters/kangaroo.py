@@ -34,6 +34,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
@@ -42,6 +43,7 @@ from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "kangaroo"
+ARM = arms.chain()  # a chain priced by its own steps (Kangaroo's shallow pass and adapter), after a probe
 # Loads the shallow model's context and the adapter when the drafter first drafts.
 LOADER: Need[Callable[[], tuple[LlamaContext, KangarooAdapter]]] = Need(NAME)
 ETA = 0.6  # the early-stop threshold on the draft's top-1 probability (Kangaroo's η)

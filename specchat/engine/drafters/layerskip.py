@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict
@@ -25,6 +26,7 @@ from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "layerskip"
+ARM = arms.chain()  # a chain priced by its own steps (the layer-skip cut), after a probe
 LOADER: Need[Callable[[], LlamaContext]] = Need(NAME)  # the cut model's context, on first use
 
 

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftRequest, Proposal
 from specchat.engine.decode.grammar import masked
 from specchat.engine.decode.registry import DrafterEnv, Need
@@ -56,6 +57,7 @@ from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
 
 NAME = "mtp"
+ARM = arms.chain()  # a chain priced by its own steps (the target's MTP layers), after a probe
 # Why the target's file cannot draft with MTP layers, as its header says (which layers it ships,
 # whether llama.cpp runs them for its architecture: :mod:`specchat.models.mtp` reads it, and
 # :mod:`specchat.models.drafter_sources.mtp` provides it); not provided when the file can.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv
 from specchat.engine.decode.sampling import SamplerSettings
@@ -27,6 +28,9 @@ from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import walk
 
 NAME = "prediction"
+# A lookup (it reads nothing, a proposal is a list slice), whose prior trusts what the caller
+# predicted: its guesses, scored every step, soon say otherwise where the reply departs.
+ARM = arms.lookup(prior_alpha=0.8)
 N_MAX = 6  # longest n-gram looked up to re-join the prediction
 N_MIN = 2  # shorter matches re-join at chance places (" the", a newline)
 MAX_EDIT = 8  # longest replaced span (either side) learnt as an edit

@@ -77,6 +77,11 @@ class AcceptanceModel:
         self._lam_fast = decay_for(fast_half_life)
         self.steps = 0
 
+    @property
+    def lam_slow(self) -> float:
+        """The slow estimate's decay per step (what other decayed sums kept beside it use)."""
+        return self._lam_slow
+
     def observe(self, outcomes: Sequence[float], start: int = 0) -> None:
         """A step's outcomes; ``start`` > 0: the later depths of one already counted (a
         guess scored as its tokens come, engine.policy.guesses), which adds to it without decaying

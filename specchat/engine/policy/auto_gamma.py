@@ -262,7 +262,7 @@ class AutoGamma(PolicyBase):
             self._pending = None
 
     def _learn(self, step: StepEvent) -> None:
-        lam = self.overall._lam_slow
+        lam = self.overall.lam_slow
         cost = self.costs.step_cost(step.gamma)  # modelled, not measured: no timing noise
         self._realized = [lam * self._realized[0] + step.committed,
                           lam * self._realized[1] + cost]

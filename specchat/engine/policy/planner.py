@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specchat.engine.decode import registry
+from specchat.engine.decode.arms import Arm, ArmKind
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import MODEL, NGRAM, NONE, TREE, Plan, chain, plain
 from specchat.engine.decode.step_policy import ReplyStart
@@ -72,12 +74,6 @@ LOOKUP_FIRST = 3  # the longest lookup chain before it has been right twice in a
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
-# Chain drafters other than the n-gram lookup that read nothing and cost a list slice (a
-# predicted output): not probed before they are scored, checks as deep as a lookup's, a prior
-# that trusts what the caller predicted (its steps soon say otherwise where it is wrong).
-LOOKUP_LIKE = ("prediction",)
-PREDICTION_PRIOR_ALPHA = 0.8
-LOOKUP_COST_PRIOR = 0.01  # × T(1) per proposed token, before one is measured
 LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's check may have
 
 
@@ -98,8 +94,12 @@ class Planner(AutoGamma):
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
                  seed: AutoGammaSeed | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 drafters: Sequence[str] = (MODEL,)) -> None:
+                 drafters: Sequence[str] = (MODEL,),
+                 arm_of: Callable[[str], Arm] = registry.arm) -> None:
         super().__init__(settings.auto, seed, clock)
+        # How each drafter outside SCORED is treated, as its module declares it (decode.arms).
+        self._arm_of = arm_of
+        self._arms: dict[str, Arm] = {}
         self.plan_settings = ps = settings
         self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
         ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
@@ -238,7 +238,7 @@ class Planner(AutoGamma):
         drafted token), or a longer one to time; None when no chain is worth scoring."""
         o = self.costs.overhead
         top = min(self.settings.gamma_max, len(table) - 1)
-        lookup = name == NGRAM or name in LOOKUP_LIKE
+        lookup = name == NGRAM or self._lookup_like(name)
         # Every chain length in one pass, E(γ) grown term by term (this runs each step:
         # plans are built for the winner only).
         best_g, best_rate = 0, -1.0
@@ -362,14 +362,23 @@ class Planner(AutoGamma):
         tried = self._timing.get(g, 0)
         return 0 < tried < TIMINGS_TRIED or (tried == 0 and self.costs.table.weight[g] == 0.0)
 
+    def _arm(self, name: str) -> Arm:
+        got = self._arms.get(name)
+        if got is None:
+            got = self._arms[name] = self._arm_of(name)
+        return got
+
+    def _lookup_like(self, name: str) -> bool:
+        """A drafter outside SCORED whose arm is a lookup (see decode.arms.LOOKUP): not probed
+        before it is scored, its checks as deep as the n-gram lookup's."""
+        return name not in SCORED and self._arm(name).kind is ArmKind.LOOKUP
+
     def _other(self, name: str) -> OtherDrafter:
         got = self.others.get(name)
         if got is None:
-            got = self.others[name] = (
-                OtherDrafter(self.lookup_depth, self.settings.slow_half_life,
-                             PREDICTION_PRIOR_ALPHA, LOOKUP_COST_PRIOR)
-                if name in LOOKUP_LIKE else
-                OtherDrafter(self.settings.gamma_max, self.settings.slow_half_life))
+            size = self.lookup_depth if self._lookup_like(name) else self.settings.gamma_max
+            got = self.others[name] = OtherDrafter(size, self.settings.slow_half_life,
+                                                   self._arm(name))
         return got
 
     def _own_can_pay(self, name: str) -> bool:
@@ -468,7 +477,7 @@ class Planner(AutoGamma):
         """A drafter never timed here: one short chain measures its cost and α."""
         ps = self.plan_settings
         unseen = [n for n in step.available if n not in SCORED and n not in self._own
-                  and n not in LOOKUP_LIKE
+                  and not self._lookup_like(n)
                   and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
         if not unseen:
             return None
@@ -489,7 +498,8 @@ class Planner(AutoGamma):
         # A plain step (which times T(1)) — or an n-gram lookup, which is a plain step when it
         # finds nothing and otherwise times a check of several tokens (without it, a reply
         # whose warm-up lookups found nothing would never leave plain).
-        lookup = next((n for n in (*LOOKUP_LIKE, NGRAM) if n in step.available
+        lookups = [n for n in step.available if self._lookup_like(n)]
+        lookup = next((n for n in (*lookups, NGRAM) if n in step.available
                        and (n != NGRAM or self._lookup_timed())), None)
         if lookup is not None:
             return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
@@ -731,8 +741,8 @@ class Planner(AutoGamma):
         self._step_s = step.draft_s + step.verify_s
         self.costs.add_verify(step.batch, step.verify_s)
         model_drafted = step.drafter in (*MODEL_DRAFTERS, TREE)
-        self.reads.learn(step, self.ngram._lam_slow, model_drafted)
-        if step.gamma > 0 and step.drafter in (NGRAM, *LOOKUP_LIKE):
+        self.reads.learn(step, self.ngram.lam_slow, model_drafted)
+        if step.gamma > 0 and (step.drafter == NGRAM or self._lookup_like(step.drafter)):
             self.pauses.outcome(step.drafter, step.accepted > 0)
             if step.drafter == NGRAM:
                 full = step.accepted == step.gamma
@@ -750,7 +760,7 @@ class Planner(AutoGamma):
                 self.costs.add_draft(step.gamma, step.draft_s)
             self._learn(step)
         elif step.gamma > 0 and step.drafter == NGRAM:
-            lam = self.ngram._lam_slow
+            lam = self.ngram.lam_slow
             self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
                                 lam * self._ngram_cost[1] + step.gamma]
             self.lookup.step(step_outcomes(step))
@@ -778,9 +788,10 @@ class Planner(AutoGamma):
         proposals cost nothing would propose now (``k`` tokens at most). The n-gram lookup's
         acceptance is learnt from its guesses on every step this way, not only from its own
         steps and probes (:mod:`specchat.engine.policy.guesses`)."""
-        # Every other free drafter's guesses too (the prediction's): its prior alone (0.8 a
-        # token) never pays on a steep CPU curve, so without them a warm home never tried a
-        # prediction the reply followed (serve, a 40-line rename: 0 of 82 predicted tokens used).
+        # Every other free drafter's guesses too: a lookup's prior alone (a predicted output's
+        # is 0.8 a token) never pays on a steep CPU curve, so without them a warm home never
+        # tried a predicted output the reply followed (serve, a 40-line rename: 0 of 82
+        # predicted tokens used).
         k = self.settings.gamma_max
         for name, got in self._other_guesses.resolve(committed, ran).items():
             for _, start, outcome in got:

@@ -2,9 +2,11 @@
 
 Two kinds:
 
-- :class:`OtherDrafter` — a *chain* drafter (the layer-skip self-draft, Kangaroo, MTP): its
-  acceptance per position and its seconds per drafted token, learnt from its own steps after a
-  first probe, so the planner can score every chain length of it like the draft model's.
+- :class:`OtherDrafter` — a drafter whose arm (:mod:`specchat.engine.decode.arms`, declared by
+  its module) is a lookup or a chain (a predicted output; the layer-skip self-draft, Kangaroo,
+  MTP): its acceptance per position and its seconds per drafted token, from its arm's priors,
+  then learnt from its own steps, so the planner can score every chain length of it like the
+  draft model's.
 - :class:`MeasuredDrafter` — a drafter that plans its own shape (Lookahead's window and
   candidate trie, Medusa's heads' tree: ``own_plan()``, see :mod:`specchat.engine.drafters`).
   No prior predicts what such a step yields (Lookahead's depends on its n-gram pool) and its
@@ -16,12 +18,11 @@ Two kinds:
 
 from __future__ import annotations
 
+from specchat.engine.decode.arms import Arm
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.policy.acceptance import AcceptanceModel, step_outcomes
 from specchat.engine.policy.decay import decay_for
 
-OTHER_PRIOR_ALPHA = 0.6  # another chain drafter's α before its steps are seen
-OTHER_COST_PRIOR = 0.5  # ... and its cost per drafted token, × T(1)
 MEASURE_STEPS = 3  # steps of a self-planning drafter before it is judged (the first not counted)
 MEASURED_HALF_LIFE = 32.0  # steps
 
@@ -30,11 +31,10 @@ class OtherDrafter:
     """What the planner learns of a chain drafter it has no cost model for: its acceptance per
     position and its seconds per drafted token (decayed sums, catch-up included: cautious)."""
 
-    def __init__(self, size: int, half_life: float, prior_alpha: float = OTHER_PRIOR_ALPHA,
-                 cost_prior: float = OTHER_COST_PRIOR) -> None:
-        self.model = AcceptanceModel(size, prior_alpha, prior_weight=6.0,
+    def __init__(self, size: int, half_life: float, arm: Arm) -> None:
+        self.model = AcceptanceModel(size, arm.prior_alpha, prior_weight=6.0,
                                      slow_half_life=half_life)
-        self.cost_prior = cost_prior
+        self.cost_prior = arm.cost_prior
         self.cost = [0.0, 0.0]  # decayed Σ seconds, Σ drafted tokens
         self.lam = decay_for(half_life)
         self.tried = 0  # steps planned on it (a step may find nothing to propose)
