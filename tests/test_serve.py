@@ -91,13 +91,48 @@ def test_a_streamed_chat_ends_with_timings_and_matches_the_whole_reply(api: open
     last = chunks[-1]
     assert last.choices[0].finish_reason == "length"
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
-    assert last.timings["draft_n"] > 0 and last.usage.completion_tokens == 12
+    assert last.timings["draft_n"] > 0 and all(c.usage is None for c in chunks)
     assert last.specchat["gamma_mode"] == "fixed 3"
     assert text == chat(api, model_id, temperature=0).choices[0].message.content
     with_usage = list(chat(api, model_id, max_tokens=3, stream=True,
                            stream_options={"include_usage": True}))
     assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens == 3
     assert with_usage[-2].choices[0].finish_reason == "length"
+
+
+def test_streams_have_openais_shapes_and_the_sdks_helper_reads_them(api: openai.OpenAI,
+                                                                     model_id: str) -> None:
+    # Chat: the finish in a chunk of its own with an empty delta, then the usage alone.
+    chunks = list(chat(api, model_id, temperature=0, stream=True,
+                       stream_options={"include_usage": True}))
+    *body, finish, tail = chunks
+    assert tail.choices == [] and tail.usage.completion_tokens == 12
+    assert [c for c in chunks if c.usage is not None] == [tail]
+    assert finish.choices[0].finish_reason == "length"
+    assert finish.choices[0].delta.content is None and finish.choices[0].delta.role is None
+    assert all(c.choices[0].finish_reason is None for c in body)
+    # The helper refuses a reply cut at the token limit: one that ends at a stop string.
+    text = chat(api, model_id, temperature=0).choices[0].message.content
+    stop = text[len(text) // 2:][:3]
+    whole = chat(api, model_id, temperature=0, stop=[stop])
+    with api.chat.completions.stream(model=model_id, messages=HI, max_tokens=12, stop=[stop],
+                                     temperature=0) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_completion()
+    assert "content.delta" in kinds and kinds.count("content.done") == 1
+    assert final.choices[0].message.content == whole.choices[0].message.content
+    assert final.choices[0].finish_reason == "stop" and final.choices[0].message.content
+    # Completions: the same, text "" on the finish.
+    chunks = list(api.completions.create(model=model_id, prompt="the cat", max_tokens=5,
+                                         temperature=0, stream=True,
+                                         stream_options={"include_usage": True}))
+    *body, finish, tail = chunks
+    assert tail.choices == [] and tail.usage.completion_tokens == 5
+    assert (finish.choices[0].text, finish.choices[0].finish_reason) == ("", "length")
+    assert all(c.usage is None and c.choices[0].finish_reason is None for c in body)
+    plain = list(api.completions.create(model=model_id, prompt="the cat", max_tokens=5,
+                                        temperature=0, stream=True))
+    assert all(c.usage is None for c in plain) and plain[-1].choices[0].finish_reason
 
 
 def test_fates_on_request_in_every_chunk_and_the_whole_reply(api: openai.OpenAI,

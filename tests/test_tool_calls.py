@@ -244,6 +244,41 @@ def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> Non
     assert answer.usage.prompt_tokens > first.usage.prompt_tokens + 10  # the call and result
 
 
+def test_a_streamed_call_has_openais_shape_and_the_sdks_helper_fires(server: Serving) -> None:
+    api = client(server.url)
+    strict = [{"type": "function", "function": {**t["function"], "strict": True}}
+              for t in (CITY, TIME)]
+    kw: dict[str, Any] = dict(model=server.host.model_id, tools=strict, temperature=0,
+                              max_tokens=48, messages=[{"role": "user", "content": "weather?"}],
+                              tool_choice={"type": "function", "function": {"name": "weather"}})
+    whole = api.chat.completions.create(**kw).choices[0].message.tool_calls
+    assert whole is not None
+    chunks = list(api.chat.completions.create(stream=True, **kw))
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    head, *rest = deltas
+    # The first delta: index, id, type and name, no arguments yet; then fragments only.
+    assert (head.index, head.type, head.function.name, head.function.arguments) == (
+        0, "function", "weather", "")
+    assert head.id and rest and all(d.id is None and d.function.name is None for d in rest)
+    # The finish alone, with an empty delta; no usage unless asked for.
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "tool_calls" and last.delta.tool_calls is None
+    assert last.delta.content is None and all(c.usage is None for c in chunks)
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    # The SDK's stream helper: its events fire, its final completion is whole.
+    with api.chat.completions.stream(**kw) as stream:
+        events = list(stream)
+        final = stream.get_final_completion()
+    done = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert len(done) == 1 and done[0].name == "weather"
+    assert done[0].arguments == whole[0].function.arguments
+    assert done[0].parsed_arguments == json.loads(whole[0].function.arguments)
+    assert any(e.type == "tool_calls.function.arguments.delta" for e in events)
+    calls = final.choices[0].message.tool_calls
+    assert calls and calls[0].function.arguments == whole[0].function.arguments
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
 def test_a_required_call_is_a_valid_call_of_an_offered_tool(server: Serving) -> None:
     api = client(server.url)
     names = []

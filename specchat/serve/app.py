@@ -217,14 +217,14 @@ async def _first(job: Job) -> Started | Finished | Failed:
 
 
 async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
-    first = writer.first_chunk()
-    if first is not None:
-        yield sse(first)
+    for chunk in writer.first_chunks():
+        yield sse(chunk)
     while True:
         items = await job.next()
         tokens = [i for i in items if isinstance(i, TokenEvent)]
-        if tokens and (chunk := writer.chunk(tokens)) is not None:
-            yield sse(chunk)
+        if tokens:
+            for chunk in writer.chunks(tokens):
+                yield sse(chunk)
         for item in items:
             if isinstance(item, Failed):
                 yield error_event(item.error)
@@ -232,9 +232,8 @@ async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
                     yield DONE
                 return
             if isinstance(item, Finished):
-                yield sse(writer.final_chunk(item))
-                if writer.include_usage:
-                    yield sse(writer.usage_chunk(item))
+                for chunk in writer.final_chunks(item):
+                    yield sse(chunk)
                 if writer.ends_with_done:
                     yield DONE
                 return

@@ -225,46 +225,65 @@ class ReplyWriter:
                  "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
 
-    def first_chunk(self) -> dict[str, Any] | None:
+    def first_chunks(self) -> list[dict[str, Any]]:
         """A chat stream opens with the assistant's role, as OpenAI's does."""
         if not self.chat:
-            return None
+            return []
         doc = self._head(True)
         doc["choices"] = [{"index": 0, "delta": {"role": "assistant", "content": ""},
                            "logprobs": None, "finish_reason": None}]
-        return doc
+        return [doc]
 
-    def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
-        """The text of tokens committed together (None when they add no text and neither
-        fates nor log-probabilities were asked for: a character still incomplete)."""
+    def chunks(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
+        """The chunks of tokens committed together: their text, then each call delta in a
+        chunk of its own (none when they add no text and neither fates nor log-probabilities
+        were asked for: a character still incomplete)."""
         text, deltas = self._read("".join(t.text for t in tokens))
         if not text and not deltas and not self.with_fates and self.pieces is None:
-            return None
+            return []
         doc = self._head(True)
-        doc["choices"] = [self._choice(text if text or not deltas else None, None, True, deltas)]
+        doc["choices"] = [self._choice(text if text or not deltas else None, None, True)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
             self._offset += len(text)
         if self.with_fates:
             doc["specchat"] = {"tokens": fates(tokens)}
-        return doc
+        out = [doc] if text or not deltas or self.with_fates or self.pieces is not None else []
+        return out + self._call_chunks(deltas)
 
-    def final_chunk(self, done: Finished) -> dict[str, Any]:
-        """The last chunk: why it ended, the usage, llama-server's timings and ours."""
+    def _call_chunks(self, deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+        """OpenAI's shape of a streamed call: a first chunk with its index, id, type and name
+        (arguments empty), then its argument fragments, one chunk each."""
+        out = []
+        for d in split_deltas(deltas):
+            doc = self._head(True)
+            doc["choices"] = [{"index": 0, "delta": {"tool_calls": [_delta(d)]},
+                               "logprobs": None, "finish_reason": None}]
+            out.append(doc)
+        return out
+
+    def final_chunks(self, done: Finished) -> list[dict[str, Any]]:
+        """The stream's end, as OpenAI's: what text or calls were still held, the finish reason
+        in a chunk of its own with an empty delta (llama-server's timings and ours beside it),
+        and with ``stream_options.include_usage`` a last chunk with no choices and the usage."""
         text, deltas = self._read("", end=True)
+        out = []
+        if text:
+            doc = self._head(True)
+            doc["choices"] = [self._choice(text, None, True)]
+            out.append(doc)
+        out += self._call_chunks(deltas)
         doc = self._head(True)
-        doc["choices"] = [self._choice(text or None, self._finish_reason(done), True, deltas)]
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
+        doc["choices"] = [self._choice(None, self._finish_reason(done), True)]
         doc["timings"] = timings(done.stats)
         doc["specchat"] = extension(done, self.setup)
-        return doc
-
-    def usage_chunk(self, done: Finished) -> dict[str, Any]:
-        """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage."""
-        doc = self._head(True)
-        doc["choices"] = []
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
-        return doc
+        out.append(doc)
+        if self.include_usage:
+            doc = self._head(True)
+            doc["choices"] = []
+            doc["usage"] = usage(done.stats, done.prediction_tokens)
+            out.append(doc)
+        return out
 
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._head(False)
@@ -283,6 +302,19 @@ class ReplyWriter:
             ext["tokens"] = fates(tokens)
         doc["specchat"] = ext
         return doc
+
+
+def split_deltas(deltas: Sequence[CallDelta]) -> list[CallDelta]:
+    """Deltas with a call's head (id, name) apart from its arguments: the head first with
+    none, then the arguments, as OpenAI streams a call."""
+    out = []
+    for d in deltas:
+        if d.id is not None and d.arguments:
+            out += [CallDelta(d.index, d.id, d.name, ""), CallDelta(d.index, None, None,
+                                                                      d.arguments)]
+        else:
+            out.append(d)
+    return out
 
 
 def _delta(d: CallDelta) -> dict[str, Any]:
@@ -311,23 +343,23 @@ class InfillWriter:
     pieces: Mapping[int, bytes] | None = None
     ends_with_done = False
 
-    def first_chunk(self) -> dict[str, Any] | None:
-        return None
+    def first_chunks(self) -> list[dict[str, Any]]:
+        return []
 
     def _probs(self, doc: dict[str, Any], tokens: Sequence[TokenEvent]) -> dict[str, Any]:
         if self.pieces is not None:
             doc["completion_probabilities"] = server_probabilities(tokens, self.pieces)
         return doc
 
-    def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
+    def chunks(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
         text = "".join(t.text for t in tokens)
         if not text and not self.with_fates and self.pieces is None:
-            return None
+            return []
         doc = {"index": 0, "content": text, "tokens": [t.token_id for t in tokens],
                "stop": False}
         if self.with_fates:
             doc["specchat"] = {"tokens": fates(tokens)}
-        return self._probs(doc, tokens)
+        return [self._probs(doc, tokens)]
 
     def _end(self, text: str, done: Finished) -> dict[str, Any]:
         s = done.stats
@@ -336,11 +368,8 @@ class InfillWriter:
                 "tokens_cached": s.cached_tokens, "stop_type": STOP_TYPES[s.stop_reason],
                 "timings": timings(s), "specchat": extension(done, self.setup)}
 
-    def final_chunk(self, done: Finished) -> dict[str, Any]:
-        return self._end("", done)
-
-    def usage_chunk(self, done: Finished) -> dict[str, Any]:
-        raise AssertionError("an /infill stream has no usage chunk")
+    def final_chunks(self, done: Finished) -> list[dict[str, Any]]:
+        return [self._end("", done)]
 
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._end("".join(t.text for t in tokens), done)
