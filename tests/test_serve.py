@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from specchat.cli.main import main
+from specchat.cli.main import build_parser, main
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.policy.in_force import in_force
@@ -61,6 +61,34 @@ def chat(api: openai.OpenAI, model_id: str, **kw: Any) -> Any:
 def test_models_lists_the_one_served_model(api: openai.OpenAI, model_id: str) -> None:
     (m,) = api.models.list().data
     assert m.id == model_id and m.owned_by == "specchat"
+
+
+def test_the_model_id_is_the_files_name_and_the_old_ids_still_work(
+        api: openai.OpenAI, model_id: str, tiny_target: Path, tiny_draft: Path) -> None:
+    assert model_id == tiny_target.stem == "target"  # not both paths joined
+    assert api.models.retrieve(model_id).id == model_id
+    old = f"{tiny_target.resolve()} + {tiny_draft.resolve()}"  # the id of earlier versions
+    for name in (tiny_target.name, str(tiny_target.resolve()), old):
+        assert api.models.retrieve(name).id == name
+        assert chat(api, name, max_tokens=1).model == model_id
+    with pytest.raises(openai.NotFoundError) as e:
+        api.models.retrieve("draft")  # the draft is not a model the server answers as
+    assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        chat(api, "target.gguf.nope", max_tokens=1)
+
+
+def test_alias_names_the_model(tiny_target: Path, tmp_path: Path) -> None:
+    with cli_server(tmp_path, "--model", str(tiny_target), "--alias", "my-model",
+                    "--ctx-size", "256") as s:
+        api = client(s.url)
+        assert [m.id for m in api.models.list().data] == ["my-model"]
+        assert api.models.retrieve("my-model").id == "my-model"
+        r = api.chat.completions.create(model="target", messages=HI, max_tokens=1)
+        assert r.model == "my-model"  # the file's name still works; replies say the alias
+    for bad in (["--alias", " "], ["--alias", "x\ty"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--model", str(tiny_target), *bad])
 
 
 def test_a_chat_completion_carries_usage_timings_and_speculation(api: openai.OpenAI,

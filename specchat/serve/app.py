@@ -132,10 +132,19 @@ def _too_large(limit: int) -> ApiError:
 
 
 def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+    def model_object(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "specchat",
+                "specchat": {"state": host.state, "id": host.model_id,
+                             "aliases": sorted(host.names - {host.model_id})}}
+
     async def models(request: Request) -> Response:
-        entry = {"id": host.model_id, "object": "model", "created": 0, "owned_by": "specchat",
-                 "specchat": {"state": host.state}}
-        return JSONBody({"object": "list", "data": [entry]})
+        return JSONBody({"object": "list", "data": [model_object(host.model_id)]})
+
+    async def model(request: Request) -> Response:
+        """OpenAI's model retrieval: the served model by its id or any name it answers to."""
+        name = request.path_params["name"]
+        host.check_model(name)
+        return JSONBody(model_object(name))
 
     async def health(request: Request) -> Response:
         host.check_ready()
@@ -195,6 +204,8 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
 
     routes = [Route("/v1/models", models, methods=["GET"]),
               Route("/models", models, methods=["GET"]),
+              Route("/v1/models/{name:path}", model, methods=["GET"]),
+              Route("/models/{name:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/chat/completions", chat, methods=["POST"]),
