@@ -17,7 +17,6 @@ from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
-from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
 
@@ -65,14 +64,14 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def usage(stats: GenerationStats, prediction_tokens: int | None = None) -> dict[str, Any]:
-    """OpenAI's usage; with a predicted output, its tokens the reply kept (drafted from it and
-    accepted) and the rest of it, as OpenAI's ``completion_tokens_details`` count them."""
+def usage(stats: GenerationStats, prediction: dict[str, int] | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with a predicted output, its tokens that appear in the reply and the
+    rest of it, as OpenAI's ``completion_tokens_details`` count them."""
     doc: dict[str, Any] = {
         "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
         "total_tokens": stats.prompt_tokens + stats.generated_tokens}
-    if prediction_tokens is not None:
-        doc["completion_tokens_details"] = prediction_counts(stats, prediction_tokens)
+    if prediction is not None:
+        doc["completion_tokens_details"] = dict(prediction)
     return doc
 
 
@@ -281,7 +280,7 @@ class ReplyWriter:
         if self.include_usage:
             doc = self._head(True)
             doc["choices"] = []
-            doc["usage"] = usage(done.stats, done.prediction_tokens)
+            doc["usage"] = usage(done.stats, done.prediction)
             out.append(doc)
         return out
 
@@ -295,7 +294,7 @@ class ReplyWriter:
         doc["choices"] = [self._choice(text, self._finish_reason(done), False, calls=calls)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
+        doc["usage"] = usage(done.stats, done.prediction)
         doc["timings"] = timings(done.stats)
         ext = extension(done, self.setup)
         if self.with_fates:

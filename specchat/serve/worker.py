@@ -30,6 +30,7 @@ from specchat.engine.decode.tool_calls import CLOSE, OPEN
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
+from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
 from specchat.serve.parse import GenerationRequest
 from specchat.textsafe import safe_text
@@ -60,7 +61,9 @@ class Finished:
     stats: GenerationStats
     last_step: StepEvent | None = None  # the last draft/verify round: the γ mode's label
     notices: tuple[str, ...] = ()
-    prediction_tokens: int | None = None  # the predicted output's length; None: not given
+    # With a predicted output: its tokens the reply kept and the rest (OpenAI's
+    # completion_tokens_details); None when none was given.
+    prediction: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -391,9 +394,10 @@ def generate(engine: ChatEngine, tokens: list[int], job: Job,
     notices: list[str] = []
     pieces = job.pieces
     settings = settings or job.request.settings
-    predicted = len(settings.prediction) if job.request.prediction is not None else None
+    reply: list[int] = []
     for ev in engine.decoder.run(tokens, settings, job.cancel):
         if isinstance(ev, TokenEvent):
+            reply.append(ev.token_id)
             if ev.logprob is not None:  # the texts its log-probabilities will be written with
                 for t in (ev.token_id, *(i for i, _ in ev.logprob.top)):
                     if t not in pieces:
@@ -404,5 +408,7 @@ def generate(engine: ChatEngine, tokens: list[int], job: Job,
         elif isinstance(ev, NoticeEvent):
             notices.append(ev.message)
         elif isinstance(ev, GenerationStats):
-            return Finished(ev, last_step, tuple(notices), predicted)
+            counts = (prediction_counts(settings.prediction, reply)
+                      if job.request.prediction is not None else None)
+            return Finished(ev, last_step, tuple(notices), counts)
     raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")
