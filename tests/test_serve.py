@@ -86,7 +86,7 @@ def test_alias_names_the_model(tiny_target: Path, tmp_path: Path) -> None:
         assert api.models.retrieve("my-model").id == "my-model"
         r = api.chat.completions.create(model="target", messages=HI, max_tokens=1)
         assert r.model == "my-model"  # the file's name still works; replies say the alias
-    for bad in (["--alias", " "], ["--alias", "x\ty"]):
+    for bad in (["--alias", " "], ["--alias", "x\ty"], ["--cors-origin", "example.com/page"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "--model", str(tiny_target), *bad])
 

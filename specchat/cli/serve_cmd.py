@@ -21,6 +21,7 @@ from specchat.loading import Selection, select
 from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime
+from specchat.serve.cors import CorsPolicy, check_origin
 from specchat.serve.server import Serving, bind, is_loopback
 from specchat.serve.worker import ModelHost, Served
 from specchat.textsafe import safe_text
@@ -49,6 +50,13 @@ def alias_arg(text: str) -> str:
                                      "characters, no space at either end)")
 
 
+def cors_arg(text: str) -> str:
+    try:
+        return check_origin(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the models over an OpenAI-compatible HTTP API",
                        description="An OpenAI-compatible endpoint (/v1/chat/completions, "
@@ -69,6 +77,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--alias", type=alias_arg, metavar="NAME",
                    help="the model id the API lists and answers with (default: the model "
                    "file's name without .gguf, or its catalog id); the others still work")
+    p.add_argument("--cors-origin", dest="cors_origins", type=cors_arg, action="append",
+                   default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (http://host:port) call the server from a "
+                   "browser; repeatable; * allows any page (pages on localhost and 127.0.0.1 "
+                   "are allowed by default)")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log each request")
     p.set_defaults(func=run)
@@ -118,6 +131,10 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
         sys.stderr.write(f"specchat: warning: listening on {safe_text(args.host)}: anyone who "
                          "can reach this machine there can use the models (no password; "
                          "requests are not encrypted)\n")
+    cors = CorsPolicy.of(args.cors_origins)
+    if cors.any:
+        sys.stderr.write("specchat: warning: --cors-origin *: any web page a browser on this "
+                         "machine opens can use the models\n")
     sock = bind(args.host, args.port)
 
     def load() -> Served:  # on the server's generation thread, while it already answers 503
@@ -137,4 +154,5 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
 
     model_id, aliases = model_names(selection, args.alias)
     host = ModelHost(load, model_id, aliases=aliases, defaults=defaults)
-    return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log)
+    return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log,
+                   cors=cors)

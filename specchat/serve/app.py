@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -23,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from specchat.engine.decode.events import TokenEvent
 from specchat.serve.api_errors import NOT_FOUND, ApiError, bad_request
+from specchat.serve.cors import Cors, CorsPolicy
 from specchat.serve.parse import (
     GenerationRequest,
     chat_request,
@@ -131,7 +133,8 @@ def _too_large(limit: int) -> ApiError:
                     code="request_too_large")
 
 
-def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
+              cors: CorsPolicy | None = None) -> Starlette:
     def model_object(name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": 0, "owned_by": "specchat",
                 "specchat": {"state": host.state, "id": host.model_id,
@@ -214,7 +217,8 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
               Route("/infill", infill, methods=["POST"])]
     handlers: dict[Any, Any] = {ApiError: _api_error, HTTPException: _http_error,
                                 Exception: _internal_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(Cors, policy=cors or CorsPolicy())]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
 
 async def _first(job: Job) -> Started | Finished | Failed:
