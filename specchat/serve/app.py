@@ -1,6 +1,7 @@
-"""The HTTP routes: OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``
-(also without the ``/v1`` prefix, as llama-server answers them), llama-server's ``/infill``
-(fill-in-the-middle, in its own shape) and ``/health``.
+"""The HTTP routes: OpenAI's ``/v1/models`` (and ``/v1/models/{id}``), ``/v1/chat/completions``,
+``/v1/completions`` and ``/v1/responses`` (also without the ``/v1`` prefix, as llama-server
+answers them), llama-server's ``/infill`` (fill-in-the-middle, in its own shape) and
+``/health``; web pages' cross-origin requests pass through ``cors.py`` first.
 
 Every failure a client can cause is an OpenAI error object with its status, never a traceback.
 A handler reads the body up to a limit (413 beyond it), checks it, queues the generation and
@@ -31,19 +32,21 @@ from specchat.serve.parse import (
     completion_request,
     infill_request,
 )
-from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, sse
+from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, event
+from specchat.serve.responses_api import ResponseStore, ResponsesWriter, responses_request
 from specchat.serve.worker import (
     Failed,
     Finished,
     Job,
     ModelHost,
+    Served,
     Started,
     reply_start,
     tool_names,
 )
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over
-Writer = ReplyWriter | InfillWriter
+Writer = ReplyWriter | InfillWriter | ResponsesWriter
 
 
 class JSONBody(Response):
@@ -135,6 +138,8 @@ def _too_large(limit: int) -> ApiError:
 
 def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
               cors: CorsPolicy | None = None) -> Starlette:
+    kept = ResponseStore()  # earlier responses, for previous_response_id
+
     def model_object(name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": 0, "owned_by": "specchat",
                 "specchat": {"state": host.state, "id": host.model_id,
@@ -163,10 +168,34 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
     async def infill(request: Request) -> Response:
         return await _generate(request, infill_request)
 
+    async def responses(request: Request) -> Response:
+        doc = await read_json(request, max_body)
+        asked = responses_request(doc, host.defaults, kept)
+
+        def writer(req: GenerationRequest, served: Served,
+                   pieces: dict[int, bytes] | None) -> Writer:
+            return ResponsesWriter(asked, host.model_id, served.setup, kept,
+                                   tools=tool_names(req), reply_start=reply_start(req),
+                                   with_fates=req.fates)
+
+        return await _run(request, asked.generation, writer)
+
+    def standard_writer(req: GenerationRequest, served: Served,
+                        pieces: dict[int, bytes] | None) -> Writer:
+        if req.kind == "infill":
+            return InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
+        return ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
+                           req.include_usage, pieces=pieces, tools=tool_names(req),
+                           reply_start=reply_start(req))
+
     async def _generate(request: Request,
                         parse: Callable[[dict[str, Any], Any], GenerationRequest]) -> Response:
         doc = await read_json(request, max_body)
-        req = parse(doc, host.defaults)
+        return await _run(request, parse(doc, host.defaults), standard_writer)
+
+    async def _run(request: Request, req: GenerationRequest,
+                   make_writer: Callable[[GenerationRequest, Served, dict[int, bytes] | None],
+                                         Writer]) -> Response:
         host.check_model(req.model)
         job = host.submit(req)
         watch = DisconnectWatch(request, job)
@@ -181,12 +210,7 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
             watch.stop()
             raise ApiError(503, "the server is shutting down", type="service_unavailable")
         pieces = job.pieces if req.settings.logprobs is not None else None
-        writer: Writer = (
-            InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
-            if req.kind == "infill" else
-            ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
-                        req.include_usage, pieces=pieces, tools=tool_names(req),
-                        reply_start=reply_start(req)))
+        writer = make_writer(req, served, pieces)
         if isinstance(first, (Failed, Finished)):
             watch.stop()
             if isinstance(first, Failed):
@@ -214,6 +238,8 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
               Route("/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
               Route("/completions", completions, methods=["POST"]),
+              Route("/v1/responses", responses, methods=["POST"]),
+              Route("/responses", responses, methods=["POST"]),
               Route("/infill", infill, methods=["POST"])]
     handlers: dict[Any, Any] = {ApiError: _api_error, HTTPException: _http_error,
                                 Exception: _internal_error}
@@ -232,6 +258,9 @@ async def _first(job: Job) -> Started | Finished | Failed:
 
 
 async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
+    def sse(doc: dict[str, Any]) -> bytes:
+        return event(doc, doc["type"] if writer.named_events else None)
+
     for chunk in writer.first_chunks():
         yield sse(chunk)
     while True:
@@ -242,7 +271,7 @@ async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
                 yield sse(chunk)
         for item in items:
             if isinstance(item, Failed):
-                yield error_event(item.error)
+                yield error_event(item.error, writer.named_events)
                 if writer.ends_with_done:
                     yield DONE
                 return
@@ -275,7 +304,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404 and 405, as error objects."""
     assert isinstance(exc, HTTPException)
     what = {404: f"no route {request.url.path[:200]!r}: this server answers /v1/models, "
-                 "/v1/chat/completions, /v1/completions and /infill",
+                 "/v1/chat/completions, /v1/completions, /v1/responses and /infill",
             405: f"{request.method} is not allowed on {request.url.path[:200]!r}"}
     message = what.get(exc.status_code, str(exc.detail))
     kind = NOT_FOUND if exc.status_code == 404 else "invalid_request_error"

@@ -32,9 +32,11 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def sse(doc: Any) -> bytes:
-    """One server-sent event. JSON escapes newlines, so one ``data:`` line always holds it."""
-    return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+def event(doc: Any, name: str | None = None) -> bytes:
+    """One server-sent event, named (an ``event:`` line, as the Responses API's are) or not.
+    JSON escapes newlines, so one ``data:`` line always holds it."""
+    head = b"event: " + name.encode("utf-8") + b"\n" if name else b""
+    return head + b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
 
 
 def _ms(seconds: float) -> float:
@@ -163,6 +165,7 @@ class ReplyWriter:
     tools: frozenset[str] | None = None  # the offered tools' names
     reply_start: str = ""
     ends_with_done = True  # a stream's last line is "data: [DONE]"
+    named_events = False
     _offset: int = 0  # characters streamed so far (a completion's text_offset)
     _calls: ToolCallStream | None = None
 
@@ -341,6 +344,7 @@ class InfillWriter:
     include_usage: bool = False  # (an OpenAI stream option: not in this shape)
     pieces: Mapping[int, bytes] | None = None
     ends_with_done = False
+    named_events = False
 
     def first_chunks(self) -> list[dict[str, Any]]:
         return []
@@ -378,7 +382,11 @@ class InfillWriter:
         return self._probs(doc, tokens)
 
 
-def error_event(error: ApiError) -> bytes:
+def error_event(error: ApiError, named: bool = False) -> bytes:
     """A failure after the stream began (its status is already 200): an error event, as
-    llama-server sends one, then the stream ends."""
-    return sse(error.body())
+    llama-server sends one (the Responses API's ``error`` event where named), then the stream
+    ends."""
+    if named:
+        e = error.body()["error"]
+        return event({"type": "error", "sequence_number": 0, **e}, "error")
+    return event(error.body())
