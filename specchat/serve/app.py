@@ -41,6 +41,7 @@ from specchat.serve.worker import (
     ModelHost,
     Served,
     Started,
+    generic_tools,
     reply_start,
     tool_names,
 )
@@ -174,9 +175,10 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
 
         def writer(req: GenerationRequest, served: Served,
                    pieces: dict[int, bytes] | None) -> Writer:
+            generic = generic_tools(served.engine, req)
             return ResponsesWriter(asked, host.model_id, served.setup, kept,
-                                   tools=tool_names(req), reply_start=reply_start(req),
-                                   with_fates=req.fates)
+                                   tools=tool_names(req), reply_start=reply_start(req, generic),
+                                   with_fates=req.fates, generic=generic)
 
         return await _run(request, asked.generation, writer)
 
@@ -184,9 +186,10 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
                         pieces: dict[int, bytes] | None) -> Writer:
         if req.kind == "infill":
             return InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
+        generic = generic_tools(served.engine, req)
         return ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
                            req.include_usage, pieces=pieces, tools=tool_names(req),
-                           reply_start=reply_start(req))
+                           reply_start=reply_start(req, generic), generic=generic)
 
     async def _generate(request: Request,
                         parse: Callable[[dict[str, Any], Any], GenerationRequest]) -> Response:

@@ -15,6 +15,7 @@ from typing import Any
 
 from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
+from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError
@@ -164,16 +165,17 @@ class ReplyWriter:
     # put after the prompt when a call is required, begins).
     tools: frozenset[str] | None = None  # the offered tools' names
     reply_start: str = ""
+    generic: bool = False  # the calls are the generic JSON reply (engine/decode/generic_tools)
     ends_with_done = True  # a stream's last line is "data: [DONE]"
     named_events = False
     _offset: int = 0  # characters streamed so far (a completion's text_offset)
-    _calls: ToolCallStream | None = None
+    _calls: ToolCallStream | GenericCallStream | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         if self.tools is not None:
-            self._calls = ToolCallStream(names=self.tools)
+            self._calls = call_stream(self.tools, self.generic)
 
     def _read(self, text: str, end: bool = False) -> tuple[str, list[CallDelta]]:
         """A chunk's content and call deltas (the text itself when no tools were offered)."""
@@ -292,7 +294,8 @@ class ReplyWriter:
         text = "".join(t.text for t in tokens)
         calls: list[ToolCall] = []
         if self.tools is not None:
-            text, calls = read_calls(self.reply_start + text, self.tools)
+            text, calls = (read_generic(text, self.tools) if self.generic else
+                           read_calls(self.reply_start + text, self.tools))
             self._calls = ToolCallStream(calls)
         doc["choices"] = [self._choice(text, self._finish_reason(done), False, calls=calls)]
         if self.pieces is not None:
@@ -304,6 +307,11 @@ class ReplyWriter:
             ext["tokens"] = fates(tokens)
         doc["specchat"] = ext
         return doc
+
+
+def call_stream(names: frozenset[str], generic: bool) -> ToolCallStream | GenericCallStream:
+    """What reads a reply's calls as it streams: tagged calls, or the generic JSON reply."""
+    return GenericCallStream(names) if generic else ToolCallStream(names=names)
 
 
 def split_deltas(deltas: Sequence[CallDelta]) -> list[CallDelta]:

@@ -28,13 +28,14 @@ from typing import Any
 
 from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import TokenEvent
+from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, kind_name, unicode_text, wrong_type
 from specchat.serve.parse import GenerationRequest, chat_request
-from specchat.serve.replies import extension, split_deltas, timings
+from specchat.serve.replies import call_stream, extension, split_deltas, timings
 from specchat.serve.worker import Finished
 
 MAX_KEPT = 256  # earlier responses kept for previous_response_id (a count: each is a chat)
@@ -326,6 +327,7 @@ class ResponsesWriter:
     tools: frozenset[str] | None = None
     reply_start: str = ""
     with_fates: bool = False
+    generic: bool = False  # the calls are the generic JSON reply (engine/decode/generic_tools)
     id: str = field(default_factory=lambda: _new_id("resp_"))
     created: int = field(default_factory=lambda: int(time.time()))
     ends_with_done = False
@@ -334,11 +336,11 @@ class ResponsesWriter:
     _seq: int = 0
     _items: list[dict[str, Any]] = field(default_factory=list)  # the finished output items
     _open: _Open | None = None
-    _calls: ToolCallStream | None = None
+    _calls: ToolCallStream | GenericCallStream | None = None
 
     def __post_init__(self) -> None:
         if self.tools is not None:
-            self._calls = ToolCallStream(names=self.tools)
+            self._calls = call_stream(self.tools, self.generic)
 
     # ------------------------------------------------------------------ the object
 
@@ -384,7 +386,8 @@ class ResponsesWriter:
         text = "".join(t.text for t in tokens)
         calls: list[ToolCall] = []
         if self.tools is not None:
-            text, calls = read_calls(self.reply_start + text, self.tools)
+            text, calls = (read_generic(text, self.tools) if self.generic else
+                           read_calls(self.reply_start + text, self.tools))
         output = []
         if text.strip() or not calls:
             output.append(self._message(_new_id("msg_"), text))

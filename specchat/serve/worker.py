@@ -24,7 +24,8 @@ from typing import Any
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
-from specchat.engine.decode.grammar import GrammarError, start
+from specchat.engine.decode.generic_tools import generic_messages, generic_schema
+from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CLOSE, OPEN
 from specchat.engine.llama.vocab import piece
@@ -253,14 +254,16 @@ class ModelHost:
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
             settings = job.request.settings
-            if tools_offered(job.request) and not job.request.parallel_tool_calls:
+            if generic_tools(served.engine, job.request):  # the reply: JSON, by its grammar
+                settings = settings.with_(grammar=generic_grammar(job.request))
+            elif tools_offered(job.request) and not job.request.parallel_tool_calls:
                 # One call: the reply ends at the first call's closing tag.
                 settings = settings.with_(stop=(*settings.stop, CLOSE))
             if job.request.prediction is not None:  # drafted from as the target's tokens
                 model = served.engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
                     job.request.prediction, add_special=False, parse_special=False)))
-            check_grammar(served.engine, job.request)
+            check_grammar(served.engine, job.request, settings.grammar)
             job.post(Started(len(tokens)))
             done = generate(served.engine, tokens, job, settings)
             self._finished(job, done.stats)
@@ -292,14 +295,15 @@ class ModelHost:
         return Failed(error)
 
 
-def check_grammar(engine: ChatEngine, request: GenerationRequest) -> None:
+def check_grammar(engine: ChatEngine, request: GenerationRequest,
+                  grammar: str | None) -> None:
     """A 400 before the reply starts when the request's grammar compiled but cannot run on this
     model's vocabulary (llguidance checks it against the tokens, and no token may start it;
     the tokenizer is built here, once per model)."""
-    if request.settings.grammar is None:
+    if grammar is None:
         return
     try:
-        g = start(engine.model, request.settings.grammar)
+        g = start(engine.model, grammar)
         if g is not None:
             g.allowed()  # its first token: one the vocabulary can write
     except GrammarError as e:
@@ -324,14 +328,13 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
         param = "input_prefix" if request.kind == "infill" else param
     elif request.kind == "chat":
         offered = tools_offered(request)
-        if offered and not engine.template.takes_tools:
-            raise bad_request("this model's chat template does not take tools (it has no "
-                              f"{OPEN} format to call them with): send the request without "
-                              "'tools', or use a model whose template has them (Qwen2.5, "
-                              "Hermes)", "tools", "tools_not_supported")
         try:
-            tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
-                                          reply_start=reply_start(request))
+            if generic_tools(engine, request):  # the tools in the system message
+                tokens = engine.tokenize_chat(generic_messages(
+                    request.messages, offered, request.tool_choice), cancel)
+            else:
+                tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
+                                              reply_start=reply_start(request))
         except ModelFileError as e:  # the template refused this conversation
             raise bad_request(str(e), "messages") from None
     elif isinstance(request.prompt, str):
@@ -352,16 +355,40 @@ def tools_offered(request: GenerationRequest) -> tuple[dict[str, Any], ...]:
     return request.tools if request.tool_choice != "none" else ()
 
 
+def generic_tools(engine: ChatEngine, request: GenerationRequest) -> bool:
+    """Whether the request's tools are offered in the generic JSON form: its template has no
+    tool format of its own (see engine/decode/generic_tools.py)."""
+    return bool(tools_offered(request)) and not engine.template.takes_tools
+
+
+def generic_grammar(request: GenerationRequest) -> str:
+    """The grammar of a generic tool reply: calls of the offered tools, or an answer."""
+    if request.grammar_param is not None:
+        raise bad_request(f"this model's chat template has no tool format, so its tool calls "
+                          f"are JSON replies, which '{request.grammar_param}' cannot also "
+                          "shape: send one or the other", request.grammar_param)
+    schema = generic_schema(tools_offered(request), request.tool_choice,
+                            request.parallel_tool_calls)
+    try:
+        return compile_grammar("json_schema", json.dumps(schema))
+    except GrammarError as e:
+        raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}",
+                          "tools", "invalid_json_schema") from None
+
+
 def tool_names(request: GenerationRequest) -> frozenset[str] | None:
     """The names of the tools offered (None: none, and the reply is read as text only)."""
     offered = tools_offered(request)
     return frozenset(t["function"]["name"] for t in offered) if offered else None
 
 
-def reply_start(request: GenerationRequest) -> str:
+def reply_start(request: GenerationRequest, generic: bool = False) -> str:
     """What a reply that must call a tool begins with, put after the prompt: the opening of a
     call, and the function's name when one is named. The model writes the rest, sampled as
-    always from the target's distribution given that start."""
+    always from the target's distribution given that start. (Nothing for a generic JSON
+    reply: its grammar alone makes it a call.)"""
+    if generic:
+        return ""
     if request.tool_choice == "required":
         return f'{OPEN}\n{{"name": "'
     if request.tool_choice not in ("auto", "none"):
