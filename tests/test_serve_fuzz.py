@@ -41,7 +41,8 @@ def test_any_body_gets_an_error_object_or_a_completion(server: ServerProcess,
                                                        request: serve_fuzz.Request) -> None:
     url = server.url or ""
     answer = serve_fuzz.send(url, request)
-    assert not serve_fuzz.problems(answer), (request.what, serve_fuzz.problems(answer))
+    found = serve_fuzz.problems(answer, request)
+    assert not found, (request.what, found)
     status, doc = serve_fuzz.health(url)
     assert status == 200 and doc["queued"] == 0, doc
     assert "Traceback" not in server.stderr, server.stderr[-3000:]
@@ -103,3 +104,4 @@ def test_a_wrong_include_usage_names_its_full_path(server: ServerProcess) -> Non
                          f'{{"messages": [{HI}], "stream": true, '
                          '"stream_options": {"include_usage": "yes"}}'.encode())
     assert status == 400 and doc["error"]["param"] == "stream_options.include_usage", doc
+

@@ -254,8 +254,10 @@ class ModelHost:
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
             settings = job.request.settings
+            param = job.request.grammar_param
             if generic_tools(served.engine, job.request):  # the reply: JSON, by its grammar
                 settings = settings.with_(grammar=generic_grammar(job.request))
+                param = "tools"
             elif tools_offered(job.request) and not job.request.parallel_tool_calls:
                 # One call: the reply ends at the first call's closing tag.
                 settings = settings.with_(stop=(*settings.stop, CLOSE))
@@ -263,7 +265,7 @@ class ModelHost:
                 model = served.engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
                     job.request.prediction, add_special=False, parse_special=False)))
-            check_grammar(served.engine, job.request, settings.grammar)
+            check_grammar(served.engine, settings.grammar, param)
             job.post(Started(len(tokens)))
             done = generate(served.engine, tokens, job, settings)
             self._finished(job, done.stats)
@@ -295,8 +297,7 @@ class ModelHost:
         return Failed(error)
 
 
-def check_grammar(engine: ChatEngine, request: GenerationRequest,
-                  grammar: str | None) -> None:
+def check_grammar(engine: ChatEngine, grammar: str | None, param: str | None) -> None:
     """A 400 before the reply starts when the request's grammar compiled but cannot run on this
     model's vocabulary (llguidance checks it against the tokens, and no token may start it;
     the tokenizer is built here, once per model)."""
@@ -307,7 +308,7 @@ def check_grammar(engine: ChatEngine, request: GenerationRequest,
         if g is not None:
             g.allowed()  # its first token: one the vocabulary can write
     except GrammarError as e:
-        raise bad_request(str(e), request.grammar_param, "invalid_grammar") from None
+        raise bad_request(str(e), param, "invalid_grammar") from None
 
 
 def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
