@@ -254,7 +254,8 @@ class ModelHost:
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
             settings = job.request.settings
-            param = job.request.grammar_param
+            # The field a grammar the model cannot follow is blamed on (a forced call's: tools).
+            param = job.request.grammar_param or ("tools" if settings.grammar else None)
             if generic_tools(served.engine, job.request):  # the reply: JSON, by its grammar
                 settings = settings.with_(grammar=generic_grammar(job.request))
                 param = "tools"
@@ -267,7 +268,10 @@ class ModelHost:
                     job.request.prediction, add_special=False, parse_special=False)))
             check_grammar(served.engine, settings.grammar, param)
             job.post(Started(len(tokens)))
-            done = generate(served.engine, tokens, job, settings)
+            try:
+                done = generate(served.engine, tokens, job, settings)
+            except GrammarError as e:  # found only as the reply went on
+                raise bad_request(str(e), param, "invalid_grammar") from None
             self._finished(job, done.stats)
             return done
         except ApiError as e:
