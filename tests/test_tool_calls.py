@@ -367,6 +367,14 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
         assert deltas[0].function.name == "weather" and deltas[0].id
         assert "".join(d.function.arguments or "" for d in deltas) == calls[0].function.arguments
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        # The Responses API on the same model: the same call, as a function_call item.
+        flat = [{"type": "function", **t["function"]} for t in (CITY, TIME)]
+        r = api.responses.create(model=model, input=msgs[0]["content"], tools=flat,
+                                 tool_choice={"type": "function", "name": "weather"},
+                                 temperature=0, max_output_tokens=120)
+        (item,) = r.output
+        assert item.type == "function_call" and item.name == "weather"
+        assert item.arguments == calls[0].function.arguments
         # Sampled with auto: each reply is a valid call or a text answer, never broken JSON.
         for seed in range(4):
             r = api.chat.completions.create(**{**kw, "temperature": 1.0}, tool_choice="auto",
