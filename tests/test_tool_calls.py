@@ -316,6 +316,9 @@ def test_generic_replies_and_turns_are_read_and_written() -> None:
         ("weather", {"city": "paris"})]
     assert read_generic('{"content": "hi there"}', names) == ("hi there", [])
     assert read_generic('{"content": "cut sh', names) == ("cut sh", [])  # at the token limit
+    cut = read_generic('{"tool_calls":[{"name":"weather","arguments":{}},{"name":"wea', names)
+    assert cut[0] == "" and [c.name for c in cut[1]] == ["weather"]  # the whole ones
+    assert read_generic('{"tool_calls":[{"name":"wea', names) == ("", [])
     assert read_generic('{"tool_calls": [{"name": "other", "arguments": {}}]}', names)[1] == []
     stream = GenericCallStream(names)
     assert stream.feed(call[:20]) == ("", []) and stream.feed(call[20:]) == ("", [])
@@ -332,6 +335,26 @@ def test_generic_replies_and_turns_are_read_and_written() -> None:
         "tool_call_id"] == "call_1"
     schema = generic_schema([CITY, TIME], "weather")
     assert schema["properties"]["tool_calls"]["maxItems"] == 1 and "anyOf" not in schema
+
+
+def test_a_generic_text_answer_streams_as_its_string_is_written() -> None:
+    """{"content": "…"} gives its text as it comes, each escape once whole, the same text
+    whatever the pieces, also when the reply is cut short (mid-escape, between the halves of
+    a surrogate pair)."""
+    answer = 'héllo "q" \\ \n 😀 end'
+    whole = '{"content":' + json.dumps(answer, ensure_ascii=True) + "}"
+    for cut in range(len('{"content":"'), len(whole) + 1):
+        text = whole[:cut]
+        for size in (1, 2, 5):
+            stream = GenericCallStream(frozenset())
+            out = "".join(stream.feed(text[i:i + size])[0] for i in range(0, len(text), size))
+            rest, deltas = stream.finish()
+            assert deltas == [] and answer.startswith(out + rest), (cut, size, out, rest)
+            assert out + rest == read_generic(text, frozenset())[0]
+            (out + rest).encode("utf-8")  # never half a pair
+    stream = GenericCallStream(frozenset())
+    assert stream.feed('{"content":"ab')[0] == "ab" and stream.feed('c\\u00')[0] == "c"
+    assert stream.feed('e9"}')[0] == "é" and stream.finish() == ("", [])
 
 
 def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) -> None:
@@ -360,7 +383,7 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
         assert forced.choices[0].finish_reason == "tool_calls"
         assert forced.choices[0].message.content is None
         assert forced.specchat["drafted"] > 0  # type: ignore[attr-defined]
-        # Streamed: the same call in OpenAI's deltas (given once the JSON reply is whole).
+        # Streamed: the same call in OpenAI's deltas (given once its JSON is whole).
         chunks = list(api.chat.completions.create(
             **kw, stream=True, tool_choice={"type": "function", "function": {"name": "weather"}}))
         deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
@@ -376,7 +399,8 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
         assert item.type == "function_call" and item.name == "weather"
         assert item.arguments == calls[0].function.arguments
         # Sampled with auto: each reply is a valid call or a text answer, never broken JSON.
-        for seed in range(4):
+        answered: tuple[int, str] | None = None
+        for seed in range(6):
             r = api.chat.completions.create(**{**kw, "temperature": 1.0}, tool_choice="auto",
                                             seed=seed)
             m = r.choices[0].message
@@ -384,7 +408,15 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
                 assert m.tool_calls[0].function.name in ("weather", "clock")
                 json.loads(m.tool_calls[0].function.arguments)
             else:
-                assert isinstance(m.content, str) and not m.content.startswith('{"content"')
+                assert isinstance(m.content, str) and not m.content.startswith("{")
+                answered = (seed, m.content)
+        # A text answer streams as it is written (the same reply: the same seed).
+        assert answered is not None
+        seed, content = answered
+        chunks = list(api.chat.completions.create(
+            **{**kw, "temperature": 1.0}, tool_choice="auto", seed=seed, stream=True))
+        texts = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+        assert "".join(texts) == content and len(texts) > 1
         # The call and its result go back as JSON text the template can show.
         msgs += [forced.choices[0].message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 14}'}]

@@ -5,9 +5,9 @@ tools or ``{"content": "…"}`` to answer.
 
 Earlier turns are written in the same JSON (an assistant's calls) or as a user's
 ``{"tool_response": …}`` (a tool's result), since such a template takes neither tool calls nor
-tool messages. The reply is read once it is whole: :class:`GenericCallStream` holds the text
-back until the end, then gives the content or the calls (a reply cut short by the token limit
-gives what it holds as content)."""
+tool messages. :class:`GenericCallStream` reads the reply: a text answer streams as its
+string is written, calls come at the end (a reply cut short by the token limit gives the
+answer so far, or the calls written whole)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from specchat.engine.decode.tool_calls import CallDelta, new_call_id
 # JSON as the prompt shows it, not free whitespace anywhere: a model then cannot pad a reply
 # out to its token limit.
 COMPACT = {"whitespace_flexible": False}
+CONTENT_HEAD = '{"content":"'  # how a text answer begins under that grammar
+CALLS_HEAD = '{"tool_calls":['  # and calls
 
 
 def instruction(tools: Sequence[Mapping[str, Any]], choice: str) -> str:
@@ -101,7 +103,14 @@ def read_generic(text: str, names: frozenset[str]) -> tuple[str, list[ToolCall]]
         except ValueError:
             continue
     if not isinstance(doc, dict):
-        return text, []
+        if text.startswith(CONTENT_HEAD):  # cut inside an escape: the answer so far
+            return _string_prefix(text[len(CONTENT_HEAD):]), []
+        if text.startswith(CALLS_HEAD):  # cut short: the calls written whole
+            doc = {"tool_calls": _whole_items(text, len(CALLS_HEAD))}
+            if not doc["tool_calls"]:
+                return "", []
+        else:
+            return text, []
     calls = doc.get("tool_calls")
     if isinstance(calls, list) and calls:
         out = []
@@ -113,24 +122,85 @@ def read_generic(text: str, names: frozenset[str]) -> tuple[str, list[ToolCall]]
                                 else json.dumps(args, ensure_ascii=False)))
         return "", out
     content = doc.get("content")
-    return (content, []) if isinstance(content, str) else (text, [])
+    if not isinstance(content, str):
+        return text, []
+    if content and "\ud800" <= content[-1] < "\udc00":  # cut between a pair's halves
+        content = content[:-1]
+    return content, []
 
 
 @dataclass
 class GenericCallStream:
     """:class:`~specchat.engine.decode.tool_calls.ToolCallStream`'s interface for the JSON
-    reply: nothing comes out until :meth:`finish`."""
+    reply. A text answer (``{"content": "…"}``) streams as its string is written, each
+    escape once whole; calls come out at :meth:`finish`, once their JSON is whole."""
 
     names: frozenset[str] = frozenset()
     calls: list[ToolCall] = field(default_factory=list)
     _text: list[str] = field(default_factory=list)
+    _sent: str = ""  # the answer's text given out so far
 
     def feed(self, text: str) -> tuple[str, list[CallDelta]]:
         self._text.append(text)
-        return "", []
+        raw = "".join(self._text)
+        if not raw.startswith(CONTENT_HEAD):
+            return "", []
+        decoded = _string_prefix(raw[len(CONTENT_HEAD):])
+        out = decoded[len(self._sent):]
+        self._sent += out
+        return out, []
 
     def finish(self) -> tuple[str, list[CallDelta]]:
         content, self.calls = read_generic("".join(self._text), self.names)
         self._text = []
-        return content, [CallDelta(i, c.id, c.name, c.arguments)
-                         for i, c in enumerate(self.calls)]
+        # What was given out is the answer's start (both are read from the same text).
+        rest = content[len(self._sent):] if content.startswith(self._sent) else ""
+        return rest, [CallDelta(i, c.id, c.name, c.arguments) for i, c in enumerate(self.calls)]
+
+
+def _whole_items(text: str, at: int) -> list[Any]:
+    """The JSON values of an array written from ``at`` on, as far as they are whole."""
+    decoder, items = json.JSONDecoder(), []
+    while at < len(text):
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            break
+        items.append(item)
+        if not text.startswith(",", at):
+            break
+        at += 1
+    return items
+
+
+def _string_prefix(body: str) -> str:
+    """The text of a JSON string's body written so far (after its opening quote): up to its
+    closing quote, without an escape still incomplete or half a surrogate pair."""
+    i, end = 0, len(body)
+    while i < end:
+        c = body[i]
+        if c == '"':
+            end = i
+            break
+        if c == "\\":
+            if i + 1 >= end:
+                end = i
+                break
+            if body[i + 1] == "u":
+                if i + 6 > end:
+                    end = i
+                    break
+                code = int(body[i + 2:i + 6], 16) if all(
+                    h in "0123456789abcdefABCDEF" for h in body[i + 2:i + 6]) else -1
+                if 0xD800 <= code < 0xDC00 and i + 12 > end:  # its low half still to come
+                    end = i
+                    break
+                i += 12 if 0xD800 <= code < 0xDC00 else 6
+                continue
+            i += 2
+            continue
+        i += 1
+    try:
+        return str(json.loads('"' + body[:min(i, end)] + '"'))
+    except ValueError:
+        return ""
