@@ -142,9 +142,9 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
     kept = ResponseStore()  # earlier responses, for previous_response_id
 
     def model_object(name: str) -> dict[str, Any]:
+        # The other names it answers to are not listed: they include the files' paths.
         return {"id": name, "object": "model", "created": 0, "owned_by": "specchat",
-                "specchat": {"state": host.state, "id": host.model_id,
-                             "aliases": sorted(host.names - {host.model_id})}}
+                "specchat": {"state": host.state, "id": host.model_id}}
 
     async def models(request: Request) -> Response:
         return JSONBody({"object": "list", "data": [model_object(host.model_id)]})
