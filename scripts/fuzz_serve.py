@@ -70,7 +70,7 @@ def main() -> int:
                     return
                 answer = serve_fuzz.send(url, request)
                 seen[kind(answer)] += 1
-                wrong = serve_fuzz.problems(answer)
+                wrong = serve_fuzz.problems(answer, request)
                 status, doc = serve_fuzz.health(url)
                 if status != 200 or doc["queued"]:
                     wrong.append(f"unhealthy after it: {status} {doc}")

@@ -7,13 +7,13 @@ and the benchmarks alike.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from specchat.engine.decode.decoding import Decoder
-from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.registry import DrafterEnv, build, usable
 from specchat.engine.decode.speculative import SpeculativeDecoder
@@ -59,11 +59,17 @@ DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
 PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
 
 
-def prediction_counts(stats: GenerationStats, predicted: int) -> dict[str, int]:
-    """A predicted output's tokens the reply kept (drafted from it and accepted) and the rest
-    of it, as OpenAI's ``completion_tokens_details`` count them."""
-    kept = min(stats.detail.accepted_by_drafter.get(PREDICTION, 0), predicted)
-    return {"accepted_prediction_tokens": kept, "rejected_prediction_tokens": predicted - kept}
+def prediction_counts(prediction: Sequence[int], reply: Sequence[int]) -> dict[str, int]:
+    """OpenAI's ``completion_tokens_details`` for a predicted output: the prediction's tokens
+    that appear in the reply (``accepted_prediction_tokens``) and the rest of it. The two
+    token lists are aligned by their longest common runs (difflib's matching blocks), so the
+    count is the output's, not the drafting's: identical replies to the same prediction count
+    the same, however their drafts went."""
+    matcher = difflib.SequenceMatcher(None, list(prediction), list(reply), autojunk=False)
+    kept = sum(block.size for block in matcher.get_matching_blocks())
+    return {"accepted_prediction_tokens": kept,
+            "rejected_prediction_tokens": len(prediction) - kept}
+
 
 CALIBRATION_TOPICS = {"coding": "code", "math": "math", "math_reasoning": "math",
                       "translation": "translation", "summarization": "summary"}

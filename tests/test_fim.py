@@ -106,6 +106,8 @@ def test_repository_context_where_the_vocabulary_has_its_tokens(qwen_like: Llama
                      limit=len(core) + 7)
     assert cut == files[-7:] + core
     assert fim_prompt(qwen_like, "the", " end", extra=extra, repo_level=True, limit=3) == core
+    # no extra files: no repository header, the completion's own prompt
+    assert fim_prompt(qwen_like, "the", " end", repo_level=True, limit=1000) == core
     # without a file separator, a plain-text line between the files (llama-server's)
     b = fim_tokens(bare)
     assert b is not None

@@ -186,6 +186,38 @@ def test_serve_drafts_from_a_prediction_and_reports_its_tokens(server: Serving) 
     assert parts.usage.completion_tokens_details.accepted_prediction_tokens > 0
 
 
+def test_prediction_counts_follow_the_output(server: Serving, tiny_target: Path) -> None:
+    """OpenAI's counts: the prediction's tokens that appear in the reply, aligned, whatever
+    the drafting did; so the same reply twice reports the same counts."""
+    api = client(server.url)
+    model = LlamaModel(tiny_target)
+    msgs = [{"role": "user", "content": "a prediction"}]
+    kw: dict[str, Any] = dict(model=server.host.model_id, messages=msgs, max_tokens=20,
+                              temperature=0, extra_body={"specchat": {"fates": True}})
+    plain = api.chat.completions.create(**kw)
+    text = plain.choices[0].message.content
+    reply = [t["id"] for t in plain.model_extra["specchat"]["tokens"]]
+    extra = " the cat sat on the mat"
+    predicted = text[: len(text) // 2] + extra + text[len(text) // 2:]
+    counts = []
+    for _ in range(3):  # the planner learns between requests: the drafts differ, not counts
+        r = api.chat.completions.create(
+            **kw, prediction={"type": "content", "content": predicted})
+        assert r.choices[0].message.content == text
+        d = r.usage.completion_tokens_details
+        counts.append((d.accepted_prediction_tokens, d.rejected_prediction_tokens))
+    assert len(set(counts)) == 1, counts
+    accepted, rejected = counts[0]
+    pred_ids = model.tokenize(predicted, add_special=False, parse_special=False)
+    assert accepted + rejected == len(pred_ids)
+    # Every reply token is in the prediction, which only adds words: all of it is accepted
+    # when the reply's tokens are the text's own; the inserted words are rejected.
+    if model.tokenize(text, add_special=False, parse_special=False) == reply:
+        assert accepted >= len(reply) - 2  # the cut may split a token at either side
+        assert rejected >= len(model.tokenize(extra, add_special=False, parse_special=False)) - 2
+    assert 0 < accepted <= len(reply)
+
+
 @pytest.mark.parametrize(("value", "param"), [
     ("some text", "prediction"),
     ({"type": "file", "content": "x"}, "prediction.type"),

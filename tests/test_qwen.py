@@ -23,7 +23,7 @@ from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from tests.serve_helpers import cli_server, client
+from tests.serve_helpers import cli_server, client, raw
 
 pytestmark = pytest.mark.qwen
 
@@ -105,3 +105,24 @@ def test_tool_calls_round_trip_with_auto(qwen_paths: AppPaths, tmp_path: Path) -
                                              tools=[weather], tool_choice="none",
                                              temperature=0, max_tokens=48)
         assert "14" in (answer.choices[0].message.content or "")
+
+
+def test_infill_ends_the_middle_where_a_completion_with_a_suffix_does(
+        qwen_paths: AppPaths, tmp_path: Path) -> None:
+    """The same prefix and suffix through both routes: one prompt, one middle, one stop (with
+    llama-server's repository header and no files, the model wrote on to the token limit)."""
+    cat = load_catalog()
+    target = ModelResolver(cat, qwen_paths).ensure(cat.pair("qwen-coder").target, fetch=False)
+    prefix, suffix = "def add(a, b):\n    ", "\n\ndef sub(a, b):\n    return a - b\n"
+    with cli_server(tmp_path, "--model", str(target), "--plain", "--ctx-size", "1024",
+                    "--threads", "2") as s:
+        api = client(s.url)
+        r = api.completions.create(model=s.host.model_id, prompt=prefix, suffix=suffix,
+                                   max_tokens=48, temperature=0)
+        assert r.choices[0].finish_reason == "stop" and "a + b" in r.choices[0].text
+        status, doc, _ = raw(s.url, "POST", "/infill", json.dumps(
+            {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 48,
+             "temperature": 0}).encode(), {"Content-Type": "application/json"})
+        assert status == 200 and doc["stop_type"] == "eos", doc
+        assert doc["content"] == r.choices[0].text
+        assert doc["tokens_evaluated"] == r.usage.prompt_tokens

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from specchat.cli.main import main
+from specchat.cli.main import build_parser, main
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.policy.in_force import in_force
@@ -63,6 +63,34 @@ def test_models_lists_the_one_served_model(api: openai.OpenAI, model_id: str) ->
     assert m.id == model_id and m.owned_by == "specchat"
 
 
+def test_the_model_id_is_the_files_name_and_the_old_ids_still_work(
+        api: openai.OpenAI, model_id: str, tiny_target: Path, tiny_draft: Path) -> None:
+    assert model_id == tiny_target.stem == "target"  # not both paths joined
+    assert api.models.retrieve(model_id).id == model_id
+    old = f"{tiny_target.resolve()} + {tiny_draft.resolve()}"  # the id of earlier versions
+    for name in (tiny_target.name, str(tiny_target.resolve()), old):
+        assert api.models.retrieve(name).id == name
+        assert chat(api, name, max_tokens=1).model == model_id
+    with pytest.raises(openai.NotFoundError) as e:
+        api.models.retrieve("draft")  # the draft is not a model the server answers as
+    assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        chat(api, "target.gguf.nope", max_tokens=1)
+
+
+def test_alias_names_the_model(tiny_target: Path, tmp_path: Path) -> None:
+    with cli_server(tmp_path, "--model", str(tiny_target), "--alias", "my-model",
+                    "--ctx-size", "256") as s:
+        api = client(s.url)
+        assert [m.id for m in api.models.list().data] == ["my-model"]
+        assert api.models.retrieve("my-model").id == "my-model"
+        r = api.chat.completions.create(model="target", messages=HI, max_tokens=1)
+        assert r.model == "my-model"  # the file's name still works; replies say the alias
+    for bad in (["--alias", " "], ["--alias", "x\ty"], ["--cors-origin", "example.com/page"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--model", str(tiny_target), *bad])
+
+
 def test_a_chat_completion_carries_usage_timings_and_speculation(api: openai.OpenAI,
                                                                  model_id: str) -> None:
     r = chat(api, model_id, temperature=0)
@@ -91,13 +119,48 @@ def test_a_streamed_chat_ends_with_timings_and_matches_the_whole_reply(api: open
     last = chunks[-1]
     assert last.choices[0].finish_reason == "length"
     assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
-    assert last.timings["draft_n"] > 0 and last.usage.completion_tokens == 12
+    assert last.timings["draft_n"] > 0 and all(c.usage is None for c in chunks)
     assert last.specchat["gamma_mode"] == "fixed 3"
     assert text == chat(api, model_id, temperature=0).choices[0].message.content
     with_usage = list(chat(api, model_id, max_tokens=3, stream=True,
                            stream_options={"include_usage": True}))
     assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens == 3
     assert with_usage[-2].choices[0].finish_reason == "length"
+
+
+def test_streams_have_openais_shapes_and_the_sdks_helper_reads_them(api: openai.OpenAI,
+                                                                     model_id: str) -> None:
+    # Chat: the finish in a chunk of its own with an empty delta, then the usage alone.
+    chunks = list(chat(api, model_id, temperature=0, stream=True,
+                       stream_options={"include_usage": True}))
+    *body, finish, tail = chunks
+    assert tail.choices == [] and tail.usage.completion_tokens == 12
+    assert [c for c in chunks if c.usage is not None] == [tail]
+    assert finish.choices[0].finish_reason == "length"
+    assert finish.choices[0].delta.content is None and finish.choices[0].delta.role is None
+    assert all(c.choices[0].finish_reason is None for c in body)
+    # The helper refuses a reply cut at the token limit: one that ends at a stop string.
+    text = chat(api, model_id, temperature=0).choices[0].message.content
+    stop = text[len(text) // 2:][:3]
+    whole = chat(api, model_id, temperature=0, stop=[stop])
+    with api.chat.completions.stream(model=model_id, messages=HI, max_tokens=12, stop=[stop],
+                                     temperature=0) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_completion()
+    assert "content.delta" in kinds and kinds.count("content.done") == 1
+    assert final.choices[0].message.content == whole.choices[0].message.content
+    assert final.choices[0].finish_reason == "stop" and final.choices[0].message.content
+    # Completions: the same, text "" on the finish.
+    chunks = list(api.completions.create(model=model_id, prompt="the cat", max_tokens=5,
+                                         temperature=0, stream=True,
+                                         stream_options={"include_usage": True}))
+    *body, finish, tail = chunks
+    assert tail.choices == [] and tail.usage.completion_tokens == 5
+    assert (finish.choices[0].text, finish.choices[0].finish_reason) == ("", "length")
+    assert all(c.usage is None and c.choices[0].finish_reason is None for c in body)
+    plain = list(api.completions.create(model=model_id, prompt="the cat", max_tokens=5,
+                                        temperature=0, stream=True))
+    assert all(c.usage is None for c in plain) and plain[-1].choices[0].finish_reason
 
 
 def test_fates_on_request_in_every_chunk_and_the_whole_reply(api: openai.OpenAI,

@@ -238,6 +238,27 @@ def test_infill_answers_in_llama_servers_shape(fim_server: Serving,
     assert status == 200 and CTX - 100 - 3 <= doc["tokens_evaluated"] <= CTX - 100
 
 
+def test_infill_without_files_is_the_completions_prompt_and_stops_alike(
+        api: openai.OpenAI, fim_server: Serving) -> None:
+    """The same prefix and suffix through both routes: the same prompt, so the same middle and
+    the same stop (a stop string here; the model's end-of-generation token alike)."""
+    model = fim_server.host.model_id
+    free = api.completions.create(model=model, prompt=PREFIX, suffix=SUFFIX, max_tokens=16,
+                                  temperature=0).choices[0].text
+    stop = free[len(free) // 2:][:2]
+    r = api.completions.create(model=model, prompt=PREFIX, suffix=SUFFIX, max_tokens=16,
+                               temperature=0, stop=[stop])
+    status, doc = post(fim_server.url, "/infill", {
+        "input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16, "temperature": 0,
+        "stop": [stop]})
+    assert status == 200 and doc["tokens_evaluated"] == r.usage.prompt_tokens
+    assert doc["content"] == r.choices[0].text and r.choices[0].finish_reason == "stop"
+    assert doc["stop_type"] == "word" and doc["tokens_predicted"] < 16
+    status, doc = post(fim_server.url, "/infill", {
+        "input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 16, "temperature": 0})
+    assert doc["content"] == free
+
+
 def test_fim_on_a_model_without_fim_tokens_says_so(plain_server: Serving) -> None:
     api = client(plain_server.url)
     model = plain_server.host.model_id

@@ -41,7 +41,8 @@ def test_any_body_gets_an_error_object_or_a_completion(server: ServerProcess,
                                                        request: serve_fuzz.Request) -> None:
     url = server.url or ""
     answer = serve_fuzz.send(url, request)
-    assert not serve_fuzz.problems(answer), (request.what, serve_fuzz.problems(answer))
+    found = serve_fuzz.problems(answer, request)
+    assert not found, (request.what, found)
     status, doc = serve_fuzz.health(url)
     assert status == 200 and doc["queued"] == 0, doc
     assert "Traceback" not in server.stderr, server.stderr[-3000:]
@@ -103,3 +104,19 @@ def test_a_wrong_include_usage_names_its_full_path(server: ServerProcess) -> Non
                          f'{{"messages": [{HI}], "stream": true, '
                          '"stream_options": {"include_usage": "yes"}}'.encode())
     assert status == 400 and doc["error"]["param"] == "stream_options.include_usage", doc
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ('"tools": [{"type": "function", "function": {"name": "f"}}]', "tools"),
+    ('"response_format": {"type": "json_object"}', "response_format"),
+])
+def test_a_grammar_the_vocabulary_cannot_write_is_a_400_naming_its_field(
+        server: ServerProcess, extra: str, param: str) -> None:
+    """The tiny target's vocabulary has no JSON punctuation (and its template no tool format,
+    so tools are the generic JSON reply): llguidance's mask let a token through that its
+    matcher then refused, a 500 (ValueError or "a committed token breaks the grammar")."""
+    status, doc, _ = raw(server.url or "", "POST", CHAT,
+                         f'{{"messages": [{HI}], "max_tokens": 8, {extra}}}'.encode())
+    assert status == 400, doc
+    assert (doc["error"]["param"], doc["error"]["code"]) == (param, "invalid_grammar"), doc
+    assert "vocabulary cannot write" in doc["error"]["message"]

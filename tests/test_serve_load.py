@@ -40,7 +40,8 @@ def test_fifty_requests_in_a_row_and_memory_stays_flat(server: ServerProcess) ->
         stream = i % 2 == 0
         r = api.chat.completions.create(
             model=model, messages=[{"role": "user", "content": f"request number {i}"}],
-            max_tokens=8, stream=stream)
+            max_tokens=8, stream=stream, stream_options={"include_usage": True} if stream
+            else openai.NOT_GIVEN)
         if stream:
             chunks = list(r)
             assert chunks[-1].usage.completion_tokens == 8

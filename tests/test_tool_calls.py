@@ -20,6 +20,12 @@ from specchat.devtools.tiny_models import (
     write_tiny_model,
 )
 from specchat.engine.decode.chat_template import ChatTemplate, Message, ToolCall
+from specchat.engine.decode.generic_tools import (
+    GenericCallStream,
+    generic_messages,
+    generic_schema,
+    read_generic,
+)
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.serve.api_errors import ApiError
@@ -244,6 +250,41 @@ def test_a_forced_call_round_trip_with_the_openai_client(server: Serving) -> Non
     assert answer.usage.prompt_tokens > first.usage.prompt_tokens + 10  # the call and result
 
 
+def test_a_streamed_call_has_openais_shape_and_the_sdks_helper_fires(server: Serving) -> None:
+    api = client(server.url)
+    strict = [{"type": "function", "function": {**t["function"], "strict": True}}
+              for t in (CITY, TIME)]
+    kw: dict[str, Any] = dict(model=server.host.model_id, tools=strict, temperature=0,
+                              max_tokens=48, messages=[{"role": "user", "content": "weather?"}],
+                              tool_choice={"type": "function", "function": {"name": "weather"}})
+    whole = api.chat.completions.create(**kw).choices[0].message.tool_calls
+    assert whole is not None
+    chunks = list(api.chat.completions.create(stream=True, **kw))
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    head, *rest = deltas
+    # The first delta: index, id, type and name, no arguments yet; then fragments only.
+    assert (head.index, head.type, head.function.name, head.function.arguments) == (
+        0, "function", "weather", "")
+    assert head.id and rest and all(d.id is None and d.function.name is None for d in rest)
+    # The finish alone, with an empty delta; no usage unless asked for.
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "tool_calls" and last.delta.tool_calls is None
+    assert last.delta.content is None and all(c.usage is None for c in chunks)
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    # The SDK's stream helper: its events fire, its final completion is whole.
+    with api.chat.completions.stream(**kw) as stream:
+        events = list(stream)
+        final = stream.get_final_completion()
+    done = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert len(done) == 1 and done[0].name == "weather"
+    assert done[0].arguments == whole[0].function.arguments
+    assert done[0].parsed_arguments == json.loads(whole[0].function.arguments)
+    assert any(e.type == "tool_calls.function.arguments.delta" for e in events)
+    calls = final.choices[0].message.tool_calls
+    assert calls and calls[0].function.arguments == whole[0].function.arguments
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
 def test_a_required_call_is_a_valid_call_of_an_offered_tool(server: Serving) -> None:
     api = client(server.url)
     names = []
@@ -267,17 +308,124 @@ def test_a_forced_call_and_a_response_format_are_refused_together() -> None:
     assert err["param"] == "response_format"
 
 
-def test_a_model_whose_template_has_no_tools_says_so(tiny_target: Path,
-                                                    tmp_path: Path) -> None:
-    with cli_server(tmp_path, "--model", str(tiny_target), "--ctx-size", "512") as s:
+def test_generic_replies_and_turns_are_read_and_written() -> None:
+    names = frozenset({"weather"})
+    call = '{"tool_calls": [{"name": "weather", "arguments": {"city": "paris"}}]}'
+    content, calls = read_generic(call, names)
+    assert content == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("weather", {"city": "paris"})]
+    assert read_generic('{"content": "hi there"}', names) == ("hi there", [])
+    assert read_generic('{"content": "cut sh', names) == ("cut sh", [])  # at the token limit
+    cut = read_generic('{"tool_calls":[{"name":"weather","arguments":{}},{"name":"wea', names)
+    assert cut[0] == "" and [c.name for c in cut[1]] == ["weather"]  # the whole ones
+    assert read_generic('{"tool_calls":[{"name":"wea', names) == ("", [])
+    assert read_generic('{"tool_calls": [{"name": "other", "arguments": {}}]}', names)[1] == []
+    stream = GenericCallStream(names)
+    assert stream.feed(call[:20]) == ("", []) and stream.feed(call[20:]) == ("", [])
+    _, deltas = stream.finish()
+    assert [(d.index, d.name) for d in deltas] == [(0, "weather")] and stream.calls
+    msgs = generic_messages([Message("system", "Be brief."), Message("user", "weather?"),
+                             Message("assistant", "", (ToolCall("call_1", "weather",
+                                                                '{"city": "paris"}'),)),
+                             Message("tool", '{"temp_c": 14}', (), "call_1")], [CITY], "auto")
+    assert msgs[0].role == "system" and msgs[0].content.startswith("Be brief.\n\n")
+    assert '"name": "weather"' in msgs[0].content and '{"content"' in msgs[0].content
+    assert json.loads(msgs[2].content)["tool_calls"][0]["arguments"] == {"city": "paris"}
+    assert msgs[3].role == "user" and json.loads(msgs[3].content)["tool_response"][
+        "tool_call_id"] == "call_1"
+    schema = generic_schema([CITY, TIME], "weather")
+    assert schema["properties"]["tool_calls"]["maxItems"] == 1 and "anyOf" not in schema
+
+
+def test_a_generic_text_answer_streams_as_its_string_is_written() -> None:
+    """{"content": "…"} gives its text as it comes, each escape once whole, the same text
+    whatever the pieces, also when the reply is cut short (mid-escape, between the halves of
+    a surrogate pair)."""
+    answer = 'héllo "q" \\ \n 😀 end'
+    whole = '{"content":' + json.dumps(answer, ensure_ascii=True) + "}"
+    for cut in range(len('{"content":"'), len(whole) + 1):
+        text = whole[:cut]
+        for size in (1, 2, 5):
+            stream = GenericCallStream(frozenset())
+            out = "".join(stream.feed(text[i:i + size])[0] for i in range(0, len(text), size))
+            rest, deltas = stream.finish()
+            assert deltas == [] and answer.startswith(out + rest), (cut, size, out, rest)
+            assert out + rest == read_generic(text, frozenset())[0]
+            (out + rest).encode("utf-8")  # never half a pair
+    stream = GenericCallStream(frozenset())
+    assert stream.feed('{"content":"ab')[0] == "ab" and stream.feed('c\\u00')[0] == "c"
+    assert stream.feed('e9"}')[0] == "é" and stream.finish() == ("", [])
+
+
+def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) -> None:
+    """A template with no tool format: the tools go in the system message and the reply is
+    constrained to {"tool_calls": [...]} or {"content": ...} (llama.cpp's generic handler);
+    the client sees OpenAI's calls all the same. The tiny pair's JSON vocabulary, with the
+    '_' that "tool_calls" needs, and the plain ChatML template."""
+    tokens = [*json_vocabulary(), "_"]
+    target = write_tiny_model(tmp_path / "generic.gguf", TinySpec(seed=1), tokens=tokens,
+                              name="tiny-generic")
+    draft = write_tiny_model(tmp_path / "generic-draft.gguf", TinySpec(seed=2),
+                             noise_from=TinySpec(seed=1), noise=0.25, tokens=tokens,
+                             name="tiny-generic-draft")
+    with cli_server(tmp_path, "--model", str(target), "--draft", str(draft), "--gamma", "3",
+                    "--ctx-size", "1024") as s:
         api = client(s.url)
+        model = s.host.model_id
+        msgs: list[Any] = [{"role": "user", "content": "weather in paris?"}]
+        kw: dict[str, Any] = dict(model=model, messages=msgs, tools=[CITY, TIME],
+                                  temperature=0, max_tokens=120)
+        forced = api.chat.completions.create(
+            **kw, tool_choice={"type": "function", "function": {"name": "weather"}})
+        calls = forced.choices[0].message.tool_calls
+        assert calls and calls[0].function.name == "weather", forced.choices[0].message
+        assert json.loads(calls[0].function.arguments)["city"] in ("paris", "lyon")
+        assert forced.choices[0].finish_reason == "tool_calls"
+        assert forced.choices[0].message.content is None
+        assert forced.specchat["drafted"] > 0  # type: ignore[attr-defined]
+        # Streamed: the same call in OpenAI's deltas (given once its JSON is whole).
+        chunks = list(api.chat.completions.create(
+            **kw, stream=True, tool_choice={"type": "function", "function": {"name": "weather"}}))
+        deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        assert deltas[0].function.name == "weather" and deltas[0].id
+        assert "".join(d.function.arguments or "" for d in deltas) == calls[0].function.arguments
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        # The Responses API on the same model: the same call, as a function_call item.
+        flat = [{"type": "function", **t["function"]} for t in (CITY, TIME)]
+        r = api.responses.create(model=model, input=msgs[0]["content"], tools=flat,
+                                 tool_choice={"type": "function", "name": "weather"},
+                                 temperature=0, max_output_tokens=120)
+        (item,) = r.output
+        assert item.type == "function_call" and item.name == "weather"
+        assert item.arguments == calls[0].function.arguments
+        # Sampled with auto: each reply is a valid call or a text answer, never broken JSON.
+        answered: tuple[int, str] | None = None
+        for seed in range(6):
+            r = api.chat.completions.create(**{**kw, "temperature": 1.0}, tool_choice="auto",
+                                            seed=seed)
+            m = r.choices[0].message
+            if m.tool_calls:
+                assert m.tool_calls[0].function.name in ("weather", "clock")
+                json.loads(m.tool_calls[0].function.arguments)
+            else:
+                assert isinstance(m.content, str) and not m.content.startswith("{")
+                answered = (seed, m.content)
+        # A text answer streams as it is written (the same reply: the same seed).
+        assert answered is not None
+        seed, content = answered
+        chunks = list(api.chat.completions.create(
+            **{**kw, "temperature": 1.0}, tool_choice="auto", seed=seed, stream=True))
+        texts = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+        assert "".join(texts) == content and len(texts) > 1
+        # The call and its result go back as JSON text the template can show.
+        msgs += [forced.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp_c": 14}'}]
+        answer = api.chat.completions.create(model=model, messages=msgs, tools=[CITY],
+                                             tool_choice="none", max_tokens=4)
+        first = api.chat.completions.create(model=model, messages=msgs[:1], max_tokens=1)
+        assert answer.usage and first.usage
+        assert answer.usage.prompt_tokens > first.usage.prompt_tokens + 10
+        # Tools on such a model and a response_format: one or the other.
         with pytest.raises(openai.BadRequestError) as e:
-            api.chat.completions.create(model=s.host.model_id, tools=[WEATHER],
-                                        messages=[{"role": "user", "content": "hi"}])
-        err = e.value.body
-        assert (err["param"], err["code"]) == ("tools", "tools_not_supported")  # type: ignore[index]
-        # tool_choice "none" shows no tools: the request is served.
-        ok = api.chat.completions.create(model=s.host.model_id, tools=[WEATHER],
-                                         tool_choice="none", max_tokens=2,
-                                         messages=[{"role": "user", "content": "hi"}])
-        assert ok.usage is not None and ok.usage.completion_tokens == 2
+            api.chat.completions.create(**kw, response_format={"type": "json_object"})
+        assert e.value.body["param"] == "response_format"  # type: ignore[index]

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from specchat.cli.common import (
@@ -121,7 +122,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
         try:
             stats = _stream(engine.reply(messages, settings, cancel), args.json, setup,
-                            len(settings.prediction) if predicted is not None else None)
+                            settings.prediction if predicted is not None else None)
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
@@ -135,16 +136,21 @@ def read_prediction(path: str) -> str:
 
 
 def _stream(events: Any, as_json: bool, setup: InForce,
-            predicted: int | None = None) -> GenerationStats | None:
+            predicted: Sequence[int] | None = None) -> GenerationStats | None:
+    """Write the reply as it comes; ``predicted``: the predicted output's tokens, whose
+    tokens the reply kept are counted at its end."""
     out = sys.stdout
     stats = None
+    reply: list[int] = []
     for ev in events:
+        if isinstance(ev, TokenEvent):
+            reply.append(ev.token_id)
         if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
             doc = event_json(ev)
             if isinstance(ev, GenerationStats):  # what ran: the drafters and the γ mode
                 doc.update(setup.as_dict())
                 if predicted is not None:
-                    doc.update(prediction_counts(ev, predicted))
+                    doc.update(prediction_counts(predicted, reply))
             out.write(safe_json(json.dumps(doc, ensure_ascii=False)) + "\n")
         elif isinstance(ev, TokenEvent):
             out.write(safe_text(ev.text))
@@ -157,9 +163,9 @@ def _stream(events: Any, as_json: bool, setup: InForce,
         out.write("\n")
         line = summary(stats, setup)
         if predicted is not None:
-            c = prediction_counts(stats, predicted)
+            c = prediction_counts(predicted, reply)
             line = (f"{line[:-1]} · prediction: {c['accepted_prediction_tokens']} of "
-                    f"{predicted} tokens kept]")
+                    f"{len(predicted)} tokens kept]")
         sys.stderr.write(line + "\n")
     return stats
 

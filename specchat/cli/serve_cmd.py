@@ -17,9 +17,11 @@ from specchat.cli.common import (
 )
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.policy.in_force import in_force
-from specchat.loading import select
+from specchat.loading import Selection, select
+from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime
+from specchat.serve.cors import CorsPolicy, check_origin
 from specchat.serve.server import Serving, bind, is_loopback
 from specchat.serve.worker import ModelHost, Served
 from specchat.textsafe import safe_text
@@ -41,6 +43,20 @@ def megabytes_arg(text: str) -> float:
     return value
 
 
+def alias_arg(text: str) -> str:
+    if text.strip() and len(text) <= 200 and text.isprintable() and text == text.strip():
+        return text
+    raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a model id (1 to 200 printable "
+                                     "characters, no space at either end)")
+
+
+def cors_arg(text: str) -> str:
+    try:
+        return check_origin(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the models over an OpenAI-compatible HTTP API",
                        description="An OpenAI-compatible endpoint (/v1/chat/completions, "
@@ -58,6 +74,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=port_arg, default=8000, help="port (default 8000)")
     p.add_argument("--max-body-mb", type=megabytes_arg, default=8.0, metavar="MB",
                    help="largest request body accepted (default 8; larger: 413)")
+    p.add_argument("--alias", type=alias_arg, metavar="NAME",
+                   help="the model id the API lists and answers with (default: the model "
+                   "file's name without .gguf, or its catalog id); the others still work")
+    p.add_argument("--cors-origin", dest="cors_origins", type=cors_arg, action="append",
+                   default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (http://host:port) call the server from a "
+                   "browser; repeatable; * allows any page (pages on localhost and 127.0.0.1 "
+                   "are allowed by default)")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log each request")
     p.set_defaults(func=run)
@@ -75,6 +99,26 @@ def run(env: Env, args: argparse.Namespace) -> int:
     return 0
 
 
+def short_id(entry: ModelEntry) -> str:
+    """A model's id as clients write it: a catalog id, or a file's name without ``.gguf``
+    (llama-server's default id is the file's name too)."""
+    if isinstance(entry.source, PathSource) and entry.id == str(entry.source.path):
+        return entry.source.path.stem
+    return entry.id
+
+
+def model_names(selection: Selection, alias: str | None) -> tuple[str, tuple[str, ...]]:
+    """The id the API lists (``--alias``, else a catalog pair's id, else the target's short
+    id) and the other names a request's ``model`` may say: the target's file name, path and
+    short id, and the label earlier versions listed (a pair's paths joined by " + ")."""
+    target = selection.target
+    names = [selection.label, short_id(target), target.id]
+    if isinstance(target.source, PathSource):
+        names.append(target.source.path.name)
+    model_id = alias or (selection.pair.id if selection.pair else short_id(target))
+    return model_id, tuple(n for n in dict.fromkeys(names) if n != model_id)
+
+
 def build(env: Env, args: argparse.Namespace) -> Serving:
     """The server the command line asks for, on its bound socket, not yet started."""
     # Everything that can be wrong with the command is said before the port is taken.
@@ -87,6 +131,10 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
         sys.stderr.write(f"specchat: warning: listening on {safe_text(args.host)}: anyone who "
                          "can reach this machine there can use the models (no password; "
                          "requests are not encrypted)\n")
+    cors = CorsPolicy.of(args.cors_origins)
+    if cors.any:
+        sys.stderr.write("specchat: warning: --cors-origin *: any web page a browser on this "
+                         "machine opens can use the models\n")
     sock = bind(args.host, args.port)
 
     def load() -> Served:  # on the server's generation thread, while it already answers 503
@@ -104,5 +152,7 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
             raise
         return Served(engine, in_force(decoder), runtime.close, notes)
 
-    host = ModelHost(load, selection.label, aliases=(selection.target.id,), defaults=defaults)
-    return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log)
+    model_id, aliases = model_names(selection, args.alias)
+    host = ModelHost(load, model_id, aliases=aliases, defaults=defaults)
+    return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log,
+                   cors=cors)

@@ -1,11 +1,13 @@
 """Generated request bodies for `specchat serve` and the check of what it answers.
 
-Bodies for ``/v1/chat/completions`` and ``/v1/completions`` (and their un-prefixed twins):
+Bodies for ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/responses`` (and their
+un-prefixed twins), some sent as a web page of another origin would send them:
 valid ones with fields changed to wrong types, out-of-range or huge numbers, odd Unicode (lone
 surrogates included) and nested junk, required fields missing, unknown fields, bodies that are
 not JSON objects or not JSON at all, and bodies over the server's size limit. Whatever comes,
-the server must answer with an OpenAI error object and a 4xx status, or with a valid
-completion (whole or streamed), and keep answering. ``tests/test_serve_fuzz.py`` runs a small
+the server must answer with an OpenAI error object and a 4xx status (a 403 for an origin it
+does not allow), or with a valid completion or response (whole or streamed, in its route's
+shape), and keep answering. ``tests/test_serve_fuzz.py`` runs a small
 budget of them, ``scripts/fuzz_serve.py`` a large one.
 """
 
@@ -21,8 +23,12 @@ from hypothesis import strategies as st
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 COMPLETION_PATHS = ("/v1/completions", "/completions")
+RESPONSES_PATHS = ("/v1/responses", "/responses")
+# Origins a browser may send: allowed by default (this machine's pages), and not.
+ALLOWED_ORIGINS = ("http://localhost:5173", "http://127.0.0.1:8080", "https://localhost")
+OTHER_ORIGINS = ("http://example.com", "null", "http://localhost.evil.com", "file://")
 ERROR_KEYS = {"message", "type", "param", "code"}
-FINISH = {"stop", "length"}
+FINISH = {"stop", "length", "tool_calls"}
 
 # Numbers at the edges: around the ranges the server checks, the 32/64-bit limits, and ints too
 # large for a float (a 400-digit one).
@@ -111,9 +117,17 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
                                                          st.integers(-100, 100), max_size=2)),
     "logprobs": st.sampled_from([False, True, None, 0, 3]),
     "top_logprobs": st.sampled_from([0, 2, None]),
-    "tools": st.sampled_from([[], None, [{"type": "function"}]]),
+    "tools": st.sampled_from([[], None, [{"type": "function"}], [{"type": "function",
+                              "function": {"name": "f", "parameters": {"type": "object"}}}]]),
+    "tool_choice": st.sampled_from(["auto", "none", "required", "nope",
+                                    {"type": "function", "function": {"name": "f"}}]),
+    "parallel_tool_calls": st.booleans(),
+    "prediction": st.sampled_from([{"type": "content", "content": "the cat"},
+                                   {"type": "content"}, "the cat"]),
     "functions": st.sampled_from([[], None]),
-    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {}, None]),
+    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {}, None,
+                                        {"type": "json_schema", "json_schema": {
+                                            "name": "r", "schema": {"type": "object"}}}]),
     "echo": st.booleans(),
     "suffix": st.sampled_from(["", None, "end"]),
     "best_of": st.sampled_from([1, 2, None, True]),
@@ -122,20 +136,106 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+# The Responses API's fields, each with values it accepts (and, through _field, any other).
+RESPONSES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "model": st.sampled_from(["tiny", "gpt-4o", ""]),
+    "stream": st.booleans(),
+    "instructions": st.one_of(_text(), st.none()),
+    "temperature": st.one_of(st.just(0), st.floats(0, 2)),
+    "top_p": st.floats(0.01, 1),
+    "max_output_tokens": st.integers(1, 6),
+    "tools": st.sampled_from([[], None, [{"type": "web_search"}], [{"type": "function"}],
+                              [{"type": "function", "name": "f",
+                                "parameters": {"type": "object"}}]]),
+    "tool_choice": st.sampled_from(["auto", "none", "required", {"type": "function",
+                                                                 "name": "f"},
+                                    {"type": "file_search"}]),
+    "parallel_tool_calls": st.booleans(),
+    "text": st.sampled_from([{"format": {"type": "text"}}, {"format": {"type": "json_object"}},
+                             {"format": {"type": "json_schema", "name": "r",
+                                         "schema": {"type": "object"}}},
+                             {"format": {"type": "json_schema"}}, {"format": None}, {}]),
+    "previous_response_id": st.sampled_from(["resp_nothing", "", None]),
+    "store": st.booleans(),
+    "background": st.sampled_from([False, True, None]),
+    "conversation": st.sampled_from([None, "conv_1"]),
+    "reasoning": st.sampled_from([None, {"effort": "low"}]),
+    "include": st.sampled_from([[], None]),
+    "metadata": st.sampled_from([{}, {"k": "v"}, None]),
+    "top_logprobs": st.sampled_from([0, 2, None]),
+    "specchat": st.fixed_dictionaries({}, optional={"fates": st.booleans()}),
+}
+
+
+def _input_item() -> st.SearchStrategy[Any]:
+    text_part = st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text",
+                                                                "input_image", 3]),
+                                       "text": _text()})
+    message = st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "developer", "assistant", "tool", ""])},
+        optional={"type": st.just("message"),
+                  "content": st.one_of(_text(), st.lists(text_part, max_size=2), junk())})
+    call = st.fixed_dictionaries({"type": st.just("function_call")},
+                                 optional={"call_id": _text(), "name": _text(),
+                                           "arguments": st.one_of(_text(), junk())})
+    output = st.fixed_dictionaries({"type": st.just("function_call_output")},
+                                   optional={"call_id": _text(),
+                                             "output": st.one_of(_text(), junk())})
+    other = st.fixed_dictionaries({"type": st.sampled_from(["item_reference", "reasoning",
+                                                            "web_search_call", ""])},
+                                  optional={"id": _text()})
+    return st.one_of(message, message, call, output, other, junk())
+
+
+def _input() -> st.SearchStrategy[Any]:
+    return st.one_of(_text(), st.lists(_input_item(), min_size=1, max_size=4), st.just([]),
+                     junk())
+
+
 @dataclass(frozen=True)
 class Request:
     path: str
     body: bytes
     what: str  # for a failure's message: what kind of body this was
+    origin: str | None = None  # sent as a web page's Origin
 
     def __repr__(self) -> str:  # hypothesis prints the falsifying example: keep it readable
         shown = self.body if len(self.body) <= 400 else self.body[:400] + b"..."
-        return f"Request({self.path!r}, {shown!r}, {self.what!r})"
+        return f"Request({self.path!r}, {shown!r}, {self.what!r}, {self.origin!r})"
+
+    @property
+    def refused_origin(self) -> bool:
+        """Sent from a web page's origin the server does not allow by default (a 403)."""
+        return self.origin in OTHER_ORIGINS
 
 
 @st.composite
-def _object_body(draw: st.DrawFn, chat: bool) -> dict[str, Any]:
-    """A valid body, then some of its fields changed, dropped or added."""
+def _responses_body(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid Responses body, then some of its fields changed, dropped or added."""
+    doc: dict[str, Any] = {"input": "hello", "max_output_tokens": draw(st.integers(1, 4))}
+    if draw(st.booleans()):
+        doc["stream"] = True
+    names = draw(st.lists(st.sampled_from(sorted(RESPONSES_FIELDS)), max_size=3, unique=True))
+    for name in names:
+        doc[name] = draw(_field(RESPONSES_FIELDS[name]))
+    choice = draw(st.sampled_from(["keep"] * 3 + ["change"] * 4 + ["drop", "null"]))
+    if choice == "change":
+        doc["input"] = draw(_input())
+    elif choice == "drop":
+        del doc["input"]
+    elif choice == "null":
+        doc["input"] = None
+    for k, v in draw(st.dictionaries(_text(), junk(), max_size=2)).items():
+        doc.setdefault(k, v)
+    return doc
+
+
+@st.composite
+def _object_body(draw: st.DrawFn, chat: bool | None) -> dict[str, Any]:
+    """A valid body, then some of its fields changed, dropped or added (None: a Responses
+    body)."""
+    if chat is None:
+        return draw(_responses_body())
     doc: dict[str, Any] = ({"messages": [{"role": "user", "content": "hello"}]} if chat
                            else {"prompt": "the cat"})
     doc["max_tokens"] = draw(st.integers(1, 4))
@@ -174,9 +274,20 @@ def _dump(doc: Any) -> bytes:
 
 @st.composite
 def requests(draw: st.DrawFn, max_body: int) -> Request:
-    """One request for a server whose body limit is ``max_body`` bytes."""
-    chat = draw(st.booleans())
-    path = draw(st.sampled_from(CHAT_PATHS if chat else COMPLETION_PATHS))
+    """One request for a server whose body limit is ``max_body`` bytes, now and then from a
+    web page's origin."""
+    request = draw(_requests(max_body))
+    origin = draw(st.one_of(st.none(), st.none(), st.none(), st.sampled_from(ALLOWED_ORIGINS),
+                            st.sampled_from(OTHER_ORIGINS)))
+    return Request(request.path, request.body, request.what, origin)
+
+
+@st.composite
+def _requests(draw: st.DrawFn, max_body: int) -> Request:
+    route = draw(st.sampled_from(["chat", "completion", "responses"]))
+    chat = {"chat": True, "completion": False, "responses": None}[route]
+    path = draw(st.sampled_from(CHAT_PATHS if route == "chat" else COMPLETION_PATHS
+                                if route == "completion" else RESPONSES_PATHS))
     kind = draw(st.sampled_from(["object"] * 12 + ["value", "bytes", "cut", "huge", "number",
                                                    "deep"]))
     if kind == "object":
@@ -205,7 +316,7 @@ def requests(draw: st.DrawFn, max_body: int) -> Request:
         return Request(path, base[:-1] + f', "{field}": {number}}}'.encode(),
                        f"{field} = {number[:20]}")
     depth = draw(st.sampled_from([50, 500, 990, 5000]))
-    key = "messages" if chat else "prompt"
+    key = {"chat": "messages", "completion": "prompt", "responses": "input"}[route]
     return Request(path, f'{{"{key}": {"[" * depth}1{"]" * depth}}}'.encode(),
                    f"{key} nested {depth} deep")
 
@@ -220,25 +331,31 @@ class Answer:
 def send(url: str, request: Request, timeout: float = 60.0) -> Answer:
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    headers = {"Content-Type": "application/json"}
+    if request.origin is not None:
+        headers["Origin"] = request.origin
     try:
-        conn.request("POST", request.path, body=request.body,
-                     headers={"Content-Type": "application/json"})
+        conn.request("POST", request.path, body=request.body, headers=headers)
         resp = conn.getresponse()
         return Answer(resp.status, resp.getheader("content-type", ""), resp.read())
     finally:
         conn.close()
 
 
-def problems(answer: Answer) -> list[str]:
-    """What is wrong with an answer (nothing: an error object with a 4xx, or a completion)."""
+def problems(answer: Answer, request: Request | None = None) -> list[str]:
+    """What is wrong with an answer (nothing: an error object with a 4xx — a 403 where the
+    request's origin is not allowed — or a completion or response in its route's shape)."""
+    responses = request is not None and request.path in RESPONSES_PATHS
+    if request is not None and request.refused_origin and answer.status != 403:
+        return [f"status {answer.status} for a page of origin {request.origin!r}"]
     if answer.status == 200 and answer.content_type.startswith("text/event-stream"):
-        return _stream_problems(answer.body)
+        return _event_problems(answer.body) if responses else _stream_problems(answer.body)
     try:
         doc = json.loads(answer.body)
     except ValueError:
         return [f"status {answer.status} with a body that is not JSON: {answer.body[:200]!r}"]
     if answer.status == 200:
-        return _completion_problems(doc, chunk=False)
+        return _response_problems(doc) if responses else _completion_problems(doc, chunk=False)
     if not 400 <= answer.status < 500:
         return [f"status {answer.status}: {answer.body[:300]!r}"]
     return _error_problems(doc)
@@ -291,6 +408,51 @@ def _stream_problems(body: bytes) -> list[str]:
     if len(finals) != 1 or finals[0]["choices"][0]["finish_reason"] not in FINISH:
         return [f"a stream without one finish reason: {body[-300:]!r}"]
     return []
+
+
+def _response_problems(doc: Any) -> list[str]:
+    """A Responses API object: its output items and its usage."""
+    if not isinstance(doc, dict) or doc.get("object") != "response":
+        return [f"not a response object: {str(doc)[:300]}"]
+    if doc.get("status") not in ("completed", "incomplete"):
+        return [f"a response neither completed nor incomplete: {str(doc)[:300]}"]
+    output = doc.get("output")
+    if not isinstance(output, list) or not output or any(
+            not isinstance(o, dict) or o.get("type") not in ("message", "function_call")
+            for o in output):
+        return [f"a response without its output items: {str(doc)[:300]}"]
+    usage = doc.get("usage") or {}
+    if not isinstance(usage.get("output_tokens"), int):
+        return [f"a response without usage: {str(doc)[:300]}"]
+    return []
+
+
+def _event_problems(body: bytes) -> list[str]:
+    """A Responses stream: named events in sequence, created first, completed (or incomplete,
+    or an error event) last, no [DONE]."""
+    docs = []
+    for e in (e for e in body.split(b"\n\n") if e.strip()):
+        lines = e.split(b"\n")
+        if len(lines) != 2 or not lines[0].startswith(b"event: ") or not lines[1].startswith(
+                b"data: "):
+            return [f"a Responses event that is not an event and its data: {e[:200]!r}"]
+        try:
+            doc = json.loads(lines[1][6:])
+        except ValueError:
+            return [f"a stream event that is not JSON: {e[:200]!r}"]
+        if not isinstance(doc, dict) or doc.get("type") != lines[0][7:].decode():
+            return [f"an event whose type is not its name: {e[:200]!r}"]
+        docs.append(doc)
+    if not docs or docs[0]["type"] != "response.created":
+        return [f"a Responses stream that does not begin with response.created: {body[:300]!r}"]
+    if [d.get("sequence_number") for d in docs] != list(range(len(docs))):
+        return [f"sequence numbers out of order: {body[:300]!r}"]
+    last = docs[-1]
+    if last["type"] == "error":
+        return []  # a failure after the stream began, said as the API says it
+    if last["type"] not in ("response.completed", "response.incomplete"):
+        return [f"a Responses stream that does not end: {body[-300:]!r}"]
+    return _response_problems(last.get("response"))
 
 
 def health(url: str) -> tuple[int, dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""The HTTP routes: OpenAI's ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``
-(also without the ``/v1`` prefix, as llama-server answers them), llama-server's ``/infill``
-(fill-in-the-middle, in its own shape) and ``/health``.
+"""The HTTP routes: OpenAI's ``/v1/models`` (and ``/v1/models/{id}``), ``/v1/chat/completions``,
+``/v1/completions`` and ``/v1/responses`` (also without the ``/v1`` prefix, as llama-server
+answers them), llama-server's ``/infill`` (fill-in-the-middle, in its own shape) and
+``/health``; web pages' cross-origin requests pass through ``cors.py`` first.
 
 Every failure a client can cause is an OpenAI error object with its status, never a traceback.
 A handler reads the body up to a limit (413 beyond it), checks it, queues the generation and
@@ -16,6 +17,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -23,25 +25,29 @@ from starlette.types import Receive, Scope, Send
 
 from specchat.engine.decode.events import TokenEvent
 from specchat.serve.api_errors import NOT_FOUND, ApiError, bad_request
+from specchat.serve.cors import Cors, CorsPolicy
 from specchat.serve.parse import (
     GenerationRequest,
     chat_request,
     completion_request,
     infill_request,
 )
-from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, sse
+from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, event
+from specchat.serve.responses_api import ResponseStore, ResponsesWriter, responses_request
 from specchat.serve.worker import (
     Failed,
     Finished,
     Job,
     ModelHost,
+    Served,
     Started,
+    generic_tools,
     reply_start,
     tool_names,
 )
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over
-Writer = ReplyWriter | InfillWriter
+Writer = ReplyWriter | InfillWriter | ResponsesWriter
 
 
 class JSONBody(Response):
@@ -131,11 +137,23 @@ def _too_large(limit: int) -> ApiError:
                     code="request_too_large")
 
 
-def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
+              cors: CorsPolicy | None = None) -> Starlette:
+    kept = ResponseStore()  # earlier responses, for previous_response_id
+
+    def model_object(name: str) -> dict[str, Any]:
+        # The other names it answers to are not listed: they include the files' paths.
+        return {"id": name, "object": "model", "created": 0, "owned_by": "specchat",
+                "specchat": {"state": host.state, "id": host.model_id}}
+
     async def models(request: Request) -> Response:
-        entry = {"id": host.model_id, "object": "model", "created": 0, "owned_by": "specchat",
-                 "specchat": {"state": host.state}}
-        return JSONBody({"object": "list", "data": [entry]})
+        return JSONBody({"object": "list", "data": [model_object(host.model_id)]})
+
+    async def model(request: Request) -> Response:
+        """OpenAI's model retrieval: the served model by its id or any name it answers to."""
+        name = request.path_params["name"]
+        host.check_model(name)
+        return JSONBody(model_object(name))
 
     async def health(request: Request) -> Response:
         host.check_ready()
@@ -151,10 +169,36 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
     async def infill(request: Request) -> Response:
         return await _generate(request, infill_request)
 
+    async def responses(request: Request) -> Response:
+        doc = await read_json(request, max_body)
+        asked = responses_request(doc, host.defaults, kept)
+
+        def writer(req: GenerationRequest, served: Served,
+                   pieces: dict[int, bytes] | None) -> Writer:
+            generic = generic_tools(served.engine, req)
+            return ResponsesWriter(asked, host.model_id, served.setup, kept,
+                                   tools=tool_names(req), reply_start=reply_start(req, generic),
+                                   with_fates=req.fates, generic=generic)
+
+        return await _run(request, asked.generation, writer)
+
+    def standard_writer(req: GenerationRequest, served: Served,
+                        pieces: dict[int, bytes] | None) -> Writer:
+        if req.kind == "infill":
+            return InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
+        generic = generic_tools(served.engine, req)
+        return ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
+                           req.include_usage, pieces=pieces, tools=tool_names(req),
+                           reply_start=reply_start(req, generic), generic=generic)
+
     async def _generate(request: Request,
                         parse: Callable[[dict[str, Any], Any], GenerationRequest]) -> Response:
         doc = await read_json(request, max_body)
-        req = parse(doc, host.defaults)
+        return await _run(request, parse(doc, host.defaults), standard_writer)
+
+    async def _run(request: Request, req: GenerationRequest,
+                   make_writer: Callable[[GenerationRequest, Served, dict[int, bytes] | None],
+                                         Writer]) -> Response:
         host.check_model(req.model)
         job = host.submit(req)
         watch = DisconnectWatch(request, job)
@@ -169,12 +213,7 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
             watch.stop()
             raise ApiError(503, "the server is shutting down", type="service_unavailable")
         pieces = job.pieces if req.settings.logprobs is not None else None
-        writer: Writer = (
-            InfillWriter(host.model_id, served.setup, req.fates, pieces=pieces)
-            if req.kind == "infill" else
-            ReplyWriter(req.kind == "chat", host.model_id, served.setup, req.fates,
-                        req.include_usage, pieces=pieces, tools=tool_names(req),
-                        reply_start=reply_start(req)))
+        writer = make_writer(req, served, pieces)
         if isinstance(first, (Failed, Finished)):
             watch.stop()
             if isinstance(first, Failed):
@@ -195,15 +234,20 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
 
     routes = [Route("/v1/models", models, methods=["GET"]),
               Route("/models", models, methods=["GET"]),
+              Route("/v1/models/{name:path}", model, methods=["GET"]),
+              Route("/models/{name:path}", model, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/v1/chat/completions", chat, methods=["POST"]),
               Route("/chat/completions", chat, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
               Route("/completions", completions, methods=["POST"]),
+              Route("/v1/responses", responses, methods=["POST"]),
+              Route("/responses", responses, methods=["POST"]),
               Route("/infill", infill, methods=["POST"])]
     handlers: dict[Any, Any] = {ApiError: _api_error, HTTPException: _http_error,
                                 Exception: _internal_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(Cors, policy=cors or CorsPolicy())]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
 
 async def _first(job: Job) -> Started | Finished | Failed:
@@ -217,24 +261,26 @@ async def _first(job: Job) -> Started | Finished | Failed:
 
 
 async def _stream(job: Job, writer: Writer) -> AsyncIterator[bytes]:
-    first = writer.first_chunk()
-    if first is not None:
-        yield sse(first)
+    def sse(doc: dict[str, Any]) -> bytes:
+        return event(doc, doc["type"] if writer.named_events else None)
+
+    for chunk in writer.first_chunks():
+        yield sse(chunk)
     while True:
         items = await job.next()
         tokens = [i for i in items if isinstance(i, TokenEvent)]
-        if tokens and (chunk := writer.chunk(tokens)) is not None:
-            yield sse(chunk)
+        if tokens:
+            for chunk in writer.chunks(tokens):
+                yield sse(chunk)
         for item in items:
             if isinstance(item, Failed):
-                yield error_event(item.error)
+                yield error_event(item.error, writer.named_events)
                 if writer.ends_with_done:
                     yield DONE
                 return
             if isinstance(item, Finished):
-                yield sse(writer.final_chunk(item))
-                if writer.include_usage:
-                    yield sse(writer.usage_chunk(item))
+                for chunk in writer.final_chunks(item):
+                    yield sse(chunk)
                 if writer.ends_with_done:
                     yield DONE
                 return
@@ -261,7 +307,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 404 and 405, as error objects."""
     assert isinstance(exc, HTTPException)
     what = {404: f"no route {request.url.path[:200]!r}: this server answers /v1/models, "
-                 "/v1/chat/completions, /v1/completions and /infill",
+                 "/v1/chat/completions, /v1/completions, /v1/responses and /infill",
             405: f"{request.method} is not allowed on {request.url.path[:200]!r}"}
     message = what.get(exc.status_code, str(exc.detail))
     kind = NOT_FOUND if exc.status_code == 404 else "invalid_request_error"

@@ -15,9 +15,9 @@ from typing import Any
 
 from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
+from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
-from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
 
@@ -33,9 +33,11 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def sse(doc: Any) -> bytes:
-    """One server-sent event. JSON escapes newlines, so one ``data:`` line always holds it."""
-    return b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
+def event(doc: Any, name: str | None = None) -> bytes:
+    """One server-sent event, named (an ``event:`` line, as the Responses API's are) or not.
+    JSON escapes newlines, so one ``data:`` line always holds it."""
+    head = b"event: " + name.encode("utf-8") + b"\n" if name else b""
+    return head + b"data: " + dumps(doc).encode("utf-8") + b"\n\n"
 
 
 def _ms(seconds: float) -> float:
@@ -65,14 +67,14 @@ def timings(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def usage(stats: GenerationStats, prediction_tokens: int | None = None) -> dict[str, Any]:
-    """OpenAI's usage; with a predicted output, its tokens the reply kept (drafted from it and
-    accepted) and the rest of it, as OpenAI's ``completion_tokens_details`` count them."""
+def usage(stats: GenerationStats, prediction: dict[str, int] | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with a predicted output, its tokens that appear in the reply and the
+    rest of it, as OpenAI's ``completion_tokens_details`` count them."""
     doc: dict[str, Any] = {
         "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
         "total_tokens": stats.prompt_tokens + stats.generated_tokens}
-    if prediction_tokens is not None:
-        doc["completion_tokens_details"] = prediction_counts(stats, prediction_tokens)
+    if prediction is not None:
+        doc["completion_tokens_details"] = dict(prediction)
     return doc
 
 
@@ -163,15 +165,17 @@ class ReplyWriter:
     # put after the prompt when a call is required, begins).
     tools: frozenset[str] | None = None  # the offered tools' names
     reply_start: str = ""
+    generic: bool = False  # the calls are the generic JSON reply (engine/decode/generic_tools)
     ends_with_done = True  # a stream's last line is "data: [DONE]"
+    named_events = False
     _offset: int = 0  # characters streamed so far (a completion's text_offset)
-    _calls: ToolCallStream | None = None
+    _calls: ToolCallStream | GenericCallStream | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         if self.tools is not None:
-            self._calls = ToolCallStream(names=self.tools)
+            self._calls = call_stream(self.tools, self.generic)
 
     def _read(self, text: str, end: bool = False) -> tuple[str, list[CallDelta]]:
         """A chunk's content and call deltas (the text itself when no tools were offered)."""
@@ -225,64 +229,102 @@ class ReplyWriter:
                  "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
 
-    def first_chunk(self) -> dict[str, Any] | None:
+    def first_chunks(self) -> list[dict[str, Any]]:
         """A chat stream opens with the assistant's role, as OpenAI's does."""
         if not self.chat:
-            return None
+            return []
         doc = self._head(True)
         doc["choices"] = [{"index": 0, "delta": {"role": "assistant", "content": ""},
                            "logprobs": None, "finish_reason": None}]
-        return doc
+        return [doc]
 
-    def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
-        """The text of tokens committed together (None when they add no text and neither
-        fates nor log-probabilities were asked for: a character still incomplete)."""
+    def chunks(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
+        """The chunks of tokens committed together: their text, then each call delta in a
+        chunk of its own (none when they add no text and neither fates nor log-probabilities
+        were asked for: a character still incomplete)."""
         text, deltas = self._read("".join(t.text for t in tokens))
         if not text and not deltas and not self.with_fates and self.pieces is None:
-            return None
+            return []
         doc = self._head(True)
-        doc["choices"] = [self._choice(text if text or not deltas else None, None, True, deltas)]
+        doc["choices"] = [self._choice(text if text or not deltas else None, None, True)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
             self._offset += len(text)
         if self.with_fates:
             doc["specchat"] = {"tokens": fates(tokens)}
-        return doc
+        out = [doc] if text or not deltas or self.with_fates or self.pieces is not None else []
+        return out + self._call_chunks(deltas)
 
-    def final_chunk(self, done: Finished) -> dict[str, Any]:
-        """The last chunk: why it ended, the usage, llama-server's timings and ours."""
+    def _call_chunks(self, deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+        """OpenAI's shape of a streamed call: a first chunk with its index, id, type and name
+        (arguments empty), then its argument fragments, one chunk each."""
+        out = []
+        for d in split_deltas(deltas):
+            doc = self._head(True)
+            doc["choices"] = [{"index": 0, "delta": {"tool_calls": [_delta(d)]},
+                               "logprobs": None, "finish_reason": None}]
+            out.append(doc)
+        return out
+
+    def final_chunks(self, done: Finished) -> list[dict[str, Any]]:
+        """The stream's end, as OpenAI's: what text or calls were still held, the finish reason
+        in a chunk of its own with an empty delta (llama-server's timings and ours beside it),
+        and with ``stream_options.include_usage`` a last chunk with no choices and the usage."""
         text, deltas = self._read("", end=True)
+        out = []
+        if text:
+            doc = self._head(True)
+            doc["choices"] = [self._choice(text, None, True)]
+            out.append(doc)
+        out += self._call_chunks(deltas)
         doc = self._head(True)
-        doc["choices"] = [self._choice(text or None, self._finish_reason(done), True, deltas)]
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
+        doc["choices"] = [self._choice(None, self._finish_reason(done), True)]
         doc["timings"] = timings(done.stats)
         doc["specchat"] = extension(done, self.setup)
-        return doc
-
-    def usage_chunk(self, done: Finished) -> dict[str, Any]:
-        """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage."""
-        doc = self._head(True)
-        doc["choices"] = []
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
-        return doc
+        out.append(doc)
+        if self.include_usage:
+            doc = self._head(True)
+            doc["choices"] = []
+            doc["usage"] = usage(done.stats, done.prediction)
+            out.append(doc)
+        return out
 
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._head(False)
         text = "".join(t.text for t in tokens)
         calls: list[ToolCall] = []
         if self.tools is not None:
-            text, calls = read_calls(self.reply_start + text, self.tools)
+            text, calls = (read_generic(text, self.tools) if self.generic else
+                           read_calls(self.reply_start + text, self.tools))
             self._calls = ToolCallStream(calls)
         doc["choices"] = [self._choice(text, self._finish_reason(done), False, calls=calls)]
         if self.pieces is not None:
             doc["choices"][0]["logprobs"] = self._logprobs(tokens)
-        doc["usage"] = usage(done.stats, done.prediction_tokens)
+        doc["usage"] = usage(done.stats, done.prediction)
         doc["timings"] = timings(done.stats)
         ext = extension(done, self.setup)
         if self.with_fates:
             ext["tokens"] = fates(tokens)
         doc["specchat"] = ext
         return doc
+
+
+def call_stream(names: frozenset[str], generic: bool) -> ToolCallStream | GenericCallStream:
+    """What reads a reply's calls as it streams: tagged calls, or the generic JSON reply."""
+    return GenericCallStream(names) if generic else ToolCallStream(names=names)
+
+
+def split_deltas(deltas: Sequence[CallDelta]) -> list[CallDelta]:
+    """Deltas with a call's head (id, name) apart from its arguments: the head first with
+    none, then the arguments, as OpenAI streams a call."""
+    out = []
+    for d in deltas:
+        if d.id is not None and d.arguments:
+            out += [CallDelta(d.index, d.id, d.name, ""), CallDelta(d.index, None, None,
+                                                                      d.arguments)]
+        else:
+            out.append(d)
+    return out
 
 
 def _delta(d: CallDelta) -> dict[str, Any]:
@@ -310,24 +352,25 @@ class InfillWriter:
     include_usage: bool = False  # (an OpenAI stream option: not in this shape)
     pieces: Mapping[int, bytes] | None = None
     ends_with_done = False
+    named_events = False
 
-    def first_chunk(self) -> dict[str, Any] | None:
-        return None
+    def first_chunks(self) -> list[dict[str, Any]]:
+        return []
 
     def _probs(self, doc: dict[str, Any], tokens: Sequence[TokenEvent]) -> dict[str, Any]:
         if self.pieces is not None:
             doc["completion_probabilities"] = server_probabilities(tokens, self.pieces)
         return doc
 
-    def chunk(self, tokens: Sequence[TokenEvent]) -> dict[str, Any] | None:
+    def chunks(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
         text = "".join(t.text for t in tokens)
         if not text and not self.with_fates and self.pieces is None:
-            return None
+            return []
         doc = {"index": 0, "content": text, "tokens": [t.token_id for t in tokens],
                "stop": False}
         if self.with_fates:
             doc["specchat"] = {"tokens": fates(tokens)}
-        return self._probs(doc, tokens)
+        return [self._probs(doc, tokens)]
 
     def _end(self, text: str, done: Finished) -> dict[str, Any]:
         s = done.stats
@@ -336,11 +379,8 @@ class InfillWriter:
                 "tokens_cached": s.cached_tokens, "stop_type": STOP_TYPES[s.stop_reason],
                 "timings": timings(s), "specchat": extension(done, self.setup)}
 
-    def final_chunk(self, done: Finished) -> dict[str, Any]:
-        return self._end("", done)
-
-    def usage_chunk(self, done: Finished) -> dict[str, Any]:
-        raise AssertionError("an /infill stream has no usage chunk")
+    def final_chunks(self, done: Finished) -> list[dict[str, Any]]:
+        return [self._end("", done)]
 
     def response(self, tokens: Sequence[TokenEvent], done: Finished) -> dict[str, Any]:
         doc = self._end("".join(t.text for t in tokens), done)
@@ -350,7 +390,11 @@ class InfillWriter:
         return self._probs(doc, tokens)
 
 
-def error_event(error: ApiError) -> bytes:
+def error_event(error: ApiError, named: bool = False) -> bytes:
     """A failure after the stream began (its status is already 200): an error event, as
-    llama-server sends one, then the stream ends."""
-    return sse(error.body())
+    llama-server sends one (the Responses API's ``error`` event where named), then the stream
+    ends."""
+    if named:
+        e = error.body()["error"]
+        return event({"type": "error", "sequence_number": 0, **e}, "error")
+    return event(error.body())

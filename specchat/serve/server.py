@@ -16,6 +16,7 @@ import uvicorn
 
 from specchat.errors import SpecchatError
 from specchat.serve.app import DEFAULT_MAX_BODY, build_app
+from specchat.serve.cors import CorsPolicy
 from specchat.serve.worker import ModelHost
 
 
@@ -85,10 +86,11 @@ class Serving:
     that failed (then it raises that failure, a SpecchatError)."""
 
     def __init__(self, host: ModelHost, sock: socket.socket, max_body: int = DEFAULT_MAX_BODY,
-                 log_level: str = "info", access_log: bool = True) -> None:
+                 log_level: str = "info", access_log: bool = True,
+                 cors: CorsPolicy | None = None) -> None:
         self.host = host
         self.sock = sock
-        config = uvicorn.Config(build_app(host, max_body), log_level=log_level,
+        config = uvicorn.Config(build_app(host, max_body, cors), log_level=log_level,
                                 access_log=access_log, lifespan="off",
                                 timeout_graceful_shutdown=10)
         self.server = _Server(config, host)

@@ -24,12 +24,14 @@ from typing import Any
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
-from specchat.engine.decode.grammar import GrammarError, start
+from specchat.engine.decode.generic_tools import generic_messages, generic_schema
+from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CLOSE, OPEN
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
+from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
 from specchat.serve.parse import GenerationRequest
 from specchat.textsafe import safe_text
@@ -60,7 +62,9 @@ class Finished:
     stats: GenerationStats
     last_step: StepEvent | None = None  # the last draft/verify round: the γ mode's label
     notices: tuple[str, ...] = ()
-    prediction_tokens: int | None = None  # the predicted output's length; None: not given
+    # With a predicted output: its tokens the reply kept and the rest (OpenAI's
+    # completion_tokens_details); None when none was given.
+    prediction: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -250,16 +254,24 @@ class ModelHost:
         try:
             tokens = prompt_tokens(served.engine, job.request, job.cancel)
             settings = job.request.settings
-            if tools_offered(job.request) and not job.request.parallel_tool_calls:
+            # The field a grammar the model cannot follow is blamed on (a forced call's: tools).
+            param = job.request.grammar_param or ("tools" if settings.grammar else None)
+            if generic_tools(served.engine, job.request):  # the reply: JSON, by its grammar
+                settings = settings.with_(grammar=generic_grammar(job.request))
+                param = "tools"
+            elif tools_offered(job.request) and not job.request.parallel_tool_calls:
                 # One call: the reply ends at the first call's closing tag.
                 settings = settings.with_(stop=(*settings.stop, CLOSE))
             if job.request.prediction is not None:  # drafted from as the target's tokens
                 model = served.engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
                     job.request.prediction, add_special=False, parse_special=False)))
-            check_grammar(served.engine, job.request)
+            check_grammar(served.engine, settings.grammar, param)
             job.post(Started(len(tokens)))
-            done = generate(served.engine, tokens, job, settings)
+            try:
+                done = generate(served.engine, tokens, job, settings)
+            except GrammarError as e:  # found only as the reply went on
+                raise bad_request(str(e), param, "invalid_grammar") from None
             self._finished(job, done.stats)
             return done
         except ApiError as e:
@@ -289,18 +301,18 @@ class ModelHost:
         return Failed(error)
 
 
-def check_grammar(engine: ChatEngine, request: GenerationRequest) -> None:
+def check_grammar(engine: ChatEngine, grammar: str | None, param: str | None) -> None:
     """A 400 before the reply starts when the request's grammar compiled but cannot run on this
     model's vocabulary (llguidance checks it against the tokens, and no token may start it;
     the tokenizer is built here, once per model)."""
-    if request.settings.grammar is None:
+    if grammar is None:
         return
     try:
-        g = start(engine.model, request.settings.grammar)
+        g = start(engine.model, grammar)
         if g is not None:
             g.allowed()  # its first token: one the vocabulary can write
     except GrammarError as e:
-        raise bad_request(str(e), request.grammar_param, "invalid_grammar") from None
+        raise bad_request(str(e), param, "invalid_grammar") from None
 
 
 def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
@@ -321,14 +333,13 @@ def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
         param = "input_prefix" if request.kind == "infill" else param
     elif request.kind == "chat":
         offered = tools_offered(request)
-        if offered and not engine.template.takes_tools:
-            raise bad_request("this model's chat template does not take tools (it has no "
-                              f"{OPEN} format to call them with): send the request without "
-                              "'tools', or use a model whose template has them (Qwen2.5, "
-                              "Hermes)", "tools", "tools_not_supported")
         try:
-            tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
-                                          reply_start=reply_start(request))
+            if generic_tools(engine, request):  # the tools in the system message
+                tokens = engine.tokenize_chat(generic_messages(
+                    request.messages, offered, request.tool_choice), cancel)
+            else:
+                tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
+                                              reply_start=reply_start(request))
         except ModelFileError as e:  # the template refused this conversation
             raise bad_request(str(e), "messages") from None
     elif isinstance(request.prompt, str):
@@ -349,16 +360,40 @@ def tools_offered(request: GenerationRequest) -> tuple[dict[str, Any], ...]:
     return request.tools if request.tool_choice != "none" else ()
 
 
+def generic_tools(engine: ChatEngine, request: GenerationRequest) -> bool:
+    """Whether the request's tools are offered in the generic JSON form: its template has no
+    tool format of its own (see engine/decode/generic_tools.py)."""
+    return bool(tools_offered(request)) and not engine.template.takes_tools
+
+
+def generic_grammar(request: GenerationRequest) -> str:
+    """The grammar of a generic tool reply: calls of the offered tools, or an answer."""
+    if request.grammar_param is not None:
+        raise bad_request(f"this model's chat template has no tool format, so its tool calls "
+                          f"are JSON replies, which '{request.grammar_param}' cannot also "
+                          "shape: send one or the other", request.grammar_param)
+    schema = generic_schema(tools_offered(request), request.tool_choice,
+                            request.parallel_tool_calls)
+    try:
+        return compile_grammar("json_schema", json.dumps(schema))
+    except GrammarError as e:
+        raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}",
+                          "tools", "invalid_json_schema") from None
+
+
 def tool_names(request: GenerationRequest) -> frozenset[str] | None:
     """The names of the tools offered (None: none, and the reply is read as text only)."""
     offered = tools_offered(request)
     return frozenset(t["function"]["name"] for t in offered) if offered else None
 
 
-def reply_start(request: GenerationRequest) -> str:
+def reply_start(request: GenerationRequest, generic: bool = False) -> str:
     """What a reply that must call a tool begins with, put after the prompt: the opening of a
     call, and the function's name when one is named. The model writes the rest, sampled as
-    always from the target's distribution given that start."""
+    always from the target's distribution given that start. (Nothing for a generic JSON
+    reply: its grammar alone makes it a call.)"""
+    if generic:
+        return ""
     if request.tool_choice == "required":
         return f'{OPEN}\n{{"name": "'
     if request.tool_choice not in ("auto", "none"):
@@ -391,9 +426,10 @@ def generate(engine: ChatEngine, tokens: list[int], job: Job,
     notices: list[str] = []
     pieces = job.pieces
     settings = settings or job.request.settings
-    predicted = len(settings.prediction) if job.request.prediction is not None else None
+    reply: list[int] = []
     for ev in engine.decoder.run(tokens, settings, job.cancel):
         if isinstance(ev, TokenEvent):
+            reply.append(ev.token_id)
             if ev.logprob is not None:  # the texts its log-probabilities will be written with
                 for t in (ev.token_id, *(i for i, _ in ev.logprob.top)):
                     if t not in pieces:
@@ -404,5 +440,7 @@ def generate(engine: ChatEngine, tokens: list[int], job: Job,
         elif isinstance(ev, NoticeEvent):
             notices.append(ev.message)
         elif isinstance(ev, GenerationStats):
-            return Finished(ev, last_step, tuple(notices), predicted)
+            counts = (prediction_counts(settings.prediction, reply)
+                      if job.request.prediction is not None else None)
+            return Finished(ev, last_step, tuple(notices), counts)
     raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")

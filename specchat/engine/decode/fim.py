@@ -6,12 +6,18 @@ The layout is llama-server's (``format_infill``), prefix-suffix-middle order:
     [PRE]prefix [SUF]suffix [MID]
 
 The repository part (``repo_level``: ``/infill``, with its ``input_extra`` files) is written
-only where the vocabulary has the tokens — Qwen2.5-Coder's ``<|repo_name|>`` and
-``<|file_sep|>``; without a file separator each extra file follows a plain-text
-``--- snippet ---`` line, as llama-server writes it. The extra files are context to fill the
-room left: only as many of their last tokens as fit under ``limit`` are kept (the nearest
-ones, as llama-server keeps). Prefix and suffix are kept whole, and the text is tokenized
-without parsing special markers, so a file that contains ``<|endoftext|>`` is read as text.
+only when there are extra files, and only where the vocabulary has the tokens — Qwen2.5-Coder's
+``<|repo_name|>`` and ``<|file_sep|>``; without a file separator each extra file follows a
+plain-text ``--- snippet ---`` line, as llama-server writes it. The extra files are context to
+fill the room left: only as many of their last tokens as fit under ``limit`` are kept (the
+nearest ones, as llama-server keeps). Prefix and suffix are kept whole, and the text is
+tokenized without parsing special markers, so a file that contains ``<|endoftext|>`` is read
+as text.
+
+Without extra files the prompt is the file-level one, token for token what a completion with
+a ``suffix`` sends, so both routes end the middle at the same place: llama-server's header
+that names no file (its placeholder repository, then ``filename``) made Qwen2.5-Coder 1.5B
+write on past the middle to the token limit, where the file-level prompt ends it.
 
 Generation then continues after ``[MID]``; the model ends the middle with an end-of-generation
 token (llama.cpp counts the FIM pad, repository and file-separator tokens as such). The reply
@@ -70,7 +76,7 @@ def fim_prompt(model: LlamaModel, prefix: str | Sequence[int], suffix: str, *,
     head = [model.bos] if model.add_bos and model.bos >= 0 else []
     before = tok(prefix) if isinstance(prefix, str) else list(prefix)
     core = [fim.pre, *before, fim.suf, *tok(suffix), fim.mid]
-    if not repo_level:
+    if not repo_level or not extra:
         return head + core
     files: list[int] = []
     if fim.rep is not None:

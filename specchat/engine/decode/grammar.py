@@ -129,7 +129,10 @@ class Constraint:
         if mask is not None:
             return mask
         if not self._goto(key):
-            raise ValueError("the grammar forbids a token of this path")
+            # A token the mask allowed that the matcher then refuses: llguidance does so where
+            # the vocabulary cannot spell what the grammar asks (a tiny one without '_').
+            raise GrammarError("the grammar forbids a token it allowed: the model's "
+                               "vocabulary cannot write what the grammar asks")
         bits = np.frombuffer(self._m.compute_bitmask(), dtype=np.uint8)
         mask = np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
         if self._m.is_error() or not mask.any():
@@ -151,7 +154,8 @@ class Constraint:
     def advance(self, tokens: Sequence[int]) -> None:
         """The step committed ``tokens``: the matcher moves past them, drafts forgotten."""
         if not self._goto(()) or not self._goto(tokens):
-            raise GrammarError("a committed token breaks the grammar")
+            raise GrammarError("a committed token breaks the grammar: the model's vocabulary "
+                               "cannot write what the grammar asks")
         self._path = []
         self._masks.clear()
 

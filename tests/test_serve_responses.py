@@ -1,0 +1,199 @@
+"""OpenAI's Responses API (`POST /v1/responses`) through the official openai client: whole and
+streamed replies, the SDK's stream helper and `.parse()` into a pydantic model, a function call
+round trip (by `previous_response_id` and by items), and what is refused, on the tiny JSON pair
+with a template that takes tools, γ fixed at 3 so that drafts really happen."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pydantic
+import pytest
+
+from specchat.devtools.tiny_models import TOOLS_TEMPLATE, TinySpec, json_vocabulary, write_tiny_model
+from specchat.engine.decode.chat_template import Message
+from specchat.serve.responses_api import ResponseStore
+from specchat.serve.server import Serving
+from tests.serve_helpers import cli_server, client, raw
+
+WEATHER = {"type": "function", "name": "weather", "description": "The weather now in a city",
+           "strict": True,
+           "parameters": {"type": "object", "properties": {"city": {"enum": ["paris", "lyon"]}},
+                          "required": ["city"], "additionalProperties": False}}
+FORCED = {"type": "function", "name": "weather"}
+
+
+class Record(pydantic.BaseModel):
+    # JSON without free whitespace, or a random tiny model pads it out to the token limit.
+    model_config = pydantic.ConfigDict(json_schema_extra={
+        "x-guidance": {"whitespace_flexible": False}})
+    name: str = pydantic.Field(max_length=6)
+    age: int = pydantic.Field(ge=0, le=99)
+    ok: bool
+
+
+@pytest.fixture(scope="module")
+def server(tiny_json_draft: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    target = write_tiny_model(tmp_path_factory.mktemp("responses") / "tools.gguf",
+                              TinySpec(seed=1), tokens=json_vocabulary(),
+                              chat_template=TOOLS_TEMPLATE, name="tiny-tools")
+    home = tmp_path_factory.mktemp("responses-home")
+    with cli_server(home, "--model", str(target), "--draft", str(tiny_json_draft), "--gamma",
+                    "3", "--ctx-size", "1024") as s:
+        assert s.host.state == "ready", s.host.error
+        yield s
+
+
+@pytest.fixture(scope="module")
+def api(server: Serving) -> openai.OpenAI:
+    return client(server.url)
+
+
+def test_a_response_is_the_chat_reply_with_usage_and_speculation(api: openai.OpenAI,
+                                                                 server: Serving) -> None:
+    model = server.host.model_id
+    r = api.responses.create(model=model, input="hello there", instructions="Be brief.",
+                             max_output_tokens=12, temperature=0)
+    chat = api.chat.completions.create(
+        model=model, max_tokens=12, temperature=0,
+        messages=[{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": "hello there"}])
+    assert r.object == "response" and r.id.startswith("resp_") and r.model == model
+    assert r.output_text == chat.choices[0].message.content  # the same chat underneath
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 12 and r.usage.input_tokens == chat.usage.prompt_tokens
+    assert r.usage.total_tokens == r.usage.input_tokens + 12
+    assert r.instructions == "Be brief." and r.max_output_tokens == 12
+    ext = r.model_extra["specchat"]
+    assert ext["decoder"] == "speculative" and ext["drafted"] > 0
+    # A list of items says the same as the string.
+    items = api.responses.create(model=model, max_output_tokens=12, temperature=0,
+                                 instructions="Be brief.",
+                                 input=[{"role": "user", "content": [
+                                     {"type": "input_text", "text": "hello there"}]}])
+    assert items.output_text == r.output_text
+    # store: false keeps nothing to go on from
+    gone = api.responses.create(model=model, input="hi", max_output_tokens=1, store=False)
+    with pytest.raises(openai.BadRequestError) as e:
+        api.responses.create(model=model, input="hi", previous_response_id=gone.id)
+    assert e.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+def test_a_stream_sends_the_typed_events_in_order(api: openai.OpenAI, server: Serving) -> None:
+    model = server.host.model_id
+    whole = api.responses.create(model=model, input="hi", max_output_tokens=8, temperature=0)
+    events = list(api.responses.create(model=model, input="hi", max_output_tokens=8,
+                                       temperature=0, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:5] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added",
+                         "response.output_text.delta"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.incomplete"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == whole.output_text == events[-4].text
+    final = events[-1].response
+    assert final.usage.output_tokens == 8 and final.output_text == text
+    assert final.id == events[0].response.id
+
+
+def test_parse_and_the_sdks_stream_helper_give_a_pydantic_model(api: openai.OpenAI,
+                                                                server: Serving) -> None:
+    model = server.host.model_id
+    r = api.responses.parse(model=model, input="a record", text_format=Record,
+                            max_output_tokens=80, temperature=0)
+    assert r.status == "completed" and isinstance(r.output_parsed, Record)
+    with api.responses.stream(model=model, input="a record", text_format=Record,
+                              max_output_tokens=80, temperature=0) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert "response.output_text.delta" in kinds and kinds[-1] == "response.completed"
+    assert final.output_parsed == r.output_parsed
+    assert final.usage is not None and final.usage.output_tokens == r.usage.output_tokens
+
+
+def test_a_function_call_round_trip(api: openai.OpenAI, server: Serving) -> None:
+    model = server.host.model_id
+    ask = [{"role": "user", "content": "what is the weather in paris?"}]
+    first = api.responses.create(model=model, input=ask, tools=[WEATHER], tool_choice=FORCED,
+                                 max_output_tokens=48, temperature=0)
+    (call,) = [o for o in first.output if o.type == "function_call"]
+    assert call.name == "weather" and call.call_id.startswith("call_")
+    assert json.loads(call.arguments)["city"] in ("paris", "lyon")
+    assert first.status == "completed" and first.model_extra["specchat"]["drafted"] > 0
+    # Streamed through the SDK's helper: the call's arguments arrive in fragments, then done.
+    with api.responses.stream(model=model, input=ask, tools=[WEATHER], tool_choice=FORCED,
+                              max_output_tokens=48, temperature=0) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in kinds
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and done[0].arguments == call.arguments
+    (streamed,) = [o for o in final.output if o.type == "function_call"]
+    assert (streamed.name, streamed.arguments) == (call.name, call.arguments)
+    # The result goes back: by previous_response_id, or as the whole list of items.
+    result = {"type": "function_call_output", "call_id": call.call_id,
+              "output": '{"temp_c": 14}'}
+    by_id = api.responses.create(model=model, previous_response_id=first.id, input=[result],
+                                 tools=[WEATHER], tool_choice="none", max_output_tokens=8,
+                                 temperature=0)
+    assert by_id.output_text and by_id.previous_response_id == first.id
+    assert not [o for o in by_id.output if o.type == "function_call"]
+    echoed = {"type": "function_call", "call_id": call.call_id, "name": call.name,
+              "arguments": call.arguments}
+    by_items = api.responses.create(model=model, input=[*ask, echoed, result],
+                                    tools=[WEATHER], tool_choice="none",
+                                    max_output_tokens=8, temperature=0)
+    assert by_items.output_text == by_id.output_text
+    alone = api.responses.create(model=model, input=ask, max_output_tokens=1)
+    # the call and its result are in the prompt
+    assert by_items.usage.input_tokens == by_id.usage.input_tokens > alone.usage.input_tokens + 10
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({}, "input"),
+    ({"input": 5}, "input"),
+    ({"input": []}, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content[0].type"),
+    ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+    ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": "x", "tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name"),
+    ({"input": "x", "tool_choice": {"type": "file_search"}}, "tool_choice.type"),
+    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "conversation": "conv_1"}, "conversation"),
+    ({"input": "x", "store": "yes"}, "store"),
+    ({"input": "x", "previous_response_id": "resp_nothing"}, "previous_response_id"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": "x", "temperature": "hot"}, "temperature"),
+    ({"input": "x", "instructions": 3}, "instructions"),
+    ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {"type": "nope"}}}},
+     "text.format.schema"),
+    ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+])
+def test_what_is_not_served_is_a_400_naming_the_field(server: Serving, body: dict[str, Any],
+                                                      param: str) -> None:
+    status, doc, _ = raw(server.url, "POST", "/v1/responses", json.dumps(body).encode(),
+                         {"Content-Type": "application/json"})
+    assert status == 400, doc
+    assert doc["error"]["param"] == param, doc
+    if param in ("background", "conversation", "tools[0].type", "previous_response_id"):
+        assert f"'{param}'" in doc["error"]["message"], doc  # what is not served says so
+
+
+def test_kept_responses_are_bounded_least_recently_used_first() -> None:
+    store = ResponseStore(limit=2)
+    for name in ("a", "b"):
+        store.put(name, (Message("user", name),))
+    assert store.get("a") is not None  # used: b is now the oldest
+    store.put("c", (Message("user", "c"),))
+    assert store.get("b") is None and store.get("a") and store.get("c") and len(store) == 2
