@@ -60,9 +60,9 @@ def cors_arg(text: str) -> str:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the models over an OpenAI-compatible HTTP API",
                        description="An OpenAI-compatible endpoint (/v1/chat/completions, "
-                       "/v1/completions, /v1/models) over the same engine, sampling and chat "
-                       "template as the app. Sampling options set the defaults a request's own "
-                       "fields override.")
+                       "/v1/completions, /v1/responses, /v1/models, /infill) over the same "
+                       "engine, sampling and chat template as the app. Sampling options set the "
+                       "defaults a request's own fields override.")
     add_model_args(p)
     add_sampling_args(p)
     p.add_argument("--plain", action="store_true", help="no speculation, even with a pair")
