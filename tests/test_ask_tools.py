@@ -208,3 +208,31 @@ def test_tool_options_are_checked_before_a_model_loads(tiny_target: Path,
     assert r.returncode == 1 and "this model's chat template does not take tools" in r.stderr
     empty = specchat(home.parent / "empty", "ask", "hi", "--model", str(tiny_target), "--tools")
     assert "--tools: no MCP servers are configured" in empty.stderr
+
+
+def test_ctrl_c_cancels_a_running_call(tools_target: Path, tiny_json_draft: Path,
+                                       tool_home: tuple[Path, Path]) -> None:
+    import signal
+    import time
+
+    home, _ = tool_home
+    env = {**os.environ, "SPECCHAT_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "specchat", "ask", "wait",
+                             *model_args(tools_target, tiny_json_draft), "--tools",
+                             "--tool-choice", "hang", "--allow", "hang"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=REPO)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # until the call is made (the server then hangs for an hour)
+        seen.append(line)
+        if line.startswith("[tool call: hang"):
+            break
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert time.monotonic() - t0 < 15  # not the server's 20 s time limit, nor its hour
+    assert "[tool result: hang: cancelled · error: the call was cancelled by the user" in rest
+    assert "stopped: cancelled" in rest and "Traceback" not in rest

@@ -243,3 +243,43 @@ def test_mcp_list_and_check_from_the_command_line(tmp_path: Path, repo: Path) ->
     assert missing.returncode == 1 and "no MCP server named 'nope'" in missing.stderr
     empty = specchat(tmp_path / "empty", "mcp", "list")
     assert empty.returncode == 1 and "no MCP servers are configured" in empty.stderr
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
+    import time
+    import urllib.request
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(TEST_SERVER), "--http", str(port), "t0ken-57"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(200):  # until it listens
+            try:
+                urllib.request.urlopen(url, timeout=1)
+            except urllib.error.HTTPError:
+                break  # it answers (401 without the header)
+            except OSError:
+                time.sleep(0.1)
+        good = McpServer("notes", url=url, headers={"Authorization": "Bearer t0ken-57"},
+                         timeout_s=20)
+        bad = McpServer("wrong", url=url, headers={"Authorization": "Bearer wr0ng-57"},
+                        timeout_s=20)
+        with McpHub({"notes": good, "wrong": bad}) as hub:
+            assert "color" in {t.name for t in hub.tools("notes")}
+            assert hub.call("notes", "color", {"name": "blue"}).text == "painted blue"
+            with pytest.raises(ToolServerError) as e:
+                hub.tools("wrong")
+            assert str(e.value).startswith("MCP server 'wrong' failed to start: ")
+            assert "wr0ng" not in str(e.value) and "t0ken" not in str(e.value)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
