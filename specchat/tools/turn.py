@@ -14,6 +14,7 @@ prediction depth from its first token. The reply stays the target's whatever the
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -112,13 +113,15 @@ class ToolTurn:
         ``predicted``: texts the reply may copy (attached files)."""
         cancel = cancel or threading.Event()
         out = result if result is not None else TurnResult()
-        offered = self.tools.as_openai() if tool_choice != "none" else []
+        tools = self.tools.as_openai()
         history = list(messages)
         predictions = list(predicted)
         choice = tool_choice
         total: GenerationStats | None = None
+        previous: set[tuple[str, str]] = set()  # the last round's calls (name, arguments)
         while True:
             out.rounds += 1
+            offered = tools if choice != "none" else []
             round_settings = self._settings(settings, predictions, offered, choice)
             start = call_start(choice) if offered else ""
             stream = ToolCallStream(names=self.tools.names if offered else frozenset())
@@ -130,19 +133,30 @@ class ToolTurn:
                                         reply_start=start):
                 if isinstance(ev, TokenEvent):
                     text.append(ev.text)
-                    content, _ = stream.feed(ev.text)
+                    content, _ = stream.feed(ev.text) if offered else (ev.text, [])
                     if content:
                         yield ReplyText(content)
                 elif isinstance(ev, GenerationStats):
                     stats = ev
                     continue  # the turn's sum goes out at its end
                 yield ev
-            content, _ = stream.finish()
+            content, _ = stream.finish() if offered else ("", [])
             if content:
                 yield ReplyText(content)
             assert stats is not None
             total = stats if total is None else add_stats(total, stats)
-            calls = list(stream.calls)
+            calls = list(stream.calls) if offered else []
+            keys = [(c.name, _canonical(c.arguments)) for c in calls]
+            if calls and all(k in previous for k in keys) and not cancel.is_set():
+                # A model that loops (small ones do: Qwen2.5-Coder 1.5B calls git_log to the
+                # round cap) is not run again: the call is left out, and the model answers
+                # from the results it has, with no tools shown.
+                names = ", ".join(dict.fromkeys(c.name for c in calls))
+                yield NoticeEvent(f"the model called {names} again with the same arguments: "
+                                  "not run again; it answers from the result it has")
+                previous = set()
+                choice = "none"
+                continue
             said = "".join(text) if not calls else _content_before_calls(start + "".join(text))
             out.messages.append(Message("assistant", said, tuple(calls)))
             history.append(out.messages[-1])
@@ -150,18 +164,19 @@ class ToolTurn:
                 break
             for call in calls:
                 yield ToolCallEvent(call.id, call.name, call.arguments, out.rounds)
-                res = self._run_call(call, out.rounds, history, settings, cancel)
-                for notice in res[1]:
+                event, notices = self._run_call(call, out.rounds, history, settings, cancel)
+                for notice in notices:
                     yield NoticeEvent(notice)
-                event = res[0]
                 yield event
                 message = Message("tool", event.text, tool_call_id=call.id)
                 out.messages.append(message)
                 history.append(message)
-                if event.status == "ok" and looks_like_file(event.text):
+                if event.status == "ok" and looks_like_file(event.text) \
+                        and event.text not in predictions:
                     predictions.append(event.text)
                 if event.status == "cancelled":
                     break
+            previous = set(keys)
             if cancel.is_set():
                 total = replace(total, stop_reason="cancelled")
                 break
@@ -251,6 +266,14 @@ def prediction_tokens(model: LlamaModel, texts: Sequence[str]) -> tuple[int, ...
     for text in texts:
         tokens += model.tokenize(text, add_special=False, parse_special=False)
     return tuple(tokens)
+
+
+def _canonical(arguments: str) -> str:
+    """A call's arguments in one spelling (key order and spaces aside), to spot a repeat."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments.strip()
 
 
 def _content_before_calls(text: str) -> str:
