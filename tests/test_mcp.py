@@ -283,3 +283,20 @@ def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(shutil.which("npx") is None,
+                    reason="node's npx is absent: the npm server-filesystem test needs it")
+def test_the_npm_filesystem_server_through_npx(tmp_path: Path) -> None:
+    """@modelcontextprotocol/server-filesystem, fetched once by npx into npm's own cache
+    (outside the clone); a JavaScript server, so the SDK meets another implementation."""
+    (tmp_path / "orders.py").write_text("total = 1\n", encoding="utf-8")
+    server = McpServer("fs", command="npx", args=("-y", "@modelcontextprotocol/server-filesystem",
+                                                  str(tmp_path)), timeout_s=180)
+    with McpHub({"fs": server}) as hub:
+        names = {t.name for t in hub.tools("fs")}
+        assert {"read_text_file", "list_directory"} <= names
+        r = hub.call("fs", "read_text_file", {"path": str(tmp_path / "orders.py")})
+        assert (r.text, r.is_error) == ("total = 1\n", False)
+        outside = hub.call("fs", "read_text_file", {"path": "/etc/hostname"})
+        assert outside.is_error and "denied" in outside.text.lower()
