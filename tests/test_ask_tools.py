@@ -134,7 +134,8 @@ def test_an_allowed_call_runs_and_its_result_goes_back(tools_target: Path, tiny_
                                                        tool_home: tuple[Path, Path]) -> None:
     home, log = tool_home
     r = specchat(home, "ask", "paint it", *model_args(tools_target, tiny_json_draft),
-                 "--tools", "--tool-choice", "color", "--allow", "color", "--json")
+                 "--tools", "--server", "t", "--tool-choice", "color", "--allow", "color",
+                 "--json")
     assert r.returncode == 0, r.stderr
     lines = json_lines(r.stdout)
     calls = [x for x in lines if x["type"] == "tool_call"]
@@ -203,6 +204,10 @@ def test_tool_options_are_checked_before_a_model_loads(tiny_target: Path,
     r = specchat(home, "ask", "hi", "--model", str(tiny_target), "--tools",
                  "--tool-choice", "paint")
     assert "--tool-choice paint: no such tool (auto, required, or one of:" in r.stderr
+    r = specchat(home, "ask", "hi", "--model", str(tiny_target), "--tools", "--server", "git")
+    assert r.stderr == "specchat: error: --server git: no such MCP server (servers: t)\n"
+    r = specchat(home, "ask", "hi", "--model", str(tiny_target), "--server", "t")
+    assert "--server needs --tools" in r.stderr
     # A template with no tool format says so (the tiny target's is plain ChatML).
     r = specchat(home, "ask", "hi", "--model", str(tiny_target), "--tools")
     assert r.returncode == 1 and "this model's chat template does not take tools" in r.stderr

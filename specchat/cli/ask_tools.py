@@ -33,6 +33,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", action="store_true",
                    help="offer the tools of the MCP servers in config.yaml (specchat mcp list); "
                         "a call runs only if --allow names its tool")
+    p.add_argument("--server", action="append", default=[], metavar="NAME", dest="servers",
+                   help="with --tools: offer only this server's tools (repeatable; default: "
+                        "every configured server)")
     p.add_argument("--allow", action="append", default=[], metavar="TOOL",
                    help="with --tools: let the model run this tool (repeatable)")
     p.add_argument("--tool-choice", metavar="auto|required|TOOL",
@@ -42,7 +45,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     if not args.tools:
-        for flag, given in (("--allow", args.allow), ("--tool-choice", args.tool_choice)):
+        for flag, given in (("--allow", args.allow), ("--tool-choice", args.tool_choice),
+                            ("--server", args.servers)):
             if given:
                 raise SpecchatError(f"{flag} needs --tools (which offers the configured MCP "
                                     "servers' tools)")
@@ -88,9 +92,13 @@ def open_tools(env: Env, args: argparse.Namespace) -> Tools:
         raise SpecchatError(f"--tools: no MCP servers are configured: add them under "
                             f"'mcp_servers:' in {env.paths.config_file}, or import Claude "
                             "Desktop's with specchat mcp import FILE")
+    for name in args.servers:
+        if name not in servers:
+            raise SpecchatError(f"--server {safe_text(name)}: no such MCP server (servers: "
+                                f"{', '.join(servers)})")
     hub = McpHub(servers)
     try:
-        toolset, failed = ToolSet.gather(hub)
+        toolset, failed = ToolSet.gather(hub, list(dict.fromkeys(args.servers)) or None)
         for line in failed:
             sys.stderr.write(f"specchat: note: {safe_text(line)}\n")
         if not toolset:
