@@ -112,6 +112,11 @@ def test_ask_with_a_file_predicts_it_and_refuses_bad_ones_before_loading(
         assert r.returncode == 1 and r.stderr.startswith("specchat: error: --file: ")
         assert message in r.stderr and r.stderr.count("\n") == 1
         assert "Loading" not in r.stderr and "Traceback" not in r.stderr
+    # The size limit, from the config file or the flag.
+    r = specchat(home, "ask", "hi", "--model", str(tiny_target), "--file", str(src),
+                 "--file-limit-kb", "0")
+    assert r.stderr == "specchat: error: --file-limit-kb must be a whole number in [1, " \
+        "1048576], not 0\n"
 
 
 def test_a_file_that_overflows_the_context_is_refused_with_the_numbers(
@@ -190,6 +195,10 @@ def test_the_rounds_are_capped(tools_target: Path, tiny_json_draft: Path,
     assert r.returncode == 0, r.stderr
     assert ("[stopped after 1 rounds of tool calls (max_tool_rounds): the model was still "
             "calling tools]") in r.stderr
+    r = specchat(home, "ask", "paint it", *model_args(tools_target, tiny_json_draft),
+                 "--tools", "--max-tool-rounds", "0")
+    assert r.stderr == ("specchat: error: --max-tool-rounds must be a whole number in [1, "
+                        "100], not 0\n")
 
 
 def test_tool_options_are_checked_before_a_model_loads(tiny_target: Path,

@@ -117,7 +117,7 @@ def run(env: Env, args: argparse.Namespace) -> int:
     settings = sampler_from_args(env, args)
     system = system_prompt(env, args)  # before loading: a wrong name costs no model load
     predicted = read_prediction(args.prediction) if args.prediction else None
-    files = read_files(env, args.files)  # so do a missing file and a server not installed
+    files = read_files(env, args.files, args.file_limit_kb)  # so do a missing file and a server not installed
     tools = open_tools(env, args) if args.tools else None
     try:
         return _run(env, args, settings, system, predicted, files, tools)
@@ -159,7 +159,7 @@ def _run(env: Env, args: argparse.Namespace, settings: SamplerSettings, system: 
         try:
             if tools is not None:
                 turn = ToolTurn(engine, tools.hub, tools.toolset, tools.approve,
-                                env.config.max_tool_rounds)
+                                args.max_tool_rounds or env.config.max_tool_rounds)
                 stats = _stream(turn.run(messages, settings, cancel, tools.choice, texts),
                                 args.json, setup, turn=True)
             else:

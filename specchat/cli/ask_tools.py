@@ -30,6 +30,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", action="append", default=[], metavar="PATH", dest="files",
                    help="attach a text file (repeatable): the model reads it as a fenced block "
                         "with its path, and a reply that rewrites it drafts from it")
+    p.add_argument("--file-limit-kb", type=int, metavar="N",
+                   help="the largest file --file takes, in KB (default: the config file's "
+                        "file_limit_kb, else 256)")
     p.add_argument("--tools", action="store_true",
                    help="offer the tools of the MCP servers in config.yaml (specchat mcp list); "
                         "a call runs only if --allow names its tool")
@@ -38,6 +41,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "every configured server)")
     p.add_argument("--allow", action="append", default=[], metavar="TOOL",
                    help="with --tools: let the model run this tool (repeatable)")
+    p.add_argument("--max-tool-rounds", type=int, metavar="N",
+                   help="with --tools: replies that call tools before the turn is stopped "
+                        "(default: the config file's max_tool_rounds, else 8)")
     p.add_argument("--tool-choice", metavar="auto|required|TOOL",
                    help="with --tools: auto (the default), required (the first reply must call "
                         "a tool) or a tool's name (it must call that one)")
@@ -46,7 +52,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace) -> None:
     if not args.tools:
         for flag, given in (("--allow", args.allow), ("--tool-choice", args.tool_choice),
-                            ("--server", args.servers)):
+                            ("--server", args.servers),
+                            ("--max-tool-rounds", args.max_tool_rounds)):
             if given:
                 raise SpecchatError(f"{flag} needs --tools (which offers the configured MCP "
                                     "servers' tools)")
@@ -55,8 +62,8 @@ def check_args(args: argparse.Namespace) -> None:
                             "go together: a reply held to a schema cannot call tools")
 
 
-def read_files(env: Env, paths: list[str]) -> list[Attachment]:
-    limit = env.config.file_limit_kb * 1024
+def read_files(env: Env, paths: list[str], limit_kb: int | None = None) -> list[Attachment]:
+    limit = (limit_kb or env.config.file_limit_kb) * 1024
     out = []
     for p in paths:
         try:
