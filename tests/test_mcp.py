@@ -279,6 +279,7 @@ def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
             with pytest.raises(ToolServerError) as e:
                 hub.tools("wrong")
             assert str(e.value).startswith("MCP server 'wrong' failed to start: ")
+            assert str(e.value).endswith("(HTTP 401: check its 'headers' in config.yaml)")
             assert "wr0ng" not in str(e.value) and "t0ken" not in str(e.value)
     finally:
         proc.terminate()

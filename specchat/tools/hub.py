@@ -75,6 +75,7 @@ class _Conn:
     task: asyncio.Task[None] | None = None
     error: BaseException | None = None
     started: float = field(default_factory=time.monotonic)
+    http_status: int | None = None  # an HTTP server's last error status (the SDK hides it)
 
 
 def _leaf(e: BaseException) -> BaseException:
@@ -267,9 +268,14 @@ class McpHub:
             from mcp.client.streamable_http import streamable_http_client
 
             assert server.url is not None
+            async def seen(response: Any) -> None:
+                if response.status_code >= 400:
+                    conn.http_status = response.status_code
+
             http = httpx2.AsyncClient(headers=dict(server.headers),
                                       timeout=httpx2.Timeout(server.timeout_s,
-                                                             read=max(300.0, server.timeout_s)))
+                                                             read=max(300.0, server.timeout_s)),
+                                      event_hooks={"response": [seen]})
             transport = _OwnedHttp(streamable_http_client(server.url, http_client=http), http)
         return Client(transport, client_info=info, read_timeout_seconds=server.timeout_s)
 
@@ -369,6 +375,11 @@ class McpHub:
 
     @staticmethod
     def _why(conn: _Conn) -> str:
+        if conn.http_status is not None:
+            status = conn.http_status
+            hint = (": check its 'headers' in config.yaml" if status in (401, 403)
+                    else ": check its 'url'" if status in (404, 405) else "")
+            return f" (HTTP {status}{hint})"
         tail = _stderr_tail(conn.errlog)
         return f" (its last words: {tail})" if tail else ""
 
