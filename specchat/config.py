@@ -20,6 +20,7 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.offload import OffloadSettings
 from specchat.engine.policy.gamma import GAMMA_HELP, GammaSetting, parse_gamma
 from specchat.errors import BusyError, ConfigError
+from specchat.mcp_config import McpServer, parse_servers
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class UserConfig:
     # Named system prompts (name → prompt) the app's F9 and `ask --preset` offer, after
     # the built-in ones (BUILTIN_PRESETS; a preset of the same name replaces a built-in).
     presets: dict[str, str] = field(default_factory=dict)
+    # MCP servers (name → server) whose tools a chat or `ask --tools` may offer (specchat.tools).
+    mcp_servers: dict[str, McpServer] = field(default_factory=dict)
+    max_tool_rounds: int = 8  # model replies with tool calls in one turn before it must stop
+    file_limit_kb: int = 256  # the largest file a message may attach
 
     def __post_init__(self) -> None:
         if not isinstance(self.gamma, GammaSetting):  # UserConfig(gamma="auto"), gamma=3
@@ -58,6 +63,7 @@ class UserConfig:
         d["gamma"] = self.gamma.to_config()
         d["sampling"] = {k: v for k, v in d["sampling"].items() if k in _SAMPLING}
         d["rpc"] = list(self.rpc)
+        d["mcp_servers"] = {n: s.to_config() for n, s in self.mcp_servers.items()}
         return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
 
     def with_(self, **changes: Any) -> UserConfig:
@@ -184,9 +190,18 @@ SCHEMA: dict[str, Setting] = {
 }
 
 
+# Tool calls and attached files: `ask` has their flags (--max-tool-rounds, --file-limit-kb);
+# the app has none yet, since its tool calls and attachments are still to come (issue 57).
+TOOL_SETTINGS: dict[str, Setting] = {
+    "max_tool_rounds": Setting(int, 1, 100),
+    "file_limit_kb": Setting(int, 1, 1 << 20),
+}
+
+
 def check_setting(name: str, value: Any) -> Any:
-    """The value checked against :data:`SCHEMA` (raises ValueError "must be …, not …")."""
-    return SCHEMA[name].check(value)
+    """The value checked against :data:`SCHEMA` or :data:`TOOL_SETTINGS` (raises ValueError
+    "must be …, not …")."""
+    return (SCHEMA.get(name) or TOOL_SETTINGS[name]).check(value)
 
 
 def _gamma(value: Any) -> GammaSetting:
@@ -268,6 +283,8 @@ def load_config(path: Path) -> UserConfig:
                 values[key] = _presets(value, bad)
             elif key == "rpc":
                 values[key] = _rpc(value)
+            elif key == "mcp_servers":
+                values[key] = parse_servers(value, bad)
             else:
                 values[key] = check_setting(key, value)
         except ValueError as e:

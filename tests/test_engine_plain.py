@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
@@ -141,6 +141,19 @@ def test_full_context_drops_old_turns_then_refuses(model: LlamaModel) -> None:
     assert notices and "dropped the 2 oldest messages" in notices[0].message
     with pytest.raises(ContextFullError, match="shorten it or raise the context size"):
         list(eng.reply([Message("user", long * 4)], GREEDY))
+
+
+def test_dropping_a_turn_drops_its_tool_calls_and_results_with_it(model: LlamaModel) -> None:
+    eng = engine(model, n_ctx=128)
+    long = "the cat sat on the mat " * 6
+    call = ToolCall("call_1", "look", "{}")
+    msgs = [Message("system", "sys"), Message("user", long * 2),
+            Message("assistant", "", (call,)), Message("tool", "a cat", tool_call_id="call_1"),
+            Message("assistant", "ok"), Message("user", "and now?")]
+    fitted = eng.fit(msgs, 8)
+    # The user's message, the call, its result and the answer: never a result without its call.
+    assert fitted.dropped == 4
+    assert [m.role for m in fitted.messages] == ["system", "user"]
 
 
 def test_generation_stops_at_a_full_context(model: LlamaModel) -> None:

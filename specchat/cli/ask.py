@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from specchat.cli.ask_tools import (
+    Tools,
+    check_fits,
+    check_tools_template,
+    json_line,
+    open_tools,
+    read_files,
+    tool_event_json,
+    tool_event_line,
+)
+from specchat.cli.ask_tools import add_args as add_tool_args
+from specchat.cli.ask_tools import check_args as check_tool_args
 from specchat.cli.common import (
     GAMMA_OPTION_HELP,
     Env,
@@ -38,7 +49,9 @@ from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime, prediction_counts
-from specchat.textsafe import safe_json, safe_text
+from specchat.textsafe import safe_text
+from specchat.tools.files import Attachment, with_files
+from specchat.tools.turn import ReplyText, ToolCallEvent, ToolResultEvent, ToolTurn, prediction_tokens
 
 
 def add_parser(sub: Any) -> None:
@@ -60,7 +73,9 @@ def add_parser(sub: Any) -> None:
                         "an edit changes a little), drafted from; the reply is the target's "
                         "all the same")
     add_grammar_args(p)
-    p.add_argument("--json", action="store_true", help="one JSON object per token, then stats")
+    add_tool_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per token (and per tool "
+                   "call and result with --tools), then stats")
     p.add_argument("--logprobs", type=int, metavar="N",
                    help="with --json: each token's log-probability under the target and the N "
                         f"likeliest tokens at its position (0 to {MAX_TOP_LOGPROBS})")
@@ -99,9 +114,21 @@ def system_prompt(env: Env, args: argparse.Namespace) -> str:
 def run(env: Env, args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise SpecchatError("the prompt is empty: ask a question, e.g. specchat ask \"hello\"")
+    check_tool_args(args)
     settings = sampler_from_args(env, args)
     system = system_prompt(env, args)  # before loading: a wrong name costs no model load
     predicted = read_prediction(args.prediction) if args.prediction else None
+    files = read_files(env, args.files, args.file_limit_kb)  # so do a missing file and a server not installed
+    tools = open_tools(env, args) if args.tools else None
+    try:
+        return _run(env, args, settings, system, predicted, files, tools)
+    finally:
+        if tools is not None:
+            tools.hub.close()
+
+
+def _run(env: Env, args: argparse.Namespace, settings: SamplerSettings, system: str,
+         predicted: str | None, files: list[Attachment], tools: Tools | None) -> int:
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
     runtime = Runtime.open(selection, env.resolver, env.runtime_options(args), TextProgress(),
@@ -110,19 +137,35 @@ def run(env: Env, args: argparse.Namespace) -> int:
     try:
         for w in runtime.pair_warnings:
             sys.stderr.write(f"specchat: note: {safe_text(w.message)}\n")
+        # Attached files and tool results are predicted outputs: the prediction drafter runs.
+        texts = ([predicted] if predicted is not None else []) + [f.text for f in files]
         decoder = runtime.decoder(plain=args.plain, gamma=env.gamma(args), ngram=env.ngram(args),
-                                  drafters=env.drafters(args), prediction=predicted is not None)
-        if predicted is not None:
-            settings = settings.with_(prediction=tuple(runtime.target.tokenize(
-                predicted, add_special=False, parse_special=False)))
+                                  drafters=env.drafters(args),
+                                  prediction=bool(texts) or tools is not None)
         setup = in_force(decoder)
         engine = ChatEngine(decoder)
-        messages = ([Message("system", system)] if system else []) + [Message("user", args.prompt)]
+        if tools is not None:
+            check_tools_template(engine)
+        offered = tools.toolset.as_openai() if tools is not None and tools.choice != "none" \
+            else None
+        messages = ([Message("system", system)] if system else []) \
+            + [Message("user", with_files(args.prompt, files))]
+        check_fits(engine, messages, files, settings.max_tokens, offered)
+        predicted_tokens: Sequence[int] | None = None
+        if texts and tools is None:
+            settings = settings.with_(prediction=prediction_tokens(runtime.target, texts))
+            predicted_tokens = settings.prediction
         cancel = threading.Event()
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
         try:
-            stats = _stream(engine.reply(messages, settings, cancel), args.json, setup,
-                            settings.prediction if predicted is not None else None)
+            if tools is not None:
+                turn = ToolTurn(engine, tools.hub, tools.toolset, tools.approve,
+                                args.max_tool_rounds or env.config.max_tool_rounds)
+                stats = _stream(turn.run(messages, settings, cancel, tools.choice, texts),
+                                args.json, setup, turn=True)
+            else:
+                stats = _stream(engine.reply(messages, settings, cancel), args.json, setup,
+                                predicted_tokens)
         finally:
             signal.signal(signal.SIGINT, previous)
     finally:
@@ -136,24 +179,36 @@ def read_prediction(path: str) -> str:
 
 
 def _stream(events: Any, as_json: bool, setup: InForce,
-            predicted: Sequence[int] | None = None) -> GenerationStats | None:
-    """Write the reply as it comes; ``predicted``: the predicted output's tokens, whose
-    tokens the reply kept are counted at its end."""
+            predicted: Sequence[int] | None = None, turn: bool = False) -> GenerationStats | None:
+    """Print a reply's events. ``predicted``: the predicted output's tokens, whose tokens the
+    reply kept are counted at its end; ``turn``: a turn with tools, whose text is its content
+    (the calls go to stderr, or to the JSON lines as tool_call and tool_result events)."""
     out = sys.stdout
     stats = None
+    calls = 0
     reply: list[int] = []
     for ev in events:
         if isinstance(ev, TokenEvent):
             reply.append(ev.token_id)
+        if isinstance(ev, ToolCallEvent):
+            calls += 1
         if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
-            doc = event_json(ev)
+            if isinstance(ev, ReplyText):
+                continue  # the tokens carry it
+            doc = (tool_event_json(ev) if isinstance(ev, (ToolCallEvent, ToolResultEvent))
+                   else event_json(ev))
             if isinstance(ev, GenerationStats):  # what ran: the drafters and the γ mode
                 doc.update(setup.as_dict())
                 if predicted is not None:
                     doc.update(prediction_counts(predicted, reply))
-            out.write(safe_json(json.dumps(doc, ensure_ascii=False)) + "\n")
-        elif isinstance(ev, TokenEvent):
+                if turn:
+                    doc["tool_calls"] = calls
+            out.write(json_line(doc) + "\n")
+        elif isinstance(ev, ReplyText) or (isinstance(ev, TokenEvent) and not turn):
             out.write(safe_text(ev.text))
+        elif isinstance(ev, (ToolCallEvent, ToolResultEvent)):
+            out.flush()
+            sys.stderr.write(tool_event_line(ev) + "\n")
         elif isinstance(ev, NoticeEvent):
             sys.stderr.write(f"[{safe_text(ev.message)}]\n")
         out.flush()
@@ -166,6 +221,8 @@ def _stream(events: Any, as_json: bool, setup: InForce,
             c = prediction_counts(predicted, reply)
             line = (f"{line[:-1]} · prediction: {c['accepted_prediction_tokens']} of "
                     f"{len(predicted)} tokens kept]")
+        if turn:
+            line = f"{line[:-1]} · {calls} tool call{'s' if calls != 1 else ''}]"
         sys.stderr.write(line + "\n")
     return stats
 

@@ -142,6 +142,8 @@ OPTION_SETTINGS = {
     "top_k": ("--top-k", "sampling.top_k"), "top_p": ("--top-p", "sampling.top_p"),
     "min_p": ("--min-p", "sampling.min_p"), "seed": ("--seed", "sampling.seed"),
     "max_tokens": ("--max-tokens", "sampling.max_tokens"),
+    "max_tool_rounds": ("--max-tool-rounds", "max_tool_rounds"),
+    "file_limit_kb": ("--file-limit-kb", "file_limit_kb"),
 }
 
 

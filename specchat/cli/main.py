@@ -15,6 +15,7 @@ from specchat.cli import (
     bench_cmd,
     chats_cmd,
     doctor,
+    mcp_cmd,
     models_cmd,
     prove_cmd,
     race_cmd,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     serve_cmd.add_parser(sub)
     chats_cmd.add_parsers(sub)
+    mcp_cmd.add_parser(sub)
     share_options(parser)
     return parser
 

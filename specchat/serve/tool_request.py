@@ -3,13 +3,13 @@ messages read, and the grammar that makes a required or named call a valid one."
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specchat.engine.decode.chat_template import ToolCall
-from specchat.engine.decode.grammar import GrammarError, compile_grammar
+from specchat.engine.decode.grammar import GrammarError
+from specchat.engine.decode.tool_calls import call_grammar
 from specchat.serve.api_errors import bad_request
 from specchat.serve.fields import flag, unicode_text, wrong_type
 
@@ -112,34 +112,14 @@ def tool_calls(value: Any, where: str) -> tuple[ToolCall, ...]:
 
 def tool_grammar(listed: Sequence[Mapping[str, Any]], choice: str) -> str | None:
     """For a call the reply must make (``required``, a named function): the grammar of what
-    follows the call's opening that the worker puts after the prompt (``reply_start``) — the
-    function's name where any may be called, its arguments as its ``parameters`` schema says,
-    the call's closing brace — so the reply is the masked target's, a valid call. None for
-    ``auto`` and ``none``."""
-    if choice in ("auto", "none"):
-        return None
-
-    def args(t: Mapping[str, Any]) -> str:
-        # JSON as the templates show calls (", " and ": "), not any whitespace anywhere: a
-        # model then cannot pad the arguments out to the token limit.
-        schema = dict(t["function"].get("parameters") or {"type": "object"})
-        schema.setdefault("x-guidance", {"whitespace_flexible": False, "item_separator": ", ",
-                                         "key_separator": ": "})
-        return json.dumps(schema)
-
-    if choice == "required":
-        # After '{"name": "': the name, then its arguments (names are [a-zA-Z0-9_-]).
-        rules = [f'c{i}: "{t["function"]["name"]}\\", \\"arguments\\": " %json {args(t)} "}}"'
-                 for i, t in enumerate(listed)]
-        text = "start: " + " | ".join(f"c{i}" for i in range(len(listed))) + "\n" \
-            + "\n".join(rules)
-        param = "tools"
-    else:
-        i, tool = next((i, t) for i, t in enumerate(listed) if t["function"]["name"] == choice)
-        text = f'start: %json {args(tool)} "}}"'
-        param = f"tools[{i}].function.parameters"
+    follows the call's opening that the worker puts after the prompt (``reply_start``), as
+    :func:`~specchat.engine.decode.tool_calls.call_grammar` builds it; a 400 naming the tool's
+    parameters when they are not a schema a call can follow. None for ``auto`` and ``none``."""
     try:
-        return compile_grammar("grammar", text)
+        return call_grammar(listed, choice)
     except GrammarError as e:
+        param = "tools" if choice == "required" else next(
+            f"tools[{i}].function.parameters" for i, t in enumerate(listed)
+            if t["function"]["name"] == choice)
         raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}", param,
                           "invalid_json_schema") from None

@@ -27,7 +27,7 @@ from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
 from specchat.engine.decode.generic_tools import generic_messages, generic_schema
 from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.decode.tool_calls import CLOSE, OPEN
+from specchat.engine.decode.tool_calls import CLOSE, call_start
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
@@ -388,17 +388,10 @@ def tool_names(request: GenerationRequest) -> frozenset[str] | None:
 
 
 def reply_start(request: GenerationRequest, generic: bool = False) -> str:
-    """What a reply that must call a tool begins with, put after the prompt: the opening of a
-    call, and the function's name when one is named. The model writes the rest, sampled as
-    always from the target's distribution given that start. (Nothing for a generic JSON
-    reply: its grammar alone makes it a call.)"""
-    if generic:
-        return ""
-    if request.tool_choice == "required":
-        return f'{OPEN}\n{{"name": "'
-    if request.tool_choice not in ("auto", "none"):
-        return f'{OPEN}\n{{"name": {json.dumps(request.tool_choice)}, "arguments": '
-    return ""
+    """What a reply that must call a tool begins with, put after the prompt (see
+    :func:`~specchat.engine.decode.tool_calls.call_start`). Nothing for a generic JSON reply:
+    its grammar alone makes it a call."""
+    return "" if generic else call_start(request.tool_choice)
 
 
 def _fim_tokens(engine: ChatEngine, request: GenerationRequest) -> list[int] | None:

@@ -53,31 +53,47 @@ class ChatEngine:
             tokens = tokens[1:]  # the template wrote BOS itself and the tokenizer added another
         return tokens
 
+    def reserve(self, max_tokens: int) -> int:
+        """The room kept for a reply of at most ``max_tokens``: a quarter of the context, at
+        least 16 tokens, at most ``max_tokens``."""
+        return min(max_tokens, max(16, self.n_ctx // 4))
+
     def fit(self, messages: Sequence[Message], max_tokens: int,
-            cancel: threading.Event | None = None) -> FittedPrompt:
-        """Drop the oldest non-system turns until the prompt and some room for the reply fit."""
-        reserve = min(max_tokens, max(16, self.n_ctx // 4))
+            cancel: threading.Event | None = None,
+            tools: Sequence[Mapping[str, Any]] | None = None,
+            reply_start: str = "") -> FittedPrompt:
+        """Drop the oldest non-system turns until the prompt and some room for the reply fit
+        (``tools`` and ``reply_start`` as :meth:`tokenize_chat` takes them)."""
+        reserve = self.reserve(max_tokens)
         system = [m for m in messages[:1] if m.role == "system"]
         rest = list(messages[len(system):])
         dropped = 0
         while True:
-            tokens = self.tokenize_chat(system + rest, cancel)
+            tokens = self.tokenize_chat(system + rest, cancel, tools=tools,
+                                        reply_start=reply_start)
             if len(tokens) + reserve <= self.n_ctx:
                 return FittedPrompt(tokens, system + rest, dropped)
             if len(rest) <= 1:
                 raise ContextFullError(
                     f"the message is {len(tokens)} tokens and the context holds {self.n_ctx} "
                     f"(with {reserve} kept for the reply): shorten it or raise the context size")
-            # drop the oldest turn: a user message and the assistant reply after it
-            n = 2 if len(rest) > 2 and rest[1].role == "assistant" else 1
+            # drop the oldest turn: a user message and the assistant reply after it, with the
+            # tool calls and results between (a result never goes without its call)
+            n = 1
+            while n < len(rest) - 1 and rest[n].role in ("assistant", "tool"):
+                n += 1
             rest = rest[n:]
             dropped += n
 
     def reply(self, messages: Sequence[Message], settings: SamplerSettings,
-              cancel: threading.Event | None = None) -> Iterator[Event]:
+              cancel: threading.Event | None = None,
+              tools: Sequence[Mapping[str, Any]] | None = None,
+              reply_start: str = "") -> Iterator[Event]:
+        """The reply's events; ``tools`` are shown to the template, and ``reply_start`` is
+        what the reply is made to begin with (see :meth:`tokenize_chat`)."""
         cancel = cancel or threading.Event()
         try:
-            fitted = self.fit(messages, settings.max_tokens, cancel)
+            fitted = self.fit(messages, settings.max_tokens, cancel, tools, reply_start)
         except Cancelled:  # stopped while the template rendered: nothing was generated
             yield GenerationStats(stop_reason="cancelled")
             return

@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from specchat.engine.decode.chat_template import ToolCall
+from specchat.engine.decode.grammar import compile_grammar
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BARE_MAX = 4000
@@ -241,3 +244,45 @@ def read_calls(text: str, names: frozenset[str] = frozenset()) -> tuple[str, lis
     a, _ = stream.feed(text)
     b, _ = stream.finish()
     return a + b, stream.calls
+
+
+def call_start(choice: str) -> str:
+    """What a reply that must call a tool begins with, put after the prompt: the opening of a
+    call, and the function's name when one is named (``choice``: auto, none, required or a
+    name). The model writes the rest, sampled as always from the target's distribution given
+    that start."""
+    if choice == "required":
+        return f'{OPEN}\n{{"name": "'
+    if choice not in ("auto", "none"):
+        return f'{OPEN}\n{{"name": {json.dumps(choice)}, "arguments": '
+    return ""
+
+
+def call_grammar(listed: Sequence[Mapping[str, Any]], choice: str) -> str | None:
+    """For a call the reply must make (``required``, a named function): the grammar of what
+    follows :func:`call_start` — the function's name where any may be called, its arguments as
+    its ``parameters`` schema says, the call's closing brace — so the reply is the masked
+    target's, a valid call. None for ``auto`` and ``none``. ``listed``: OpenAI's tool list.
+    Raises :class:`~specchat.engine.decode.grammar.GrammarError` for a schema a call cannot
+    follow."""
+    if choice in ("auto", "none"):
+        return None
+
+    def args(t: Mapping[str, Any]) -> str:
+        # JSON as the templates show calls (", " and ": "), not any whitespace anywhere: a
+        # model then cannot pad the arguments out to the token limit.
+        schema = dict(t["function"].get("parameters") or {"type": "object"})
+        schema.setdefault("x-guidance", {"whitespace_flexible": False, "item_separator": ", ",
+                                         "key_separator": ": "})
+        return json.dumps(schema)
+
+    if choice == "required":
+        # After '{"name": "': the name, then its arguments (names are [a-zA-Z0-9_-]).
+        rules = [f'c{i}: "{t["function"]["name"]}\\", \\"arguments\\": " %json {args(t)} "}}"'
+                 for i, t in enumerate(listed)]
+        text = "start: " + " | ".join(f"c{i}" for i in range(len(listed))) + "\n" \
+            + "\n".join(rules)
+    else:
+        tool = next(t for t in listed if t["function"]["name"] == choice)
+        text = f'start: %json {args(tool)} "}}"'
+    return compile_grammar("grammar", text)
