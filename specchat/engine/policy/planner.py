@@ -53,7 +53,7 @@ from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.draft_reads import DraftReads
 from specchat.engine.policy.guesses import GuessBook
 from specchat.engine.policy.lookup_pauses import LookupPauses
-from specchat.engine.policy.planner_arms import BandedLookup, MeasuredDrafter, OtherDrafter
+from specchat.engine.policy.planner_arms import BandedLookup, OtherDrafter, OwnStep
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
 from specchat.engine.policy.planner_trees import TreePlans
 from specchat.engine.policy.reply_length import ReplyLengths
@@ -115,10 +115,9 @@ class Planner(AutoGamma):
                         for n, arm in sorted(self._arms.items()) if arm.banded}
         self.trees = TreePlans(ps)
         self.others: dict[str, OtherDrafter] = {}  # other lookups and chain drafters, by name
-        # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
+        # Drafters that plan their own shape (planner_arms.OwnStep), by name: how to ask each
         # for its step, and what its steps did.
-        self._own: dict[str, Callable[[], Plan]] = {}
-        self.measured: dict[str, MeasuredDrafter] = {}
+        self.own: dict[str, OwnStep] = {}
         self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
         # (plain steps left, the drafters available, the topic, the lookup's streak band)
@@ -163,14 +162,9 @@ class Planner(AutoGamma):
     def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
         """Drafters that plan their own shape (``own_plan`` of :mod:`specchat.engine.drafters`):
         the decoder registers them; the planner scores them on their measured rate."""
-        self._own = dict(plans)
-        self.measured = {n: self.measured.get(n) or MeasuredDrafter() for n in self._own}
-
-    def _own_plan(self, name: str, why: str = "") -> Plan:
-        plan = self._own[name]()
-        if plan.drafter == NONE:
-            return plan
-        return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
+        self.own = {n: self.own.get(n) or OwnStep() for n in plans}
+        for name, ask in plans.items():
+            self.own[name].ask = ask
 
     def candidates(self, available: Sequence[str], alphas: Sequence[float],
                    lookup_alphas: Mapping[str, Sequence[float]], reshape: bool = True
@@ -190,9 +184,9 @@ class Planner(AutoGamma):
             available = tuple(n for n in available if not self._drafts_model(n))
         for name in available:
             kind = self._kind(name)
-            if name in self._own:
-                got = self.measured[name].per_step()
-                plan = self._own[name]() if got is not None else Plan(NONE)
+            if name in self.own:
+                got = self.own[name].per_step()
+                plan = self.own[name].ask() if got is not None else Plan(NONE)
                 if got is not None and plan.drafter != NONE:
                     out.append(Candidate(plan, got[0], got[1] + o))
             elif kind is ArmKind.DRAFT_CHAIN:
@@ -387,15 +381,11 @@ class Planner(AutoGamma):
         even measured; with the costs unknown yet, they are."""
         if not self.seeded and self.costs.ratio is None:
             return True
-        plan = self._own[name]()
-        if plan.drafter == NONE:
-            return False
-        table, o = self.costs.verify_table(), self.costs.overhead
-        n = min(plan.size, len(table) - 1)
-        return (1 + plan.depth) / (table[n] + o) >= self.plan_settings.margin / (table[0] + o)
+        return self.own[name].can_pay(self.costs.verify_table(), self.costs.overhead,
+                                      self.plan_settings.margin)
 
     def _tried(self, name: str) -> int:
-        return self.measured[name].tried if name in self._own else self._other(name).tried
+        return self.own[name].tried if name in self.own else self._other(name).tried
 
     # ---------------------------------------------------------------------------- choosing
 
@@ -466,11 +456,11 @@ class Planner(AutoGamma):
     def _measure_own(self, step: _Step) -> Plan | None:
         """A drafter of its own shape: its first steps measure what it yields here."""
         for n in step.available:
-            if n in self._own and self.measured[n].measuring and self._own_can_pay(n):
-                own = self._own_plan(n, "measuring")
+            if n in self.own and self.own[n].measuring and self._own_can_pay(n):
+                own = self.own[n].plan("measuring")
                 if own.drafter != NONE:
                     self._plain_run = 0
-                    self.measured[n].tried += 1
+                    self.own[n].tried += 1
                     return self._chosen(own, scored=False)
         return None
 
@@ -478,7 +468,7 @@ class Planner(AutoGamma):
         """A drafter never timed here: one short chain measures its cost and α."""
         ps = self.plan_settings
         unseen = [n for n in step.available if self._kind(n) is ArmKind.CHAIN
-                  and n not in self._own
+                  and n not in self.own
                   and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
         if not unseen:
             return None
@@ -631,7 +621,7 @@ class Planner(AutoGamma):
             and not self._draft_unpriced()
         others = sorted((self._tried(n), n) for n in available if not self._known(n)
                         and n not in self._guessed and self._lags.get(n, 0) <= ps.warmup_max_lag
-                        and (n not in self._own or self._own_can_pay(n)))
+                        and (n not in self.own or self._own_can_pay(n)))
         # A lookup whose guesses are scored is not probed: its estimate already holds what a
         # probe would learn, so a probe is a bet the scoring turned down (figures:
         # docs/performance.md).
@@ -647,9 +637,9 @@ class Planner(AutoGamma):
         if not probe:
             return self._chosen(plain(self._plain_reason(base, cands)))
         self._probed = probe
-        if probe in self._own:
-            self.measured[probe].tried += 1
-            return self._chosen(self._own_plan(probe, "probe"))
+        if probe in self.own:
+            self.own[probe].tried += 1
+            return self._chosen(self.own[probe].plan("probe"))
         if probe in self.others:
             self.others[probe].tried += 1
         return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
@@ -663,8 +653,8 @@ class Planner(AutoGamma):
         plan = chosen.plan
         if plan.drafter in self.others:
             self.others[plan.drafter].tried += 1
-        if plan.drafter in self._own:
-            self.measured[plan.drafter].tried += 1
+        if plan.drafter in self.own:
+            self.own[plan.drafter].tried += 1
             return self._chosen(Plan(plan.drafter, plan.parents,
                                      f"{plan.reason} · {chosen.rate / base.rate:.2f}× plain"))
         kind = self._kind(plan.drafter)
@@ -704,8 +694,8 @@ class Planner(AutoGamma):
         n = min(plan.size, len(table) - 1)
         if plan.drafter == NONE or n == 0:
             return 1.0, table[0] + o
-        if plan.drafter in self._own:
-            got = self.measured[plan.drafter].per_step()
+        if plan.drafter in self.own:
+            got = self.own[plan.drafter].per_step()
             return (got[0], got[1] + o) if got is not None else None
         alphas = self.current.model.position_alphas(self.current.model.alpha())
         expected = self._expected(plan, alphas, {n: x.alpha.position_alphas()
@@ -782,12 +772,12 @@ class Planner(AutoGamma):
                 self.current.model.observe(outcomes)
                 self.overall.observe(outcomes)
         elif step.gamma > 0 and not self._known(step.drafter) and step.drafter != NONE \
-                and step.drafter not in self._own:
+                and step.drafter not in self.own:
             self._other(step.drafter).observe(step)
-        if self.last_plan.drafter in self._own:
+        if self.last_plan.drafter in self.own:
             # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
             # still paid for its window (its drafter then reads "none").
-            self.measured[self.last_plan.drafter].observe(step)
+            self.own[self.last_plan.drafter].observe(step)
         self.reads.after(step, model_drafted)
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed

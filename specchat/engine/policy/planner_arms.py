@@ -22,10 +22,11 @@ drafter, kept by its name (:mod:`specchat.engine.policy.planner`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from specchat.engine.decode.arms import Arm
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.plan import NONE, Plan
 from specchat.engine.policy.acceptance import AcceptanceModel, step_outcomes
 from specchat.engine.policy.decay import decay_for
 from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LookupEstimate
@@ -85,6 +86,36 @@ class MeasuredDrafter:
         if self.count == 0:
             return None
         return self.tokens / self.count, self.seconds / self.count
+
+
+
+def _no_plan() -> Plan:
+    return Plan(NONE)
+
+
+class OwnStep(MeasuredDrafter):
+    """A self-planning drafter: what its steps did (:class:`MeasuredDrafter`), and how to ask
+    it for its next step (its ``own_plan``, registered by the decoder)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ask: Callable[[], Plan] = _no_plan
+
+    def plan(self, why: str = "") -> Plan:
+        """Its next step, ``why`` added to its reason (a plain plan: it has nothing to try)."""
+        plan = self.ask()
+        if plan.drafter == NONE:
+            return plan
+        return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
+
+    def can_pay(self, table: Sequence[float], overhead: float, margin: float) -> bool:
+        """Whether its step could beat plain by ``margin`` at all on the verify ``table``:
+        every node of its deepest path accepted (1 + depth tokens) for a pass over its nodes."""
+        plan = self.ask()
+        if plan.drafter == NONE:
+            return False
+        n = min(plan.size, len(table) - 1)
+        return (1 + plan.depth) / (table[n] + overhead) >= margin / (table[0] + overhead)
 
 
 class BandedLookup:
