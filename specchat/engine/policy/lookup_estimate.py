@@ -1,4 +1,5 @@
-"""How often prompt lookup is right: what the planner knows of the n-gram drafter's acceptance.
+"""How often a banded lookup is right (:mod:`specchat.engine.decode.arms`; the n-gram lookup is
+one): what the planner knows of its acceptance, kept per lookup under the lookup's ``name``.
 
 Learnt from the lookup's own steps and from its guesses on every other step (scored by
 :class:`~specchat.engine.policy.guesses.GuessBook`). Three things make it follow the reply:
