@@ -70,7 +70,6 @@ REPLAN_FAR = 16
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
-LOOKUP_FIRST = 3  # the longest lookup chain before it has been right twice in a row
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
@@ -223,10 +222,7 @@ class Planner(AutoGamma):
         e, run = 1.0, 1.0
         deepest = min(self.lookup_depth, len(table) - 1) if lookup else top
         if self._banded(name):
-            # At most twice as long as the lookup has been right in a row: a run that has
-            # lasted is likely to go on about as long again, one just begun is not, whatever
-            # the estimates carried from a copy say (figures: docs/performance.md).
-            deepest = min(deepest, max(LOOKUP_FIRST, 2 * self.lookups[name].estimate.streak))
+            deepest = self.lookups[name].deepest(deepest)
         steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
         sizes = self._lookup_sizes() if lookup else None
         for g in range(1, min(deepest, len(alph)) + 1):
@@ -262,11 +258,8 @@ class Planner(AutoGamma):
         # through small checks prices a long one far from what it costs, and a long check
         # that fails costs many plain steps; the curve is learnt by doubling instead.
         reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
-        # A lookup's longer check is timed only inside a passage the reply repeats, right
-        # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
-        # check of a guess is mostly rows that fail (figures: docs/performance.md).
         banded = self.lookups.get(name)
-        if banded is not None and not (self._lookup_timed(name) and banded.run > 0):
+        if banded is not None and not banded.may_time_longer(self.plan_settings.lookup_timing_streak):
             reach = 0
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # A longer check this machine never timed is priced by a guess: a line through
@@ -276,12 +269,7 @@ class Planner(AutoGamma):
             # the estimate a third of the way).
             if not self._untimed(g) or (sizes is not None and g not in sizes):
                 continue
-            if banded is not None and banded.timed_short is not None \
-                    and g >= banded.timed_short and banded.run < g:
-                # A check of this length already departed from its passage in this reply:
-                # time it again only once the lookup has kept that many in a row since (a
-                # summary's phrases run a few tokens: its second 8-row timing check, on this
-                # CPU's dear 8-row step, cost two plain steps again).
+            if banded is not None and banded.departed_within(g):
                 continue
             e_g, s_g = steps[g]
             if e_g / s_g >= max(TRY_UNTIMED * best_rate, self._needed(name) * base.rate):

@@ -31,6 +31,7 @@ from specchat.engine.policy.acceptance import AcceptanceModel, step_outcomes
 from specchat.engine.policy.decay import decay_for
 from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LookupEstimate
 
+LOOKUP_FIRST = 3  # a banded lookup's longest chain before it has been right twice in a row
 MEASURE_STEPS = 3  # steps of a self-planning drafter before it is judged (the first not counted)
 MEASURED_HALF_LIFE = 32.0  # steps
 
@@ -160,6 +161,27 @@ class BandedLookup:
     def timed(self, streak: int) -> bool:
         """Right ``streak`` times in a row at least: an unscored step of it may run."""
         return self.estimate.streak >= streak
+
+    def deepest(self, depth: int) -> int:
+        """Its longest chain now, of ``depth`` at most: at most twice as long as it has been
+        right in a row. A run that has lasted is likely to go on about as long again, one
+        just begun is not, whatever the estimates carried from a copy say (figures:
+        docs/performance.md)."""
+        return min(depth, max(LOOKUP_FIRST, 2 * self.estimate.streak))
+
+    def may_time_longer(self, streak: int) -> bool:
+        """Whether a check longer than its best may be timed now: only inside a passage the
+        reply repeats (right ``streak`` times in a row), right after a step of it kept all it
+        checked. Elsewhere (past a copy's edits) a long check of a guess is mostly rows that
+        fail (figures: docs/performance.md)."""
+        return self.timed(streak) and self.run > 0
+
+    def departed_within(self, g: int) -> bool:
+        """A timing check of ``g`` or fewer already departed from its passage in this reply,
+        and its steps have not kept ``g`` in a row since: not timed again yet (a summary's
+        phrases run a few tokens: its second 8-row timing check, on a CPU's dear 8-row step,
+        cost two plain steps again)."""
+        return self.timed_short is not None and g >= self.timed_short and self.run < g
 
     def outcome(self, step: StepEvent) -> None:
         """Any step of it: its run, and whether the check being timed kept all it drafted."""
