@@ -35,7 +35,13 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.guesses import GuessBook
 from specchat.engine.policy.lookup_estimate import COLD, HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_arms import BandedLookup
 from specchat.engine.policy.planner_settings import PlannerSettings
+
+
+def ngram(p: Planner) -> BandedLookup:
+    """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
+    return p.lookups["ngram"]
 
 N = 100_000
 V = 5
@@ -215,15 +221,15 @@ def test_plain_steps_teach_the_ngram_model_through_its_guesses() -> None:
     run = run_to_end(SpeculativeDecoder(cycle_target(), policy=p, drafters=["ngram"]), prompt,
                      GREEDY, threading.Event())
     assert all(s.gamma == 0 for s in run.steps)
-    assert p.ngram.steps >= 5
-    assert p.ngram.alpha() > 0.9
+    assert ngram(p).alpha.steps >= 5
+    assert ngram(p).alpha.alpha() > 0.9
     # A target that samples uniformly: a guessed token is kept one time in V.
     p = planner(PlainPlanner)
     uniform = cast(LlamaContext, ScriptedContext(np.zeros((V, V), dtype=np.float32)))
     run_to_end(SpeculativeDecoder(uniform, policy=p, drafters=["ngram"]), prompt,
                T1.with_(max_tokens=300, seed=1), threading.Event())
-    assert p.ngram.steps >= 200
-    assert 0.1 < p.ngram.alpha() < 0.3
+    assert ngram(p).alpha.steps >= 200
+    assert 0.1 < ngram(p).alpha.alpha() < 0.3
 
 
 def test_a_planner_whose_lookups_come_true_turns_to_ngram_chains() -> None:
@@ -257,8 +263,9 @@ def test_a_stale_high_lookup_estimate_falls_within_a_few_misses(detect: bool) ->
                  StepEvent(6, 0, 0.0006, 0.15, "ngram", committed=1))
     for _ in range(60):  # a copy: every lookup right
         p.observe(hit)
-    hot, long = p.ngram_model(HOT), p.ngram_model(LONG)  # (a copy well under way: both learn)
-    assert p.lookup_hot and hot.alpha() > 0.9 and long.alpha() > 0.9
+    # (a copy well under way: both learn)
+    hot, long = ngram(p).estimate.models[HOT], ngram(p).estimate.models[LONG]
+    assert ngram(p).hot and hot.alpha() > 0.9 and long.alpha() > 0.9
     for _ in range(6):  # prose now: a lucky 6-token lookup, then the next one after it wrong
         p.observe(miss)
         p.observe(hit)
@@ -273,10 +280,10 @@ def test_a_new_reply_inherits_little_of_what_the_lookup_did_before() -> None:
     p.begin("repeat this passage")
     for _ in range(60):  # a copy: every lookup right
         p.observe(StepEvent(6, 6, 0.0006, 0.15, "ngram", committed=7))
-    hot = p.ngram_model(LONG)
+    hot = ngram(p).estimate.models[LONG]
     high = hot.alpha()
     p.begin("write a poem")  # the next reply
-    assert not p.lookup_hot
+    assert not ngram(p).hot
     assert hot.slow.reached[0] <= 4.0 + 1e-9 and 0.5 < hot.alpha() < high
     assert p.next_plan(("model", "ngram")).drafter == "none"  # not on the old estimate alone
 
@@ -298,9 +305,9 @@ def test_a_reply_after_code_edits_checks_lookups_on_their_estimates_only_in_a_lo
     for _ in range(10):  # an edit, the copy resuming, then going on
         for n, kept in [(3, 0), (3, 3), (3, 3), *[(6, 6)] * 5]:
             p.observe(StepEvent(n, kept, 0.0001 * n, 0.1, "ngram", committed=kept + 1))
-    assert min(p.ngram_model(b).position_alphas()[0] for b in (COLD, HOT, LONG)) > 0.8
+    assert min(ngram(p).estimate.models[b].position_alphas()[0] for b in (COLD, HOT, LONG)) > 0.8
     p.begin("write a poem")
-    p.lookup.streak = streak
+    ngram(p).estimate.streak = streak
     plan = p.next_plan(("ngram",))
     assert (plan.drafter == "ngram") == (streak >= 4), plan
 
@@ -322,11 +329,12 @@ def test_the_lookup_is_judged_apart_after_a_right_and_after_a_wrong_guess() -> N
         first = nxt if quoting else (nxt + 2) % V
         p.score_guesses(new, "none", {"ngram": lambda k, f=first: [f, *(
             (f + 1 + j) % V for j in range(k - 1))]})
-    hot, cold = p.ngram_model(True).position_alphas()[0], p.ngram_model(False).position_alphas()[0]
+    models = ngram(p).estimate.models
+    hot, cold = models[HOT].position_alphas()[0], models[COLD].position_alphas()[0]
     assert hot > 0.8 and cold < 0.3, (hot, cold)
-    p.lookup_hot = True
+    ngram(p).hot = True
     assert p.next_plan(("model", "ngram")).drafter == "ngram"
-    p.lookup_hot = False
+    ngram(p).hot = False
     assert p.next_plan(("model", "ngram")).drafter == "none"
 
 
@@ -343,16 +351,16 @@ def test_one_right_guess_is_not_yet_a_repeated_passage() -> None:
 
     step()  # offers the first guess
     step()  # that guess came true: one right
-    assert not p.lookup_hot
+    assert not ngram(p).hot
     step()  # two in a row
-    assert p.lookup_hot
+    assert ngram(p).hot
 
 
 def test_a_long_run_of_right_guesses_is_judged_apart_from_one_just_begun() -> None:
     """Right after a miss, then two right, the lookup is often wrong again (a summary's quoted
     phrase ends); deep in a copy it is nearly always right. The long streak's estimate learns
     what the deep states saw, the repeated passage's learns both."""
-    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    est = LookupEstimate(16, 0.4, 40.0, 5.0, name="ngram")
     assert est.band == COLD
     for _ in range(20):  # a copy: the lookup's own steps keep all six
         est.step([1.0] * 6)
@@ -375,7 +383,7 @@ def test_a_first_token_outside_a_passage_is_judged_on_first_tokens_alone() -> No
     how often a first token is right (1 in 4 here); the eight-token run's later tokens, right
     because the first was, must not lift that (pooled over all depths, a cold estimate of 0.82
     checked three tokens at the 21st token of a humanities reply and kept one)."""
-    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    est = LookupEstimate(16, 0.4, 40.0, 5.0, name="ngram")
     est.step([1.0] * 8)  # (a step from the cold band: its outcomes teach that band)
     for _ in range(3):
         est.streak = 0
@@ -390,11 +398,11 @@ def test_a_first_token_outside_a_passage_is_judged_on_first_tokens_alone() -> No
 
 
 def test_a_state_saved_before_the_long_streak_loads() -> None:
-    est = LookupEstimate(16, 0.4, 40.0, 5.0)
+    est = LookupEstimate(16, 0.4, 40.0, 5.0, name="ngram")
     for _ in range(10):
         est.step([1.0] * 4)
     old = {k: v for k, v in est.state().items() if k != "ngram_long"}
-    again = LookupEstimate(16, 0.4, 40.0, 5.0)
+    again = LookupEstimate(16, 0.4, 40.0, 5.0, name="ngram")
     again.load_state(old)
     assert again.models[LONG].alpha() == pytest.approx(again.models[HOT].alpha())
 

@@ -17,9 +17,20 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_arms import BandedLookup
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.tree_stats import tree_draft_cost
 from specchat.engine.policy.verify_table import TABLE_SIZE, VerifyTable, extend_curve
+
+
+def ngram(p: Planner) -> BandedLookup:
+    """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
+    return p.lookups["ngram"]
+
+
+def ngram_alphas(p: Planner) -> dict[str, list[float]]:
+    """The n-gram lookup's α by depth, as ``Planner.candidates`` takes them."""
+    return {"ngram": ngram(p).alpha.position_alphas()}
 
 # llama-bench on 2 CPU cores, Qwen2.5-Coder 1.5B Q4_K_M target (issue 14): n = 1..6, 8; the
 # 0.5B draft costs 25 ms a token. n = 7 is between its neighbours.
@@ -69,7 +80,7 @@ def test_a_tree_on_a_flat_curve() -> None:
 def test_the_plan_maximises_rate_over_every_chain_length() -> None:
     p = planner(FLAT, 0.8)
     plan = p.next_plan(("model",))
-    base, cands = p.candidates(("model",), p._alphas, p.ngram.position_alphas())
+    base, cands = p.candidates(("model",), p._alphas, ngram_alphas(p))
     best = cands[0]
     assert plan.size == best.plan.size
     t = p.costs.verify_table()
@@ -166,8 +177,8 @@ def test_ngram_steps_teach_the_ngram_model_and_its_cost() -> None:
     for _ in range(30):
         p.next_plan(("ngram",))
         p.observe(StepEvent(3, 3, 0.0003, 0.067, "ngram", committed=4))
-    assert p.ngram.alpha() > 0.8
-    assert p.t_ngram == pytest.approx(0.0001, rel=0.3)
+    assert ngram(p).alpha.alpha() > 0.8
+    assert ngram(p).t == pytest.approx(0.0001, rel=0.3)
     assert p.next_plan(("model", "ngram")).drafter == "ngram"
 
 
@@ -311,7 +322,7 @@ def test_the_planner_keeps_its_forecast_for_the_reply() -> None:
     expected = sum(0.9 ** i for i in range(g + 1))  # 1 + Σ α^i at a flat α of 0.9
     assert p.prediction.steps == 3 and p.prediction.unscored == 0
     assert p.prediction.tokens == pytest.approx(3 * expected, rel=0.05)
-    assert p.prediction.seconds == pytest.approx(3 * (g * p.t_ngram + table[g] + o))
+    assert p.prediction.seconds == pytest.approx(3 * (g * ngram(p).t + table[g] + o))
     p.next_plan(())  # a plain step: one token in T(1) + o
     assert p.prediction.steps == 4
     p.begin("next turn")
@@ -440,9 +451,9 @@ def test_no_warm_up_with_a_draft_that_would_first_read_a_long_prompt() -> None:
     assert p.next_plan(("model",)).drafter == "none"
     # Not a lookup that has not been right yet: its warm-up steps wait for a repeated passage.
     assert p.next_plan(("model", "ngram")).drafter == "none"
-    p.lookup_hot = True  # its last two guesses were right: a word pair as often as a copy
+    ngram(p).hot = True  # its last two guesses were right: a word pair as often as a copy
     assert p.next_plan(("model", "ngram")).drafter == "none"
-    p.lookup.streak = LONG_STREAK  # four right in a row: a passage the reply repeats
+    ngram(p).estimate.streak = LONG_STREAK  # four right in a row: a passage the reply repeats
     plan = p.next_plan(("model", "ngram"))
     assert plan.reason == "warm-up"  # n-gram lookups can warm up
     # ... with checks of 4 rows: a line through T(1) and T(2), the dearest tokens of a
@@ -473,7 +484,7 @@ def test_a_plain_answer_is_kept_for_a_few_steps_without_scoring_again(
     assert len(tables) == scorings  # only for the scorings, not after every plain step's timing
     # Each held step is forecast as the scoring that chose it forecast a plain step.
     assert p.prediction.steps == 8 and p.prediction.tokens == 8
-    base = real(("model",), p._alphas, p.ngram.position_alphas())[0]
+    base = real(("model",), p._alphas, ngram_alphas(p))[0]
     assert p.prediction.seconds == pytest.approx(8 * base.seconds, rel=0.05)
     p.next_plan(("model", "ngram"))  # other drafters offered: scored at once
     assert len(calls) == scorings + 1
@@ -557,7 +568,7 @@ def test_a_check_size_never_timed_is_tried_only_where_its_guess_beats_plain() ->
                         ngram_alpha=alpha)
             for _ in range(12):
                 p.next_plan(("ngram",))
-                base, cands = p.candidates(("ngram",), p._alphas, p.ngram.position_alphas())
+                base, cands = p.candidates(("ngram",), p._alphas, ngram_alphas(p))
                 for c in cands:
                     if c.explore:
                         tried += 1
@@ -579,7 +590,7 @@ def test_a_draft_never_timed_is_not_priced_free_after_a_long_prompt(lag: int,
     drafters = []
     for i in range(40):
         available = ("model", "ngram") if i % 3 else ("model",)  # the lookup matches now and then
-        p.lookup.streak = LONG_STREAK  # ... and is right when it does
+        ngram(p).estimate.streak = LONG_STREAK  # ... and is right when it does
         plan = p.next_plan(available)
         drafters.append(plan.drafter)
         n = plan.size
@@ -610,7 +621,7 @@ def test_a_calibration_ending_mid_session_seeds_the_running_planner() -> None:
     assert p.seeded and "warm-up" not in p.label
     assert p.overall.steps == steps  # what the steps taught stays
     assert 0.002 < p.costs.t_draft < QWEN_CPU.draft_s  # the measured draft cost, and the seed's
-    assert p.ngram.alpha() == pytest.approx(0.95, abs=0.01)  # the lookup was never tried
+    assert ngram(p).alpha.alpha() == pytest.approx(0.95, abs=0.01)  # the lookup was never tried
     assert p.topic_priors["code"] == 0.9
     assert p.next_plan(("model",)).reason != "warm-up"
 
@@ -627,11 +638,11 @@ def test_a_lookup_uses_every_check_size_a_calibration_timed() -> None:
         p = Planner(replace(CALM, lookup_depth=31), AutoGammaSeed(curve, 0.5, ngram_alpha=0.9),
                     clock=lambda: 0.0)
         p.begin("copy this")
-        p.lookup.streak = LONG_STREAK
+        ngram(p).estimate.streak = LONG_STREAK
         if sizes is not None:
             p._lookup_sizes = lambda: sizes  # type: ignore[method-assign]
         chosen = p.next_plan(("ngram",))
-        base, cands = p.candidates(("ngram",), p._alphas, p.ngram.position_alphas())
+        base, cands = p.candidates(("ngram",), p._alphas, ngram_alphas(p))
         return chosen, cands[0].rate, base.rate
 
     every, every_rate, base = plan(None)
@@ -657,14 +668,14 @@ def test_a_cold_lookup_warms_up_on_checks_of_four_rows(warm: int) -> None:
     for _ in range(3):  # the reply's first tokens, before the lookup's guesses come right
         assert p.next_plan(("ngram",)).size == 0
         p.observe(StepEvent(0, 0, 0.0, t[0], "none", committed=1))
-    p.lookup.streak = LONG_STREAK
+    ngram(p).estimate.streak = LONG_STREAK
     tokens = seconds = 0.0
     sizes = []
     for _ in range(40):  # every lookup token right (plain steps' guesses too)
         n = p.next_plan(("ngram",)).size
         sizes.append(n)
         if n == 0:
-            p.lookup.streak += 1
+            ngram(p).estimate.streak += 1
         p.observe(StepEvent(n, n, 0.0002 if n else 0.0, t[n], "ngram" if n else "none",
                             committed=n + 1))
         tokens, seconds = tokens + n + 1, seconds + t[n]
@@ -696,7 +707,7 @@ def test_a_lookup_check_that_departed_is_timed_again_only_after_as_long_a_run() 
         timed) of each step."""
         out, k = [], 0
         for _ in range(steps):
-            p.lookup.streak = max(p.lookup.streak, LONG_STREAK)  # right between steps too
+            ngram(p).estimate.streak = max(ngram(p).estimate.streak, LONG_STREAK)  # right between steps too
             plan = p.next_plan(("ngram",))
             n = plan.size
             out.append((n, "timing a longer check" in plan.reason))
@@ -720,7 +731,7 @@ def test_a_lookup_checks_at_most_twice_the_run_it_is_in(streak: int, longest: in
     """Estimates carried from copies (α 0.98) on a flattening curve would check 32 rows at
     once; a run of ``streak`` right guesses earns a chain of at most twice that."""
     p = planner(CPU32, 0.85, replace(CALM, lookup_depth=31), ngram_alpha=0.98)
-    p.lookup.streak = streak
+    ngram(p).estimate.streak = streak
     plan = p.next_plan(("ngram",))
     assert plan.drafter == "ngram"
     assert plan.size <= longest

@@ -16,8 +16,14 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_arms import BandedLookup
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.reply_length import MIN_PRIOR, ReplyLengths
+
+
+def ngram(p: Planner) -> BandedLookup:
+    """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
+    return p.lookups["ngram"]
 
 CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
 FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
@@ -133,7 +139,7 @@ def test_a_lookup_rejected_in_a_row_pauses_then_comes_back() -> None:
     assert paused[0] >= 1 and paused[1] > paused[0] and paused[2] > paused[1]
     assert max(paused) <= LOOKUP_PAUSE_MAX
     # Right guesses (scored on every step) end a pause at once.
-    p.lookup_hot = True
+    ngram(p).hot = True
     p.pauses.left["ngram"] = 5
     assert p.next_plan(("ngram",)).drafter == "ngram"
 
@@ -157,9 +163,9 @@ def test_a_lookup_outside_a_long_run_must_promise_more() -> None:
     def plan_at(streak: int) -> Plan:
         p = Planner(CALM, AutoGammaSeed(curve, 0.5, ngram_alpha=0.65), clock=lambda: 0.0)
         p.begin("summarise this")
-        p.lookup.streak = streak
+        ngram(p).estimate.streak = streak
         for band in (HOT, LONG):
-            p.lookup.models[band].prior_alpha = 0.65
+            ngram(p).estimate.models[band].prior_alpha = 0.65
         return p.next_plan(("ngram",))
 
     long_run, early = plan_at(LONG_STREAK), plan_at(HOT_STREAK)

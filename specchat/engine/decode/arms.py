@@ -2,20 +2,35 @@
 ``build`` as ``ARM`` (read through :func:`specchat.engine.decode.registry.arm`).
 
 The planner (:mod:`specchat.engine.policy.planner`) scores every arm against a plain step on
-the measured costs; an arm says which estimates and prices apply to the drafter's steps:
+the measured costs, knowing no drafter by name; an arm's kind says which estimate of its
+acceptance applies, how a step of it is priced, and when it is probed or warmed up:
 
-- a lookup (``ArmKind.LOOKUP``, :func:`lookup`) proposes from text already there (a predicted
-  output, a bigram table): it reads nothing and costs a list slice. Its chains are checked as
-  deeply, and in the same few sizes, as the n-gram lookup's; it is scored from its first step
-  on (no probe first), may time a check while the verify curve is unknown, and, when it has
-  free guesses (``Drafter.free_guesses``), learns its acceptance from them on every step.
+- a lookup (``ArmKind.LOOKUP``, :func:`lookup`) proposes from text already there (the prompt,
+  a predicted output, a bigram table): it reads nothing and costs a list slice, priced per
+  drafted token from its own steps (its prior: ``cost_prior`` seconds when ``banded``, else
+  ``cost_prior`` × a target step). Its chains are checked in a few sizes, as deep as
+  ``PlannerSettings.lookup_depth``; it is scored from its first step on (no probe first), may
+  time a check while the verify curve is unknown, and, when it has free guesses
+  (``Drafter.free_guesses``), learns its acceptance from them on every step. A ``banded``
+  lookup (the n-gram lookup) keeps its acceptance per band of how long its guesses have been
+  right in a row (:mod:`specchat.engine.policy.lookup_estimate`): its chains are at most twice
+  that run, it is warmed up and its longer checks timed only inside a repeated passage, it
+  needs a wider margin outside a long run, and its estimate is saved with the planner's state.
 - a chain (``ArmKind.CHAIN``, :func:`chain`) has costs of its own (the layer-skip self-draft,
   Kangaroo, MTP): one short probe times it, then its acceptance per position and its seconds
   per drafted token are learnt from its own steps. A module that declares no ``ARM`` is
   planned as one (:data:`CHAIN`).
+- the draft model's chain (``ArmKind.DRAFT_CHAIN``, :func:`draft_chain`): the draft model's
+  per-position α, per topic (:mod:`specchat.engine.policy.auto_gamma`'s estimates), priced at
+  the draft model's measured seconds per token plus, after steps it did not draft, the catch-up
+  read of what they committed; warmed up and probed while that read is cheap; its steps may
+  stop early on the draft's confidence.
+- the draft model's tree (``ArmKind.DRAFT_TREE``, :func:`draft_tree`): the same α at rank 1,
+  lower ranks learnt from its trees' accepted ranks, priced one batched draft pass per level.
 
-The draft model's chain and tree, the n-gram lookup and the drafters that plan their own step
-(``Drafter.plans_own_step``) are planned by estimates of the planner's own.
+A drafter that plans its own step (Lookahead, Medusa) declares that on the drafter itself
+(``Drafter.plans_own_step`` and ``own_plan``); the decoder registers it and the planner scores
+it on what its steps did (:class:`specchat.engine.policy.planner_arms.MeasuredDrafter`).
 """
 
 from __future__ import annotations
@@ -27,6 +42,8 @@ from enum import Enum
 class ArmKind(Enum):
     LOOKUP = "lookup"
     CHAIN = "chain"
+    DRAFT_CHAIN = "draft_chain"
+    DRAFT_TREE = "draft_tree"
 
 
 @dataclass(frozen=True)
@@ -36,18 +53,35 @@ class Arm:
 
     kind: ArmKind
     prior_alpha: float  # acceptance per position
-    cost_prior: float  # seconds per drafted token, × one target step's T(1)
+    cost_prior: float  # seconds per drafted token, × one target step's T(1) (banded: seconds)
+    banded: bool = False  # a lookup whose acceptance is kept per band of its run (see above)
 
 
 def lookup(prior_alpha: float = 0.6, cost_prior: float = 0.01) -> Arm:
-    """A lookup's arm (see :data:`LOOKUP`)."""
+    """A lookup's arm (see the module's docstring)."""
     return Arm(ArmKind.LOOKUP, prior_alpha, cost_prior)
+
+
+def banded_lookup(prior_alpha: float, cost_prior: float) -> Arm:
+    """A lookup whose acceptance is kept per band of its run of right guesses, its cost prior
+    in seconds per drafted token (see the module's docstring)."""
+    return Arm(ArmKind.LOOKUP, prior_alpha, cost_prior, banded=True)
 
 
 def chain(prior_alpha: float = 0.6, cost_prior: float = 0.5) -> Arm:
     """A chain drafter's arm (see :data:`CHAIN`): by default a cautious α, and a drafted token
     priced at half a target step until one is timed."""
     return Arm(ArmKind.CHAIN, prior_alpha, cost_prior)
+
+
+def draft_chain() -> Arm:
+    """The draft model's chain (its priors are the pair's calibration: see the docstring)."""
+    return Arm(ArmKind.DRAFT_CHAIN, 0.0, 0.0)
+
+
+def draft_tree() -> Arm:
+    """The draft model's token tree (see the module's docstring)."""
+    return Arm(ArmKind.DRAFT_TREE, 0.0, 0.0)
 
 
 LOOKUP = lookup()

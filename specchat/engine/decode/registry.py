@@ -122,6 +122,11 @@ def _module(path: str) -> DrafterModule:
     return cast(DrafterModule, importlib.import_module(path))  # _modules checked what it defines
 
 
+def arms() -> dict[str, Arm]:
+    """Every drafter's arm, by name (see :func:`arm`)."""
+    return {name: arm(name) for name in _modules()}
+
+
 def arm(name: str) -> Arm:
     """How the planner treats drafter ``name``: its module's ``ARM``; a chain drafter's
     (``arms.CHAIN``) for a module that declares none and for a name no module defines."""

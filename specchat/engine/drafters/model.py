@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import MODEL
 from specchat.engine.decode.registry import DrafterEnv
@@ -17,6 +18,7 @@ from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
 
 NAME = MODEL
+ARM = arms.draft_chain()
 
 
 class ModelDrafter(DrafterBase):

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import NGRAM
 from specchat.engine.decode.registry import DrafterEnv
@@ -37,6 +38,9 @@ from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import State, walk
 
 NAME = NGRAM
+# The planner keeps its acceptance by how long its guesses have been right in a row (a copy is
+# right for long runs, prose for a word or two); a look-up costs about 0.2 ms a token.
+ARM = arms.banded_lookup(prior_alpha=0.4, cost_prior=2e-4)
 # Tokens after a changed one that must repeat the matched text before the change counts as an
 # edit: one is often chance (" the", a newline), as "floods the water" and "to the port" are.
 CONFIRM = 2

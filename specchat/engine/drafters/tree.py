@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import TREE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv
@@ -23,6 +24,7 @@ from specchat.engine.drafters._draft_model import DraftModel
 from specchat.engine.drafters._shared import shared_draft
 
 NAME = TREE
+ARM = arms.draft_tree()
 
 # P(the k-th best child of a node is accepted | its parent was): a prior for the default shape.
 RANK_ACCEPT = (0.6, 0.2, 0.08, 0.04)

@@ -1,4 +1,5 @@
-"""How often prompt lookup is right: what the planner knows of the n-gram drafter's acceptance.
+"""How often a banded lookup is right (:mod:`specchat.engine.decode.arms`; the n-gram lookup is
+one): what the planner knows of its acceptance, kept per lookup under the lookup's ``name``.
 
 Learnt from the lookup's own steps and from its guesses on every other step (scored by
 :class:`~specchat.engine.policy.guesses.GuessBook`). Three things make it follow the reply:
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from specchat.engine.decode.plan import NGRAM
 from specchat.engine.policy.acceptance import AcceptanceModel
 from specchat.engine.policy.change_detect import PageHinkley
 from specchat.engine.policy.guesses import GuessBook
@@ -35,23 +35,23 @@ from specchat.engine.policy.guesses import GuessBook
 HOT_STREAK = 2  # right lookups in a row that mark a repeated passage (one is often a word pair)
 LONG_STREAK = 4  # ... and that mark a copy well under way
 COLD, HOT, LONG = 0, 1, 2  # the estimates, by streak
-_KEYS = {HOT: "ngram", COLD: "ngram_cold", LONG: "ngram_long"}
+BANDS = (HOT, COLD, LONG)
 CARRY = {COLD: 0.0, HOT: 0.0, LONG: 4.0}  # observations a reply inherits, at most
-NAME = NGRAM
 
 
 class LookupEstimate:
     def __init__(self, size: int, prior_alpha: float, slow_half_life: float,
-                 fast_half_life: float, detect_changes: bool = True) -> None:
+                 fast_half_life: float, detect_changes: bool = True, *, name: str) -> None:
+        self.name = name  # the lookup's drafter, as its guesses and steps are named
         self.size = size
         self.models = {band: AcceptanceModel(size, prior_alpha, prior_weight=6.0,
                                              slow_half_life=slow_half_life,
                                              fast_half_life=fast_half_life,
                                              pool_first=band == COLD)
-                       for band in _KEYS}
+                       for band in BANDS}
         # Lookups are nearly all right or all wrong (a copy, then prose): a lower threshold
         # than the draft model's detector catches the change within a few steps.
-        self._detectors = {band: PageHinkley(threshold=4.0) for band in _KEYS}
+        self._detectors = {band: PageHinkley(threshold=4.0) for band in BANDS}
         self.detect_changes = detect_changes
         self.guesses = GuessBook()
         self.streak = 0  # the lookup's last guesses (or its steps' tokens) right in a row
@@ -79,7 +79,7 @@ class LookupEstimate:
 
     def begin(self) -> None:
         self.guesses.clear()  # a new prompt: an open guess was for the last reply's next token
-        for band in _KEYS:
+        for band in BANDS:
             self.models[band].keep_at_most(CARRY[band])
             self._detectors[band].reset()
         self.streak = 0
@@ -99,12 +99,12 @@ class LookupEstimate:
         """After each step: score the open guesses against the ``committed`` tokens (``ran``:
         the drafter that proposed them), then open ``guess`` (what the lookup would propose
         now; None when it is not running)."""
-        for band, start, outcome in self.guesses.resolve(committed, ran).get(NAME, ()):
+        for band, start, outcome in self.guesses.resolve(committed, ran).get(self.name, ()):
             self._learn(outcome, band, start)
-        if ran != NAME and NAME in self.guesses.last_hit:  # (after its own step: see step)
-            self.streak = self.streak + 1 if self.guesses.last_hit[NAME] else 0
+        if ran != self.name and self.name in self.guesses.last_hit:  # (after its own step: see step)
+            self.streak = self.streak + 1 if self.guesses.last_hit[self.name] else 0
         if guess is not None:
-            self.guesses.offer(NAME, guess, self.band)
+            self.guesses.offer(self.name, guess, self.band)
 
     def _learn(self, outcomes: Sequence[float], band: int, start: int = 0) -> None:
         """Outcomes of depths ``start`` on (a guess's later depths come in later steps). A long
@@ -121,17 +121,23 @@ class LookupEstimate:
             if first and self._detectors[b].update(outcomes[0], expected):
                 model.adopt_fast()
 
+    def keys(self) -> dict[int, str]:
+        """Each band's key in a saved state: the lookup's name, and its name with ``_cold`` or
+        ``_long`` (for the n-gram lookup, the keys states have always had)."""
+        n = self.name
+        return {HOT: n, COLD: f"{n}_cold", LONG: f"{n}_long"}
+
     def state(self) -> dict[str, object]:
-        return {key: self.models[band].state() for band, key in _KEYS.items()}
+        return {key: self.models[band].state() for band, key in self.keys().items()}
 
     def load_state(self, d: Mapping[str, object]) -> None:
         """Restore :meth:`state` (raises ValueError/TypeError/KeyError on a malformed record;
         a state saved before the estimates were kept apart gives its one estimate to all, and
         one saved before the long streak's gives the repeated passage's to it)."""
         loaded = {}
-        for band, key in _KEYS.items():
+        for band, key in self.keys().items():
             m = loaded[band] = AcceptanceModel(self.size, self.models[band].prior_alpha)
-            m.load_state(d.get(key, d["ngram"]))  # type: ignore[arg-type]
+            m.load_state(d.get(key, d[self.name]))  # type: ignore[arg-type]
         for band, m in loaded.items():
             self.models[band].reset_to(m)
             self.models[band].prior_alpha, self.models[band].steps = m.prior_alpha, m.steps

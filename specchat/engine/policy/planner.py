@@ -10,23 +10,25 @@ node budget) are set against the step's cost,
 
 where T is the target's verify-cost *table* (n = 1..32, :class:`~specchat.engine.policy.verify_table.
 VerifyTable`: calibrated, then updated from every step's measured verify time by batch size),
-o the loop's overhead, and the draft cost γ·t_d for a draft-model chain (t_d measured per token),
-γ·t_ng for an n-gram chain (a lookup: nearly free, measured too), and for a draft-model tree one
-batched draft decode per level, priced as t_d scaled by the table's shape at the level's width.
-Speculation must beat plain by ``margin`` (estimates are noisy; losing to plain is the one
-outcome the planner must not risk), so on a steep CPU curve with a costly draft it plans plain
-steps, and says why.
+o the loop's overhead, and the draft cost as the drafter's *arm* prices it. The planner knows no
+drafter by name: each drafter's module declares its arm (:mod:`specchat.engine.decode.arms`,
+read through the registry), and the arm's kind says how its steps are estimated and priced:
+the draft model's chain γ·t_d (t_d measured per token, plus the catch-up read of what other
+steps committed) and its tree one batched draft decode per level, priced as t_d scaled by the
+table's shape at the level's width; a lookup γ·t (nearly free, measured too); any other chain
+γ·t from its own steps. Speculation must beat plain by ``margin`` (estimates are noisy; losing
+to plain is the one outcome the planner must not risk), so on a steep CPU curve with a costly
+draft it plans plain steps, and says why.
 
-Acceptance: per depth d the first-ranked child's α_d is auto-γ's per-position estimate (per
-topic, with change detection and Thompson-sampling exploration —
+Acceptance: per depth d the first-ranked child's α_d of the draft model is auto-γ's
+per-position estimate (per topic, with change detection and Thompson-sampling exploration —
 :mod:`specchat.engine.policy.auto_gamma`, which this extends); a tree's lower ranks, and the
-tree search and scoring, are
-:mod:`specchat.engine.policy.planner_trees`. The n-gram drafter keeps its own acceptance estimates,
-and so does every other chain drafter (the layer-skip self-draft, …): its α and its cost per
-drafted token are learnt from its own steps, starting from a cautious prior, after a first probe
-has timed it. A drafter that plans its own shape (Lookahead, Medusa: ``own_plan``) is scored on
-what its steps did — tokens per step over seconds per step — after a few measuring steps
-(:mod:`specchat.engine.policy.planner_arms`).
+tree search and scoring, are :mod:`specchat.engine.policy.planner_trees`. Every other arm keeps
+its own estimates, by name (:mod:`specchat.engine.policy.planner_arms`): a banded lookup's per
+band of its run of right guesses; a lookup's or a chain drafter's per position, from its
+arm's prior, a chain drafter's after a first probe has timed it. A drafter that plans its own
+shape (``own_plan``) is scored on what its steps did — tokens per step over seconds per step —
+after a few measuring steps.
 
 ``next_plan(available)`` answers the decoder's question for the drafters usable this step;
 ``next_gamma()`` (today's decoder) is the chain length of the plan over this planner's
@@ -39,26 +41,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specchat.engine.decode import arms as arms_mod
 from specchat.engine.decode import registry
 from specchat.engine.decode.arms import Arm, ArmKind
 from specchat.engine.decode.events import StepEvent
-from specchat.engine.decode.plan import MODEL, NGRAM, NONE, TREE, Plan, chain, plain
+from specchat.engine.decode.plan import NONE, Plan, chain, plain
 from specchat.engine.decode.step_policy import ReplyStart
-from specchat.engine.policy.acceptance import AcceptanceModel, expected_tokens, step_outcomes
-from specchat.engine.policy.auto_gamma import MODEL_DRAFTERS, AutoGamma, AutoGammaSeed
+from specchat.engine.policy.acceptance import expected_tokens
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed
 from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.draft_reads import DraftReads
 from specchat.engine.policy.guesses import GuessBook
-from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.lookup_pauses import LookupPauses
-from specchat.engine.policy.planner_arms import MeasuredDrafter, OtherDrafter
+from specchat.engine.policy.planner_arms import BandedLookup, OtherDrafter, OwnStep
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
 from specchat.engine.policy.planner_trees import TreePlans
 from specchat.engine.policy.reply_length import ReplyLengths
 from specchat.engine.policy.tree_stats import tree_draft_cost
 
-NGRAM_COST_PRIOR = 2e-4  # seconds per proposed token before one is measured (a dict lookup)
-SCORED = (MODEL, NGRAM, TREE)  # what the planner knows the costs of by construction
 REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
 # ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain and the
 # lookup is cold: plain steps then teach little (the lookup's guesses miss), so only the costs'
@@ -70,7 +70,6 @@ REPLAN_FAR = 16
 # best's (see candidates), so many times (a size's estimate trusts one timing only partly).
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
-LOOKUP_FIRST = 3  # the longest lookup chain before it has been right twice in a row
 # A reply's first step drafts only with a drafter that lacks at most this many of its tokens:
 # reading more (a new prompt) would come before the first token (see next_plan).
 FIRST_STEP_READ = 4
@@ -94,30 +93,34 @@ class Planner(AutoGamma):
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
                  seed: AutoGammaSeed | None = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 drafters: Sequence[str] = (MODEL,),
-                 arm_of: Callable[[str], Arm] = registry.arm) -> None:
+                 drafters: Sequence[str] | None = None,
+                 arms: Mapping[str, Arm] | None = None) -> None:
         super().__init__(settings.auto, seed, clock)
-        # How each drafter outside SCORED is treated, as its module declares it (decode.arms).
-        self._arm_of = arm_of
-        self._arms: dict[str, Arm] = {}
+        # How each drafter is treated, as its module declares it (decode.arms); a drafter
+        # missing here is a chain drafter (arms.CHAIN).
+        self._arms = dict(registry.arms() if arms is None else arms)
         self.plan_settings = ps = settings
-        self.drafters = tuple(drafters)  # what next_gamma() plans over (today's decoder)
-        ng_alpha = seed.ngram_alpha if seed is not None and seed.ngram_alpha is not None \
-            else ps.ngram_prior_alpha
-        self.lookup = LookupEstimate(self.lookup_depth, ng_alpha,
-                                     settings.auto.slow_half_life, settings.auto.fast_half_life,
-                                     settings.auto.detect_changes)
-        self._ngram_cost = [NGRAM_COST_PRIOR, 1.0]  # decayed Σ seconds, Σ tokens
+        # What next_gamma() plans over (today's decoder): by default the draft model's chain.
+        self.drafters = tuple(n for n, a in sorted(self._arms.items())
+                              if a.kind is ArmKind.DRAFT_CHAIN) if drafters is None \
+            else tuple(drafters)
+        # The banded lookups (the n-gram lookup: decode.arms), by name. (A calibration measures
+        # the n-gram lookup's α on the pair's replies: seed.ngram_alpha.)
+        a = settings.auto
+        ng_alpha = seed.ngram_alpha if seed is not None else None
+        self.lookups = {n: BandedLookup(n, arm, self.lookup_depth,
+                                        arm.prior_alpha if ng_alpha is None else ng_alpha,
+                                        a.slow_half_life, a.fast_half_life, a.detect_changes)
+                        for n, arm in sorted(self._arms.items()) if arm.banded}
         self.trees = TreePlans(ps)
-        self.others: dict[str, OtherDrafter] = {}  # chain drafters outside SCORED, by name
-        # Drafters that plan their own shape (planner_arms.MeasuredDrafter): how to ask each
+        self.others: dict[str, OtherDrafter] = {}  # other lookups and chain drafters, by name
+        # Drafters that plan their own shape (planner_arms.OwnStep), by name: how to ask each
         # for its step, and what its steps did.
-        self._own: dict[str, Callable[[], Plan]] = {}
-        self.measured: dict[str, MeasuredDrafter] = {}
+        self.own: dict[str, OwnStep] = {}
         self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
         # (plain steps left to take unscored, for these drafters, this topic): see next_plan
         # (plain steps left, the drafters available, the topic, the lookup's streak band)
-        self._hold: tuple[int, tuple[str, ...], int, int] = (0, (), 0, 0)
+        self._hold: tuple[int, tuple[str, ...], int, tuple[int, ...]] = (0, (), 0, ())
         self._held_step = (1.0, 0.0)  # a plain step's (tokens, seconds) when the hold was set
         self.last_plan: Plan = plain()
         self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
@@ -134,25 +137,18 @@ class Planner(AutoGamma):
         self._budget: int | None = None
         self.lengths = ReplyLengths()
         self.pauses = LookupPauses()  # lookups that kept nothing lately, not tried for a while
-        # Tokens the n-gram steps kept in a row (their own, not guesses): above 0, the last one
-        # kept every token it checked.
-        self._lookup_run = 0
-        # The shortest lookup timing check this reply that did not keep all it drafted: the
-        # passages here may be shorter than it (see _longer_check). None: none so far.
-        self._timed_short: int | None = None
         self._other_guesses = GuessBook()  # other free drafters' guesses (the lookup has its own)
         # The free drafters whose guesses are scored in this reply: a probe of one would only
         # buy, at a check's price, what its guesses already say.
         self._guessed: set[str] = set()
-        self._timing_plan = 0  # the size of the lookup check being timed now (0: none)
 
     def reseed(self, seed: AutoGammaSeed) -> None:
         super().reseed(seed)
-        lookup_seen = any(m.steps for m in self.lookup.models.values())
-        if seed.ngram_alpha is not None and not lookup_seen:
-            a = self.settings
-            self.lookup = LookupEstimate(self.lookup_depth, seed.ngram_alpha, a.slow_half_life,
-                                         a.fast_half_life, a.detect_changes)
+        a = self.settings
+        for lookup in self.lookups.values():
+            if seed.ngram_alpha is not None:
+                lookup.reseed(seed.ngram_alpha, a.slow_half_life, a.fast_half_life,
+                              a.detect_changes)
         if self.reason == "warm-up" and not self._warmup_left:
             self.reason, self.label = "", "plan"
 
@@ -162,41 +158,15 @@ class Planner(AutoGamma):
     def lookup_depth(self) -> int:
         return self.plan_settings.lookup_depth
 
-    @property
-    def lookup_hot(self) -> bool:
-        return self.lookup.hot
-
-    @lookup_hot.setter
-    def lookup_hot(self, hot: bool) -> None:
-        self.lookup.streak = HOT_STREAK if hot else 0
-
-    @property
-    def ngram(self) -> AcceptanceModel:
-        """The lookup's acceptance estimates in the state the next step starts in."""
-        return self.lookup.current
-
-    def ngram_model(self, band: int) -> AcceptanceModel:
-        """The lookup's estimate in state ``band`` (lookup_estimate's COLD, HOT, LONG)."""
-        return self.lookup.models[band]
-
-    @property
-    def t_ngram(self) -> float:
-        return self._ngram_cost[0] / self._ngram_cost[1]
-
     def own_plans(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
         """Drafters that plan their own shape (``own_plan`` of :mod:`specchat.engine.drafters`):
         the decoder registers them; the planner scores them on their measured rate."""
-        self._own = dict(plans)
-        self.measured = {n: self.measured.get(n) or MeasuredDrafter() for n in self._own}
-
-    def _own_plan(self, name: str, why: str = "") -> Plan:
-        plan = self._own[name]()
-        if plan.drafter == NONE:
-            return plan
-        return Plan(plan.drafter, plan.parents, f"{plan.reason} · {why}" if why else plan.reason)
+        self.own = {n: self.own.get(n) or OwnStep() for n in plans}
+        for name, ask in plans.items():
+            self.own[name].ask = ask
 
     def candidates(self, available: Sequence[str], alphas: Sequence[float],
-                   ngram_alphas: Sequence[float], reshape: bool = True
+                   lookup_alphas: Mapping[str, Sequence[float]], reshape: bool = True
                    ) -> tuple[Candidate, list[Candidate]]:
         """Plain's candidate and the best of each drafter's shapes, on the current costs.
         ``reshape`` False scores the tree shapes found last time instead of running the DP
@@ -207,29 +177,36 @@ class Planner(AutoGamma):
         t_d = self.t_draft
         base = Candidate(plain(), 1.0, table[0] + o)
         out: list[Candidate] = []
-        scored = [(MODEL, alphas, t_d), (NGRAM, ngram_alphas, self.t_ngram)]
+        # (the draft model's chains first, then the banded lookup's, then the others')
+        scored: list[tuple[int, str, Sequence[float], float]] = []
         if self._draft_unpriced():
-            available = tuple(n for n in available if n not in (*MODEL_DRAFTERS, TREE))
+            available = tuple(n for n in available if not self._drafts_model(n))
         for name in available:
-            if name in self._own:
-                got = self.measured[name].per_step()
-                plan = self._own[name]() if got is not None else Plan(NONE)
+            kind = self._kind(name)
+            if name in self.own:
+                got = self.own[name].per_step()
+                plan = self.own[name].ask() if got is not None else Plan(NONE)
                 if got is not None and plan.drafter != NONE:
                     out.append(Candidate(plan, got[0], got[1] + o))
-            elif name not in SCORED:
+            elif kind is ArmKind.DRAFT_CHAIN:
+                scored.append((0, name, alphas, t_d))
+            elif self._banded(name):
+                scored.append((1, name, lookup_alphas[name], self.lookups[name].t))
+            elif kind is not ArmKind.DRAFT_TREE:
                 other = self._other(name)
                 if other.tried == 0 and self._lags.get(name, 0) > self.plan_settings.warmup_max_lag:
                     continue  # never timed, and it would first read a long prompt
-                scored.append((name, other.model.position_alphas(), other.t(table[0])))
-        for name, alph, per_token in scored:
-            if name in available:
-                best = self._best_chain(name, alph, per_token, table, base)
-                if best is not None:
-                    out.append(best)
-        if TREE in available:
-            tree = self.trees.best(alphas, table, t_d, o, MODEL in available, reshape)
-            if tree is not None:
-                out.append(tree)
+                scored.append((2, name, other.model.position_alphas(), other.t(table[0])))
+        for _, name, alph, per_token in sorted(scored, key=lambda x: x[0]):
+            best = self._best_chain(name, alph, per_token, table, base)
+            if best is not None:
+                out.append(best)
+        chains = any(self._kind(n) is ArmKind.DRAFT_CHAIN for n in available)
+        for name in available:
+            if self._kind(name) is ArmKind.DRAFT_TREE:
+                tree = self.trees.best(name, alphas, table, t_d, o, chains, reshape)
+                if tree is not None:
+                    out.append(tree)
         return base, out
 
     def _best_chain(self, name: str, alph: Sequence[float], per_token: float,
@@ -238,17 +215,14 @@ class Planner(AutoGamma):
         drafted token), or a longer one to time; None when no chain is worth scoring."""
         o = self.costs.overhead
         top = min(self.settings.gamma_max, len(table) - 1)
-        lookup = name == NGRAM or self._lookup_like(name)
+        lookup = self._kind(name) is ArmKind.LOOKUP
         # Every chain length in one pass, E(γ) grown term by term (this runs each step:
         # plans are built for the winner only).
         best_g, best_rate = 0, -1.0
         e, run = 1.0, 1.0
         deepest = min(self.lookup_depth, len(table) - 1) if lookup else top
-        if name == NGRAM:
-            # At most twice as long as the lookup has been right in a row: a run that has
-            # lasted is likely to go on about as long again, one just begun is not, whatever
-            # the estimates carried from a copy say (figures: docs/performance.md).
-            deepest = min(deepest, max(LOOKUP_FIRST, 2 * self.lookup.streak))
+        if self._banded(name):
+            deepest = self.lookups[name].deepest(deepest)
         steps = [(0.0, 0.0)]  # (expected tokens, seconds) by chain length
         sizes = self._lookup_sizes() if lookup else None
         for g in range(1, min(deepest, len(alph)) + 1):
@@ -284,10 +258,8 @@ class Planner(AutoGamma):
         # through small checks prices a long one far from what it costs, and a long check
         # that fails costs many plain steps; the curve is learnt by doubling instead.
         reach = 2 * (1 + max((i for i, w in enumerate(c.table.weight) if w > 0), default=0))
-        # A lookup's longer check is timed only inside a passage the reply repeats, right
-        # after a lookup step kept all it checked: elsewhere (past a copy's edits) a long
-        # check of a guess is mostly rows that fail (figures: docs/performance.md).
-        if name == NGRAM and not (self._lookup_timed() and self._lookup_run > 0):
+        banded = self.lookups.get(name)
+        if banded is not None and not banded.may_time_longer(self.plan_settings.lookup_timing_streak):
             reach = 0
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # A longer check this machine never timed is priced by a guess: a line through
@@ -297,27 +269,23 @@ class Planner(AutoGamma):
             # the estimate a third of the way).
             if not self._untimed(g) or (sizes is not None and g not in sizes):
                 continue
-            if name == NGRAM and self._timed_short is not None and g >= self._timed_short \
-                    and self._lookup_run < g:
-                # A check of this length already departed from its passage in this reply:
-                # time it again only once the lookup has kept that many in a row since (a
-                # summary's phrases run a few tokens: its second 8-row timing check, on this
-                # CPU's dear 8-row step, cost two plain steps again).
+            if banded is not None and banded.departed_within(g):
                 continue
             e_g, s_g = steps[g]
             if e_g / s_g >= max(TRY_UNTIMED * best_rate, self._needed(name) * base.rate):
                 return g, True
         return best_g, False
 
-    def _lookup_timed(self) -> bool:
-        """Whether the lookup has been right long enough in a row for an unscored step of it
-        (a warm-up, a timing check, a longer check): see PlannerSettings.lookup_timing_streak."""
-        return self.lookup.streak >= self.plan_settings.lookup_timing_streak
+    def _lookup_timed(self, name: str) -> bool:
+        """Whether banded lookup ``name`` has been right long enough in a row for an unscored
+        step of it (a warm-up, a timing check, a longer check): see
+        PlannerSettings.lookup_timing_streak."""
+        return self.lookups[name].timed(self.plan_settings.lookup_timing_streak)
 
     def _lags_behind(self, name: str) -> bool:
         """Whether drafting with ``name`` now would first read tokens it has not seen (the
         draft model, or a drafter with a cache of its own, after a new prompt)."""
-        if name in (*MODEL_DRAFTERS, TREE):
+        if self._drafts_model(name):
             return self.reads.pending and self.reads.behind > FIRST_STEP_READ
         return self._lags.get(name, 0) > FIRST_STEP_READ
 
@@ -363,15 +331,28 @@ class Planner(AutoGamma):
         return 0 < tried < TIMINGS_TRIED or (tried == 0 and self.costs.table.weight[g] == 0.0)
 
     def _arm(self, name: str) -> Arm:
-        got = self._arms.get(name)
-        if got is None:
-            got = self._arms[name] = self._arm_of(name)
-        return got
+        return self._arms.get(name, arms_mod.CHAIN)
+
+    def _kind(self, name: str) -> ArmKind:
+        return self._arm(name).kind
+
+    def _banded(self, name: str) -> bool:
+        """A banded lookup (see decode.arms): its estimates are in ``lookups``."""
+        return name in self.lookups
+
+    def _drafts_model(self, name: str) -> bool:
+        """A step of ``name`` drafts with the draft model (its chain or its tree)."""
+        return self._kind(name) in (ArmKind.DRAFT_CHAIN, ArmKind.DRAFT_TREE)
+
+    def _known(self, name: str) -> bool:
+        """An arm whose estimates are the planner's own (the draft model's, the banded
+        lookup's), not an :class:`OtherDrafter`'s."""
+        return self._drafts_model(name) or self._banded(name)
 
     def _lookup_like(self, name: str) -> bool:
-        """A drafter outside SCORED whose arm is a lookup (see decode.arms.LOOKUP): not probed
-        before it is scored, its checks as deep as the n-gram lookup's."""
-        return name not in SCORED and self._arm(name).kind is ArmKind.LOOKUP
+        """A lookup other than the banded one (see decode.arms): not probed before it is
+        scored, its checks as deep as the banded lookup's."""
+        return not self._banded(name) and self._kind(name) is ArmKind.LOOKUP
 
     def _other(self, name: str) -> OtherDrafter:
         got = self.others.get(name)
@@ -388,21 +369,18 @@ class Planner(AutoGamma):
         even measured; with the costs unknown yet, they are."""
         if not self.seeded and self.costs.ratio is None:
             return True
-        plan = self._own[name]()
-        if plan.drafter == NONE:
-            return False
-        table, o = self.costs.verify_table(), self.costs.overhead
-        n = min(plan.size, len(table) - 1)
-        return (1 + plan.depth) / (table[n] + o) >= self.plan_settings.margin / (table[0] + o)
+        return self.own[name].can_pay(self.costs.verify_table(), self.costs.overhead,
+                                      self.plan_settings.margin)
 
     def _tried(self, name: str) -> int:
-        return self.measured[name].tried if name in self._own else self._other(name).tried
+        return self.own[name].tried if name in self.own else self._other(name).tried
 
     # ---------------------------------------------------------------------------- choosing
 
     def next_gamma(self) -> int:
         plan = self.next_plan(self.drafters)
-        return plan.size if plan.drafter in (MODEL, NGRAM) else 0
+        return plan.size if self._kind(plan.drafter) is ArmKind.DRAFT_CHAIN \
+            or self._banded(plan.drafter) else 0
 
     def next_plan(self, available: tuple[str, ...]) -> Plan:
         """The step's plan: the phases below in turn, the first that decides giving it (a
@@ -415,8 +393,8 @@ class Planner(AutoGamma):
 
     def _unpaused(self, available: tuple[str, ...]) -> tuple[str, ...]:
         """The drafters available less the lookups pausing (see lookup_pauses)."""
-        return self.pauses.unpaused(available, frozenset((NGRAM,)) if self.lookup.hot
-                                    else frozenset())
+        return self.pauses.unpaused(available, frozenset(n for n, x in self.lookups.items()
+                                                         if x.hot))
 
     def _first_token(self, step: _Step) -> Plan | None:
         """The reply's first token comes from a plain step when a drafter would first have
@@ -432,14 +410,15 @@ class Planner(AutoGamma):
     def _warm_up(self, step: _Step) -> Plan | None:
         """The warm-up's unscored chains, which time the first checks."""
         s, ps = self.settings, self.plan_settings
-        step.chains = [d for d in (MODEL, NGRAM) if d in step.available]
+        step.chains = [d for d in step.available if self._kind(d) is ArmKind.DRAFT_CHAIN] \
+            + [d for d in step.available if self._banded(d)]
         # Unscored lookup steps (the warm-up's, a timing check) only inside a passage the reply
         # repeats: elsewhere a lookup of two tokens or more is right a third of the time or
         # less, and on a CPU each check that fails costs more than the plain step it replaced
         # (figures: docs/performance.md). Its guesses are scored on
         # every step, so its streak grows as soon as the reply starts copying.
-        warm = [d for d in step.chains if d != NGRAM or self._lookup_timed()]
-        if step.chains and step.chains[0] == MODEL and (
+        warm = [d for d in step.chains if not self._banded(d) or self._lookup_timed(d)]
+        if step.chains and self._kind(step.chains[0]) is ArmKind.DRAFT_CHAIN and (
                 self.reads.behind > ps.warmup_max_lag
                 or (self._warmup_left and not self._read_pays(ps.warmup_read_share))):
             # A warm-up step would first read the whole prompt into the draft: not for a
@@ -449,9 +428,9 @@ class Planner(AutoGamma):
             warm = warm[1:]
         step.warm = warm
         if self._warmup_left and warm and (step.reply is None or step.reply >= ps.warmup_after
-                                           or warm[0] == NGRAM):
+                                           or self._banded(warm[0])):
             gamma = min(s.warmup[len(s.warmup) - self._warmup_left], s.gamma_max)
-            if warm[0] == NGRAM:
+            if self._banded(warm[0]):
                 gamma = max(gamma, ps.lookup_warmup)
             self._warmup_left -= 1
             self.planned = gamma
@@ -465,19 +444,19 @@ class Planner(AutoGamma):
     def _measure_own(self, step: _Step) -> Plan | None:
         """A drafter of its own shape: its first steps measure what it yields here."""
         for n in step.available:
-            if n in self._own and self.measured[n].measuring and self._own_can_pay(n):
-                own = self._own_plan(n, "measuring")
+            if n in self.own and self.own[n].measuring and self._own_can_pay(n):
+                own = self.own[n].plan("measuring")
                 if own.drafter != NONE:
                     self._plain_run = 0
-                    self.measured[n].tried += 1
+                    self.own[n].tried += 1
                     return self._chosen(own, scored=False)
         return None
 
     def _probe_unseen(self, step: _Step) -> Plan | None:
         """A drafter never timed here: one short chain measures its cost and α."""
         ps = self.plan_settings
-        unseen = [n for n in step.available if n not in SCORED and n not in self._own
-                  and not self._lookup_like(n)
+        unseen = [n for n in step.available if self._kind(n) is ArmKind.CHAIN
+                  and n not in self.own
                   and self._other(n).tried == 0 and self._lags.get(n, 0) <= ps.warmup_max_lag]
         if not unseen:
             return None
@@ -499,8 +478,8 @@ class Planner(AutoGamma):
         # finds nothing and otherwise times a check of several tokens (without it, a reply
         # whose warm-up lookups found nothing would never leave plain).
         lookups = [n for n in step.available if self._lookup_like(n)]
-        lookup = next((n for n in (*lookups, NGRAM) if n in step.available
-                       and (n != NGRAM or self._lookup_timed())), None)
+        banded = [n for n in step.available if self._banded(n) and self._lookup_timed(n)]
+        lookup = next(iter(lookups + banded), None)
         if lookup is not None:
             return self._chosen(chain(lookup, 2, "timing a check"), scored=False)
         if self._warmup_left and step.warm and step.reply is not None:
@@ -512,11 +491,12 @@ class Planner(AutoGamma):
     def _keep_hold(self, step: _Step) -> Plan | None:
         """A plain answer held for a few steps (see _plain_or_probe), while nothing changed."""
         left, held, topic, band = self._hold
-        self._hold = (0, (), 0, 0)
+        self._hold = (0, (), 0, ())
         # A lookup that entered a repeated passage (or went deeper into one) since: score
         # again, its guesses changed what pays (a copy must not wait 16 plain steps).
         if left > 0 and held == step.available and topic == id(self.current) \
-                and band >= self.lookup.band and self._plain_run + 1 < self._probe_wait:
+                and all(b >= now for b, now in zip(band, self._bands(), strict=True)) \
+                and self._plain_run + 1 < self._probe_wait:
             self._hold = (left - 1, held, topic, band)
             self._plain_run += 1
             # Predicted on the costs of the scoring that chose it (the table is not worked
@@ -529,7 +509,7 @@ class Planner(AutoGamma):
         or a probe."""
         base, cands, chosen, sampled_best = self._choose(step.available)
         catch = self.catch_up_cost(self.reads.behind)
-        if chosen.plan.drafter in (MODEL, TREE) and catch > 0:
+        if self._drafts_model(chosen.plan.drafter) and catch > 0:
             # Worth switching back to the draft only if the faster steps repay its catch-up
             # within the tokens the reply is still expected to write.
             gain = (1 / base.rate - 1 / chosen.rate) * self.expected_remaining()
@@ -551,17 +531,18 @@ class Planner(AutoGamma):
         mean = model.alpha()
         self._alphas = model.position_alphas(mean)
         self._mean = mean
-        ng = self.ngram.position_alphas()
+        ng = {n: x.alpha.position_alphas() for n, x in self.lookups.items()}
         base, cands = self.candidates(available, self._alphas, ng)
         planned = self._fastest_paying(cands, base)
-        self.planned = planned.plan.size if planned.plan.drafter == MODEL else 0
+        self.planned = planned.plan.size \
+            if self._kind(planned.plan.drafter) is ArmKind.DRAFT_CHAIN else 0
         self._rate = max(planned.rate, base.rate)
         chosen = planned
         sampled_best = 0.0  # the best speculative rate on exploration's sampled α
         if s.explore:
             sampled = model.position_alphas(model.sample_alpha(self.rng))
-            ng_s = self.ngram.position_alphas(self.ngram.sample_alpha(self.rng)) \
-                if NGRAM in available else ng
+            ng_s = {n: x.alpha.position_alphas(x.alpha.sample_alpha(self.rng))
+                    if n in available else ng[n] for n, x in self.lookups.items()}
             s_base, s_cands = self.candidates(available, sampled, ng_s, reshape=False)
             pick = self._fastest_paying(s_cands, s_base)
             sampled_best = max((c.rate for c in s_cands), default=0.0)
@@ -578,9 +559,13 @@ class Planner(AutoGamma):
                     chosen = at_mean
         return base, cands, chosen, sampled_best
 
+    def _bands(self) -> tuple[int, ...]:
+        """Each banded lookup's band (lookup_estimate's COLD, HOT, LONG)."""
+        return tuple(x.estimate.band for x in self.lookups.values())
+
     def _short_lookup(self, drafter: str) -> bool:
         """A lookup step now would start outside a long run of right guesses."""
-        return drafter == NGRAM and self.lookup.band != LONG
+        return self._banded(drafter) and not self.lookups[drafter].long_run
 
     def _needed(self, drafter: str) -> float:
         """How many times plain's rate a step of ``drafter`` must promise now."""
@@ -598,7 +583,7 @@ class Planner(AutoGamma):
         """Nothing pays: plain, held for the next few steps; or, every so often, a probe of
         whether drafting has started to pay."""
         s, ps = self.settings, self.plan_settings
-        if self._probed and self._probed != NGRAM:
+        if self._probed and not self._banded(self._probed):
             # The probe found nothing: wait longer before the next one. Not for an n-gram
             # probe: one token checked costs little, and a reply that copies its prompt must
             # not lose its lookups to an unlucky first guess at a changed word.
@@ -607,39 +592,42 @@ class Planner(AutoGamma):
         self._plain_run += 1
         available = step.available
         if self._plain_run < self._probe_wait or not (
-                step.chains or any(n not in SCORED for n in available)):
+                step.chains or any(not self._known(n) for n in available)):
             # The next few plain steps keep this answer unscored (scoring costs a few ms of
             # Python, a tenth of a small model's step).
             best = max([c.rate for c in cands] + [sampled_best])
             # (No hold while the lookup is hot: its estimate moves with every guess.)
-            every = 1 if self.lookup.hot else REPLAN_EVERY if best >= NEAR_PLAIN * base.rate \
+            every = 1 if any(x.hot for x in self.lookups.values()) else REPLAN_EVERY \
+                if best >= NEAR_PLAIN * base.rate \
                 else REPLAN_FAR
-            self._hold = (every - 1, available, id(self.current), self.lookup.band)
+            self._hold = (every - 1, available, id(self.current), self._bands())
             self._held_step = (base.expected, base.seconds)
             return self._chosen(plain(self._plain_reason(base, cands)), got=self._held_step)
         # A probe (n-gram first: it costs nearly nothing; the draft model only if re-reading
         # what it missed is cheap here).
         affordable = catch <= ps.probe_budget * self.reads.behind * base.seconds \
             and not self._draft_unpriced()
-        others = sorted((self._tried(n), n) for n in available if n not in SCORED
+        others = sorted((self._tried(n), n) for n in available if not self._known(n)
                         and n not in self._guessed and self._lags.get(n, 0) <= ps.warmup_max_lag
-                        and (n not in self._own or self._own_can_pay(n)))
+                        and (n not in self.own or self._own_can_pay(n)))
         # A lookup whose guesses are scored is not probed: its estimate already holds what a
         # probe would learn, so a probe is a bet the scoring turned down (figures:
         # docs/performance.md).
-        if NGRAM in step.chains:
-            probe = "" if NGRAM in self._guessed else NGRAM
-        elif MODEL in step.chains and affordable:
-            probe = MODEL
+        banded = [n for n in step.chains if self._banded(n)]
+        model = [n for n in step.chains if self._kind(n) is ArmKind.DRAFT_CHAIN]
+        if banded:
+            probe = "" if banded[0] in self._guessed else banded[0]
+        elif model and affordable:
+            probe = model[0]
         else:
             probe = others[0][1] if others else ""
         self._plain_run = 0
         if not probe:
             return self._chosen(plain(self._plain_reason(base, cands)))
         self._probed = probe
-        if probe in self._own:
-            self.measured[probe].tried += 1
-            return self._chosen(self._own_plan(probe, "probe"))
+        if probe in self.own:
+            self.own[probe].tried += 1
+            return self._chosen(self.own[probe].plan("probe"))
         if probe in self.others:
             self.others[probe].tried += 1
         return self._chosen(chain(probe, min(s.probe_gamma, s.gamma_max), "probe"))
@@ -653,34 +641,37 @@ class Planner(AutoGamma):
         plan = chosen.plan
         if plan.drafter in self.others:
             self.others[plan.drafter].tried += 1
-        if plan.drafter in self._own:
-            self.measured[plan.drafter].tried += 1
+        if plan.drafter in self.own:
+            self.own[plan.drafter].tried += 1
             return self._chosen(Plan(plan.drafter, plan.parents,
                                      f"{plan.reason} · {chosen.rate / base.rate:.2f}× plain"))
-        if plan.drafter == TREE:
-            return self._chosen(Plan(TREE, plan.parents,
+        kind = self._kind(plan.drafter)
+        if kind is ArmKind.DRAFT_TREE:
+            return self._chosen(Plan(plan.drafter, plan.parents,
                                      f"tree {plan.size} · depth {plan.depth}"))
-        reason = f"{'chain' if plan.drafter == MODEL else plan.drafter} {plan.size}"
+        reason = f"{'chain' if kind is ArmKind.DRAFT_CHAIN else plan.drafter} {plan.size}"
         if chosen.explore:
             self._timing[plan.size] = self._timing.get(plan.size, 0) + 1
-            self._timing_plan = plan.size if plan.drafter == NGRAM else 0
+            if self._banded(plan.drafter):
+                self.lookups[plan.drafter].timing_plan = plan.size
             reason += " · timing a longer check"
-        if plan.drafter == MODEL and s.early_stop and self._confident():
+        if kind is ArmKind.DRAFT_CHAIN and s.early_stop and self._confident():
             # The confidence rule (keep_drafting) decides where the step stops; the
             # prediction stays the planned chain's.
-            return self._chosen(chain(MODEL, s.gamma_max, reason), predict=plan)
+            return self._chosen(chain(plan.drafter, s.gamma_max, reason), predict=plan)
         return self._chosen(Plan(plan.drafter, plan.parents, reason))
 
     def catch_up_cost(self, tokens: int) -> float:
         """Seconds for the draft model to read ``tokens`` it missed (DraftReads.catch_up)."""
         return self.reads.catch_up(tokens, self.costs.verify_table(), self.t_draft)
 
-    def _expected(self, plan: Plan, alphas: Sequence[float], ngram: Sequence[float]) -> float:
-        if plan.drafter == TREE:
+    def _expected(self, plan: Plan, alphas: Sequence[float],
+                  lookups: Mapping[str, Sequence[float]]) -> float:
+        if self._kind(plan.drafter) is ArmKind.DRAFT_TREE:
             return self.trees.expected(alphas, plan)
         if plan.drafter in self.others:
             return expected_tokens(self.others[plan.drafter].model.position_alphas(), plan.size)
-        return expected_tokens(ngram if plan.drafter == NGRAM else alphas, plan.size)
+        return expected_tokens(lookups.get(plan.drafter, alphas), plan.size)
 
     def predict(self, plan: Plan) -> tuple[float, float] | None:
         """(expected tokens, seconds) of ``plan`` on the current estimates and costs, the draft
@@ -691,17 +682,19 @@ class Planner(AutoGamma):
         n = min(plan.size, len(table) - 1)
         if plan.drafter == NONE or n == 0:
             return 1.0, table[0] + o
-        if plan.drafter in self._own:
-            got = self.measured[plan.drafter].per_step()
+        if plan.drafter in self.own:
+            got = self.own[plan.drafter].per_step()
             return (got[0], got[1] + o) if got is not None else None
         alphas = self.current.model.position_alphas(self.current.model.alpha())
-        expected = self._expected(plan, alphas, self.ngram.position_alphas())
-        if plan.drafter == NGRAM:
-            return expected, n * self.t_ngram + table[n] + o
+        expected = self._expected(plan, alphas, {n: x.alpha.position_alphas()
+                                                 for n, x in self.lookups.items()})
+        if self._banded(plan.drafter):
+            return expected, n * self.lookups[plan.drafter].t + table[n] + o
         catch = self.catch_up_cost(self.reads.behind)
-        if plan.drafter == MODEL:
+        kind = self._kind(plan.drafter)
+        if kind is ArmKind.DRAFT_CHAIN:
             return expected, catch + n * self.t_draft + table[n] + o
-        if plan.drafter == TREE:
+        if kind is ArmKind.DRAFT_TREE:
             return expected, catch + tree_draft_cost(plan, self.t_draft, table) + table[n] + o
         if plan.drafter in self.others and plan.is_chain:
             return expected, n * self.others[plan.drafter].t(table[0]) + table[n] + o
@@ -724,7 +717,8 @@ class Planner(AutoGamma):
         """Why nothing pays, in a few words, from the measured costs."""
         table = self.costs.verify_table()
         ratio = self.t_draft / table[0] if table[0] > 0 else 0.0
-        model = next((c for c in cands if c.plan.drafter == MODEL), None)
+        model = next((c for c in cands if self._kind(c.plan.drafter) is ArmKind.DRAFT_CHAIN),
+                     None)
         if model is not None and ratio >= 0.3:
             return f"plain: a draft token costs {ratio:.0%} of a target step"
         n = 5  # a typical chain's check: the last token and four drafts
@@ -740,18 +734,17 @@ class Planner(AutoGamma):
     def observe(self, step: StepEvent) -> None:
         self._step_s = step.draft_s + step.verify_s
         self.costs.add_verify(step.batch, step.verify_s)
-        model_drafted = step.drafter in (*MODEL_DRAFTERS, TREE)
-        self.reads.learn(step, self.ngram.lam_slow, model_drafted)
-        if step.gamma > 0 and (step.drafter == NGRAM or self._lookup_like(step.drafter)):
+        model_drafted = self._drafts_model(step.drafter)
+        kind = self._kind(step.drafter)
+        lam = self.overall.lam_slow
+        self.reads.learn(step, lam, model_drafted)
+        if step.gamma > 0 and kind is ArmKind.LOOKUP:
             self.pauses.outcome(step.drafter, step.accepted > 0)
-            if step.drafter == NGRAM:
-                full = step.accepted == step.gamma
-                self._lookup_run = self._lookup_run + step.accepted if full else 0
-                if self._timing_plan and not full:
-                    g = self._timing_plan
-                    self._timed_short = min(self._timed_short or g, g)
-        self._timing_plan = 0
-        if step.gamma > 0 and step.drafter in MODEL_DRAFTERS:
+            if self._banded(step.drafter):
+                self.lookups[step.drafter].outcome(step)
+        for lookup in self.lookups.values():
+            lookup.timing_plan = 0
+        if step.gamma > 0 and kind is ArmKind.DRAFT_CHAIN:
             if self.reads.pending:
                 # After plain or n-gram steps (or a new prompt) the draft first catches up on
                 # what they committed, a batched decode: that time is not a draft token's.
@@ -759,23 +752,20 @@ class Planner(AutoGamma):
             else:
                 self.costs.add_draft(step.gamma, step.draft_s)
             self._learn(step)
-        elif step.gamma > 0 and step.drafter == NGRAM:
-            lam = self.ngram.lam_slow
-            self._ngram_cost = [lam * self._ngram_cost[0] + step.draft_s,
-                                lam * self._ngram_cost[1] + step.gamma]
-            self.lookup.step(step_outcomes(step))
-        elif step.gamma > 0 and step.drafter == TREE:
+        elif step.gamma > 0 and self._banded(step.drafter):
+            self.lookups[step.drafter].learn(step, lam)
+        elif step.gamma > 0 and kind is ArmKind.DRAFT_TREE:
             outcomes = self.trees.learn(self.last_plan, step)
             if outcomes:
                 self.current.model.observe(outcomes)
                 self.overall.observe(outcomes)
-        elif step.gamma > 0 and step.drafter not in SCORED and step.drafter != NONE \
-                and step.drafter not in self._own:
+        elif step.gamma > 0 and not self._known(step.drafter) and step.drafter != NONE \
+                and step.drafter not in self.own:
             self._other(step.drafter).observe(step)
-        if self.last_plan.drafter in self._own:
+        if self.last_plan.drafter in self.own:
             # By the plan, not the step's drafter: a Lookahead step whose pool had nothing
             # still paid for its window (its drafter then reads "none").
-            self.measured[self.last_plan.drafter].observe(step)
+            self.own[self.last_plan.drafter].observe(step)
         self.reads.after(step, model_drafted)
         if self._reply_tokens is not None:
             self._reply_tokens += step.committed
@@ -798,27 +788,29 @@ class Planner(AutoGamma):
                 self._other(name).model.observe(outcome, start)
         self._guessed.update(guessers)
         for name, guesser in guessers.items():
-            if name != NGRAM:
+            if not self._banded(name):
                 self._other_guesses.offer(name, guesser(k))
-        guess = guessers.get(NGRAM)
         # Guesses as long as the draft model's chains: scored deeper, a copy's long runs of
         # right tokens would outweigh the first token in the pooled α that every depth shrinks
         # toward (deeper depths learn from the lookup's own steps).
-        self.lookup.score(committed, ran, guess(self.settings.gamma_max) if guess else None)
+        for name, lookup in self.lookups.items():
+            guess = guessers.get(name)
+            lookup.estimate.score(committed, ran, guess(k) if guess else None)
 
     # ------------------------------------------------------------------------ persistence
 
     def state(self) -> dict[str, object]:
         d = super().state()
-        d.update(self.lookup.state(), ngram_cost=list(self._ngram_cost),
-                 ranks=self.trees.ranks.state(), read_cost=self.reads.state(),
+        for lookup in self.lookups.values():
+            d.update(lookup.state())
+        d.update(ranks=self.trees.ranks.state(), read_cost=self.reads.state(),
                  **self._lengths_now().state())
         return d
 
     def learnt(self) -> int:
         """Draft steps, lookup steps and timed steps: a planner that only ever ran plain steps
         and lookups (a draft that never paid here) still learnt the machine's verify costs."""
-        return self.overall.steps + sum(m.steps for m in self.lookup.models.values()) \
+        return self.overall.steps + sum(x.steps() for x in self.lookups.values()) \
             + self.costs.observations
 
     def _costs_usable(self, costs: OnlineCostModel) -> bool:
@@ -835,19 +827,18 @@ class Planner(AutoGamma):
         return out
 
     def load_state(self, d: dict[str, object]) -> None:
-        lookup = LookupEstimate(self.lookup_depth, self.lookup.models[HOT].prior_alpha,
-                                self.settings.slow_half_life, self.settings.fast_half_life)
-        lookup.load_state(d)
-        cost = [float(v) for v in d["ngram_cost"]]  # type: ignore[attr-defined]
-        if len(cost) != 2 or cost[1] <= 0 or cost[0] < 0:
-            raise ValueError("n-gram cost of another shape")
+        a = self.settings
+        costs = {n: x.read_state(d, a.slow_half_life, a.fast_half_life)
+                 for n, x in self.lookups.items()}
         ranks = self.trees.read_ranks(d["ranks"])  # type: ignore[arg-type]
         read = DraftReads.read_state(d.get("read_cost", [0.0, 0.0]))
         lengths = ReplyLengths()
         lengths.load_state(d)  # (older states have neither: nothing measured yet)
         super().load_state(d)
-        self.lookup.load_state(d)  # (checked above, before anything changed)
-        self._ngram_cost, self.trees.ranks = cost, ranks
+        for name, cost in costs.items():  # (checked above, before anything changed)
+            if cost is not None:
+                self.lookups[name].take(d, cost)
+        self.trees.ranks = ranks
         self.reads.load(read)
         self.lengths = lengths
         self.label = "plan"
@@ -857,14 +848,14 @@ class Planner(AutoGamma):
             self.lengths.add(self._reply_tokens)
         super().begin(prompt_text)
         self.prediction = Prediction()
-        self.lookup.begin()
+        for lookup in self.lookups.values():
+            lookup.begin()
         self._other_guesses.clear()
         self._guessed = set()
         self.reads.begin()
         self._lags = {}
         self._reply_tokens = 0
         self.pauses.clear()
-        self._lookup_run, self._timed_short, self._timing_plan = 0, None, 0
 
     def start_reply(self, info: ReplyStart) -> None:
         self._budget = info.max_tokens
@@ -883,4 +874,5 @@ class Planner(AutoGamma):
         self._lags = dict(lags)
 
     def describe(self) -> str:
-        return f"{super().describe()}; n-gram α {self.ngram.alpha():.2f}; last: {self.reason}"
+        lookups = "".join(f"; {n} α {x.alpha.alpha():.2f}" for n, x in self.lookups.items())
+        return f"{super().describe()}{lookups}; last: {self.reason}"

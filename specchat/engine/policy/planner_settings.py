@@ -65,7 +65,6 @@ class PlannerSettings:
     tree_ranks: int = 4  # children per node at most
     rank_prior: float = 0.35  # P(rank k + 1 kept | ranks ≤ k not), before trees are seen
     rank_prior_weight: float = 4.0
-    ngram_prior_alpha: float = 0.4
     # Longest prompt-lookup chain (γ): a lookup costs nothing to draft, and a passage the
     # reply copies runs on for dozens of tokens, where a check's cost per token keeps falling
     # (figures: docs/performance.md).

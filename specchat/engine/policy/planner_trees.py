@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.decode.events import StepEvent
-from specchat.engine.decode.plan import TREE, Plan
+from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings
 from specchat.engine.policy.tree_dp import best_trees
 from specchat.engine.policy.tree_dp import expected_tokens as tree_expected
@@ -46,12 +46,13 @@ class TreePlans:
             out.append(row)
         return out
 
-    def best(self, alphas: Sequence[float], table: Sequence[float], t_d: float, o: float,
-              chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
-        """The best tree over budgets n and depth bounds L (Sequoia's depth-bounded search: a
-        deeper tree costs a draft pass per level). Shapes come from the DP on the rank table
-        rounded to 0.05 and searched again at most every ``TREE_EVERY`` steps (the search is
-        dear in Python); each shape is then scored on the exact estimates and costs."""
+    def best(self, name: str, alphas: Sequence[float], table: Sequence[float], t_d: float,
+             o: float, chains_elsewhere: bool, reshape: bool = True) -> Candidate | None:
+        """The best tree of drafter ``name`` over budgets n and depth bounds L (Sequoia's
+        depth-bounded search: a deeper tree costs a draft pass per level). Shapes come from
+        the DP on the rank table rounded to 0.05 and searched again at most every
+        ``TREE_EVERY`` steps (the search is dear in Python); each shape is then scored on the
+        exact estimates and costs."""
         p = self.rank_table(alphas)
         key = tuple(tuple(round(x * 20) for x in row) for row in p)
         self._age += 1 if reshape else 0
@@ -63,7 +64,7 @@ class TreePlans:
             for depth in range(1, len(p) + 1):
                 for t in best_trees(p[:depth], budget)[1:]:
                     shapes[t.parents] = None
-            self._key, self._shapes = key, [Plan(TREE, s) for s in shapes]
+            self._key, self._shapes = key, [Plan(name, s) for s in shapes]
         scored = []
         # Between searches (and for exploration's sampled α) only the shapes that scored best
         # at the last search are scored again.
