@@ -12,7 +12,7 @@ from typing import Any
 
 from specchat.engine.decode.grammar import GrammarError, compile_grammar
 from specchat.serve.api_errors import bad_request
-from specchat.serve.fields import kind_name, unicode_text, wrong_type
+from specchat.serve.fields import shown, unicode_text, wrong_type
 
 
 def _compiled(kind: Any, text: str | None, param: str, code: str) -> str:
@@ -61,9 +61,8 @@ def constraint(doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
             text = _schema_text({} if schema is None else schema, where)
             out = (_compiled("json_schema", text, where, "invalid_json_schema"), "response_format")
         elif kind != "text":
-            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
             raise bad_request("'response_format.type' must be 'text', 'json_object' or "
-                              f"'json_schema', not {shown!r}", "response_format.type")
+                              f"'json_schema', not {shown(kind)!r}", "response_format.type")
     if grammar is not None:
         if not isinstance(grammar, str):
             raise wrong_type("grammar", "a string (a Lark or GBNF grammar)", grammar)

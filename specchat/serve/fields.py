@@ -9,6 +9,11 @@ from typing import Any
 from specchat.serve.api_errors import ApiError, bad_request
 
 
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: a string's first 40 characters, else its kind."""
+    return value[:40] if isinstance(value, str) else kind_name(value)
+
+
 def kind_name(value: Any) -> str:
     if value is None:
         return "null"

@@ -31,7 +31,7 @@ from specchat.engine.decode.fim import ExtraFile
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.serve.api_errors import bad_request
 from specchat.serve.constraint_request import constraint
-from specchat.serve.fields import flag, kind_name, unicode_text, wrong_type
+from specchat.serve.fields import flag, shown, unicode_text, wrong_type
 from specchat.serve.tool_request import tool_calls, tool_grammar, tools
 
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
@@ -239,17 +239,18 @@ def _prediction(value: Any) -> str | None:
         raise wrong_type("prediction", "an object", value)
     kind = value.get("type")
     if kind != "content":
-        shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
-        raise bad_request(f"'prediction.type' must be 'content', not {shown!r}",
+        raise bad_request(f"'prediction.type' must be 'content', not {shown(kind)!r}",
                           "prediction.type")
     if value.get("content") is None:
         raise bad_request("'prediction.content' is required", "prediction.content",
                           "missing_required_parameter")
-    return _content(value.get("content"), "prediction.content")
+    return content_text(value.get("content"), "prediction.content")
 
 
-def _content(value: Any, param: str) -> str:
-    """A message's text: a string, or an array of text parts (joined), or null."""
+def content_text(value: Any, param: str, kinds: tuple[str, ...] = ("text",),
+                 expected: str = "'text'") -> str:
+    """A message's text: a string, or an array of text parts (joined), or null. ``kinds``: the
+    part types read as text (``expected`` names them in the error for any other)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -261,9 +262,10 @@ def _content(value: Any, param: str) -> str:
         where = f"{param}[{j}]"
         if not isinstance(part, dict):
             raise wrong_type(where, "an object", part)
-        if part.get("type") != "text":
-            raise bad_request(f"'{where}.type' must be 'text': this server reads text only, "
-                              f"not {str(part.get('type'))[:40]!r}", f"{where}.type")
+        kind = part.get("type")
+        if kind not in kinds:
+            raise bad_request(f"'{where}.type' must be {expected}: this server reads text only, "
+                              f"not {shown(kind)!r}", f"{where}.type")
         text = part.get("text")
         if not isinstance(text, str):
             raise wrong_type(f"{where}.text", "a string", text)
@@ -303,7 +305,7 @@ def messages(value: Any) -> tuple[Message, ...]:
                                   "missing_required_parameter")
         else:
             call_id = None
-        out.append(Message(ROLES[role], _content(m.get("content"), f"{where}.content"),
+        out.append(Message(ROLES[role], content_text(m.get("content"), f"{where}.content"),
                            calls, call_id))
     return tuple(out)
 

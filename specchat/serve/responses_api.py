@@ -33,8 +33,8 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
-from specchat.serve.fields import flag, kind_name, unicode_text, wrong_type
-from specchat.serve.parse import GenerationRequest, chat_request
+from specchat.serve.fields import flag, shown, unicode_text, wrong_type
+from specchat.serve.parse import GenerationRequest, chat_request, content_text
 from specchat.serve.replies import call_stream, extension, split_deltas, timings
 from specchat.serve.worker import Finished
 
@@ -81,29 +81,10 @@ class ResponseStore:
         return len(self._kept)
 
 
-def _text_parts(value: Any, where: str, role: str) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return unicode_text(value, where)
-    if not isinstance(value, list):
-        raise wrong_type(where, "a string or an array of content parts", value)
-    texts = []
-    for j, part in enumerate(value):
-        w = f"{where}[{j}]"
-        if not isinstance(part, dict):
-            raise wrong_type(w, "an object", part)
-        kind = part.get("type")
-        if kind not in ("input_text", "output_text", "text"):
-            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
-            raise bad_request(f"'{w}.type' must be 'input_text' (or an assistant's "
-                              f"'output_text'): this server reads text only, not {shown!r}",
-                              f"{w}.type")
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise wrong_type(f"{w}.text", "a string", text)
-        texts.append(unicode_text(text, f"{w}.text"))
-    return "".join(texts)
+def _text_parts(value: Any, where: str) -> str:
+    """An input item's text, read as chat's content is, with the Responses API's part types."""
+    return content_text(value, where, ("input_text", "output_text", "text"),
+                        "'input_text' (or an assistant's 'output_text')")
 
 
 def _str_field(item: Mapping[str, Any], name: str, where: str) -> str:
@@ -134,10 +115,9 @@ def input_messages(value: Any) -> list[Message]:
         if kind == "message":
             role = item.get("role")
             if role not in ROLES:
-                shown = role[:40] if isinstance(role, str) else kind_name(role)
                 raise bad_request(f"'{where}.role' must be user, system, developer or "
-                                  f"assistant, not {shown!r}", f"{where}.role")
-            text = _text_parts(item.get("content"), f"{where}.content", role)
+                                  f"assistant, not {shown(role)!r}", f"{where}.role")
+            text = _text_parts(item.get("content"), f"{where}.content")
             out.append(Message("system" if role == "developer" else role, text))
         elif kind == "function_call":
             call = ToolCall(_str_field(item, "call_id", where), _str_field(item, "name", where),
@@ -150,15 +130,14 @@ def input_messages(value: Any) -> list[Message]:
         elif kind == "function_call_output":
             call_id = _str_field(item, "call_id", where)
             output = item.get("output")
-            text = (_text_parts(output, f"{where}.output", "tool")
+            text = (_text_parts(output, f"{where}.output")
                     if not isinstance(output, str) else unicode_text(output, f"{where}.output"))
             out.append(Message("tool", text, (), call_id))
         elif kind == "reasoning":
             continue  # a reasoning model's notes, echoed back by clients: this model has none
         else:
-            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
             raise bad_request(f"'{where}.type' must be 'message', 'function_call' or "
-                              f"'function_call_output', not {shown!r}", f"{where}.type")
+                              f"'function_call_output', not {shown(kind)!r}", f"{where}.type")
     if not out:
         raise bad_request("'input' is empty: give at least one item", "input")
     return out
@@ -177,9 +156,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             raise wrong_type(where, "an object", t)
         kind = t.get("type")
         if kind != "function":
-            shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
             raise bad_request(f"'{where}.type' must be 'function': this server runs no "
-                              f"built-in tools ({shown!r}); give the model function tools and "
+                              f"built-in tools ({shown(kind)!r}); give the model function tools and "
                               "run them yourself", f"{where}.type", "unsupported_tool")
         fn = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
         out.append({"type": "function", "function": fn})
@@ -218,9 +196,8 @@ def _format(text: Any) -> dict[str, Any] | None:
             "strict": fmt.get("strict")}}
     if kind in ("json_object", "text"):
         return {"type": kind}
-    shown = kind[:40] if isinstance(kind, str) else kind_name(kind)
     raise bad_request(f"'text.format.type' must be 'text', 'json_object' or 'json_schema', not "
-                      f"{shown!r}", "text.format.type")
+                      f"{shown(kind)!r}", "text.format.type")
 
 
 # A chat field's name in an error, as this API names it.
