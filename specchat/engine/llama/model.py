@@ -79,7 +79,10 @@ class LlamaModel:
         if settings.main_gpu is not None:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = settings.main_gpu
-        params.use_mmap = settings.use_mmap
+        # (llama_model_params has no use_mmap: the load mode says it. AUTO maps the file where
+        # every device can read mapped memory, as llama-server does by default.)
+        params.load_mode = (llama_cpp.LLAMA_LOAD_MODE_AUTO if settings.use_mmap
+                            else llama_cpp.LLAMA_LOAD_MODE_NONE)
         params.vocab_only = settings.vocab_only
         callback = None
         if progress is not None:
