@@ -188,3 +188,24 @@ def test_the_layers_a_load_leaves_on_the_cpu(tiny_target: Path) -> None:
     assert cpu_kernels.on_cpu(header, 1) == (2, False)
     assert cpu_kernels.on_cpu(header, 2) == (1, False)
     assert cpu_kernels.on_cpu(header, -1) == (0, False)
+
+
+@pytest.mark.qwen
+@needs_x86_repack
+def test_on_the_qwen_pair_the_overrides_repack_what_llama_cpp_repacks(
+        no_verdicts: None, qwen_paths: AppPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Q4_K_M files: Q4_K matrices repacked; Q6_K, Q5_0, Q8_0 ones (most of the 0.5B, whose
+    # 896-wide rows do not fit Q4_K blocks) and the embedding, read by rows, stay plain.
+    assert not amx.build_has_amx()
+    for path in sorted(qwen_paths.models_dir.glob("qwen2.5-coder-*-q4_k_m.gguf")):
+        monkeypatch.setattr(amx, "build_has_amx", lambda: False)
+        own = LlamaModel(path, ModelSettings(n_gpu_layers=0))
+        _amx_crashes(monkeypatch)
+        model = LlamaModel(path, ModelSettings(n_gpu_layers=0))
+        assert model.kernels is not None and model.kernels.kind == "repack", model.kernels
+        assert _buffers(model)[cpu_kernels.REPACK_NAME] > 0
+        assert _buffers(model) == _buffers(own), path.name
+        own.close()
+        model.close()
+        monkeypatch.setattr(amx, "_verdict", None)
+        monkeypatch.delenv(amx.ENV, raising=False)
