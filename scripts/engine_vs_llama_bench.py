@@ -8,6 +8,8 @@ In one process, one copy of the model per choice (see ``engine.llama.cpu_kernels
   weights CPU_REPACK takes pointed at it by buffer overrides;
 - ``plain``: extra buffer types off, what specchat loaded before where AMX crashed.
 
+Where the AMX kernels crash, ``default`` would die with them: run ``--choices repack,plain``.
+
 Each round measures every choice in turn (the order alternating): the verify curve (ms for one
 batch of 1, 2, 4, 8, 16, 32 rows after a 64-token prefix, logits on every row, as verification
 asks), a greedy plain reply of ``--max-tokens`` tokens (the engine's loop: one row per step),
