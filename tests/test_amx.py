@@ -66,16 +66,16 @@ def test_the_user_decides_with_the_environment(fresh_amx: None,
     monkeypatch.setattr(amx, "probe", never)
     monkeypatch.setattr(amx, "build_has_amx", lambda: True)
     monkeypatch.setenv(amx.ENV, "off")
-    assert amx.extra_buffers_allowed("m.gguf") is False
+    assert amx.amx_allowed("m.gguf") is False
     monkeypatch.setenv(amx.ENV, "ON")
-    assert amx.extra_buffers_allowed("m.gguf") is True
+    assert amx.amx_allowed("m.gguf") is True
 
 
 def test_a_build_without_the_kernels_is_not_checked(fresh_amx: None,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amx, "build_has_amx", lambda: False)
     monkeypatch.setattr(amx, "probe", lambda *_a: pytest.fail("checked"))
-    assert amx.extra_buffers_allowed("m.gguf") is True
+    assert amx.amx_allowed("m.gguf") is True
     assert amx.ENV not in os.environ and amx.note() is None
 
 
@@ -83,9 +83,9 @@ def test_a_model_without_weights_for_the_kernels_is_not_checked(
         fresh_amx: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amx, "build_has_amx", lambda: True)
     monkeypatch.setattr(amx, "probe", lambda *_a: False)
-    assert amx.extra_buffers_allowed("f32.gguf", {0, 1}) is True  # F32, F16: no child
+    assert amx.amx_allowed("f32.gguf", {0, 1}) is True  # F32, F16: no child
     assert amx.ENV not in os.environ
-    assert amx.extra_buffers_allowed("q4.gguf", {0, 12}) is False  # Q4_K: checked
+    assert amx.amx_allowed("q4.gguf", {0, 12}) is False  # Q4_K: checked
 
 
 def test_a_crash_is_found_once_kept_per_build_and_told(fresh_amx: None, home: AppPaths,
@@ -99,22 +99,22 @@ def test_a_crash_is_found_once_kept_per_build_and_told(fresh_amx: None, home: Ap
     monkeypatch.setattr(amx, "build_has_amx", lambda: True)
     monkeypatch.setattr(amx, "probe", crashes)
     # A model with nothing for the kernels says nothing: the next model is checked.
-    assert amx.extra_buffers_allowed("f32.gguf") is True
-    assert amx.extra_buffers_allowed("q4.gguf") is False
-    assert amx.extra_buffers_allowed("other.gguf") is False  # this process knows now
+    assert amx.amx_allowed("f32.gguf") is True
+    assert amx.amx_allowed("q4.gguf") is False
+    assert amx.amx_allowed("other.gguf") is False  # this process knows now
     assert calls == ["f32.gguf", "q4.gguf"]
     assert os.environ[amx.ENV] == "off"  # for the processes it starts
     assert "crash" in (amx.note() or "")
     # A new process on the same build reads the verdict instead of checking again.
     monkeypatch.setattr(amx, "_verdict", None)
     monkeypatch.delenv(amx.ENV)
-    assert amx.extra_buffers_allowed("q4.gguf") is False
+    assert amx.amx_allowed("q4.gguf") is False
     assert calls == ["f32.gguf", "q4.gguf"]
     # A rebuilt llama.cpp is checked again.
     monkeypatch.setattr(amx, "_verdict", None)
     monkeypatch.delenv(amx.ENV)
     monkeypatch.setattr(amx, "build_id", lambda: "rebuilt")
-    assert amx.extra_buffers_allowed("q4.gguf") is False
+    assert amx.amx_allowed("q4.gguf") is False
     assert calls == ["f32.gguf", "q4.gguf", "q4.gguf"]
 
 
@@ -124,7 +124,7 @@ def test_a_broken_verdict_file_costs_a_check(fresh_amx: None, home: AppPaths,
     (home.cache_dir / "amx-verdict.json").write_text("{not json")
     monkeypatch.setattr(amx, "build_has_amx", lambda: True)
     monkeypatch.setattr(amx, "probe", lambda *_a: True)
-    assert amx.extra_buffers_allowed("q4.gguf") is True
+    assert amx.amx_allowed("q4.gguf") is True
     assert amx.note() is None
     assert '": true' in (home.cache_dir / "amx-verdict.json").read_text()
 

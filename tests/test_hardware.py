@@ -13,7 +13,14 @@ import pytest
 
 from specchat.devtools import gpu_proof
 from specchat.engine.llama import hardware
-from specchat.engine.llama.hardware import Device, HostMemory, backend_label, devices, gpu_devices
+from specchat.engine.llama.hardware import (
+    Device,
+    HostMemory,
+    backend_label,
+    devices,
+    gpu_devices,
+    math_cores,
+)
 from specchat.engine.llama.llama_lib import supports_gpu_offload
 from specchat.engine.llama.load_report import LoadReport
 from specchat.engine.llama.placement import ModelPlacement, Placement
@@ -176,3 +183,33 @@ def test_gpu_proof_runs_on_this_build(tmp_path: Path) -> None:
         assert rc == 0 and all(m["gpu_layers"] == m["layers"] for m in report["models"])
     else:  # --require-gpu on a CPU build must fail, and say why
         assert rc == 1 and report["failures"] == ["not every layer was offloaded to the GPU"]
+
+
+def _sysfs(root: Path, siblings: list[str], core: str | None = None,
+           atom: str | None = None) -> Path:
+    for i, s in enumerate(siblings):
+        d = root / "devices" / "system" / "cpu" / f"cpu{i}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings").write_text(s + "\n")
+    for kind, cpus in (("cpu_core", core), ("cpu_atom", atom)):
+        if cpus is not None:
+            (root / "devices" / kind).mkdir(parents=True)
+            (root / "devices" / kind / "cpus").write_text(cpus + "\n")
+    return root
+
+
+def test_threads_one_per_physical_core_and_performance_cores_only(tmp_path: Path) -> None:
+    # llama.cpp's default (cpu_get_num_math). 4 cores with SMT: siblings (0,4) (1,5)...
+    smt = _sysfs(tmp_path / "smt", ["11", "22", "44", "88"] * 2)
+    assert math_cores(smt, set(range(8))) == 4
+    # 6 cores without SMT: all six (half the logical CPUs would leave three idle).
+    flat = _sysfs(tmp_path / "flat", [f"{1 << i:x}" for i in range(6)])
+    assert math_cores(flat, set(range(6))) == 6
+    # A hybrid CPU: 2 performance cores with SMT (cpus 0-3) and 4 efficiency cores (4-7).
+    hybrid = _sysfs(tmp_path / "hybrid", ["3", "3", "c", "c", "10", "20", "40", "80"],
+                    core="0-3", atom="4-7")
+    assert math_cores(hybrid, set(range(8))) == 2
+    # Only the CPUs the process may run on count (a container's cpuset).
+    assert math_cores(smt, {0, 4}) == 1
+    # No sysfs: half the logical CPUs above four.
+    assert math_cores(tmp_path / "none", set(range(8))) == 4

@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from specchat.cli.common import Env
-from specchat.engine.llama import rpc
+from specchat.engine.llama import amx, cpu_kernels, rpc
 from specchat.engine.llama.hardware import backend_label, device_api_available, devices, host_memory
 from specchat.engine.llama.llama_lib import supports_gpu_offload
 from specchat.engine.llama.memory_plan import MemoryReadings, RemoteMemory, fmt_bytes, plan_load
 from specchat.engine.llama.model_settings import default_threads
 from specchat.engine.llama.rpc import ServerInfo
 from specchat.errors import SpecchatError
+from specchat.formats.gguf_file import GgufHeader
 from specchat.loading import check_main_gpu, load_requests, select
 
 Write = Callable[[str], object]
@@ -41,6 +43,26 @@ def write_hardware(w: Write) -> None:
     else:
         w("  host memory:      unknown (the memory check only covers the GPU)\n")
     w(f"  threads:          {default_threads()} by default ({os.cpu_count()} logical CPUs)\n")
+    extra = [name for name, _ in cpu_kernels.extra_buffer_types()]
+    w(f"  CPU weight types: {', '.join(extra) or 'none'} besides the plain CPU buffer "
+      f"({cpu_kernels.simd_label(cpu_kernels.cpu_features())} build)\n")
+
+
+def write_cpu_kernels(role: str, path: Path, header: GgufHeader, gpu_layers: int,
+                      w: Write) -> None:
+    """Which CPU kernels a model's weights run on (AMX, repacked AVX-512/AVX2, plain) and why.
+    On a build with AMX kernels this runs the AMX check the first load would run."""
+    kernels = amx.kernels_for(path, header, gpu_layers)
+    w(f"  {role + ':':8}{kernels.label} ({kernels.why})\n")
+    if kernels.kind == "plain" or "AVX2" not in cpu_kernels.cpu_features():
+        return  # (the repack rule restated is x86's)
+    if kernels.kind == "default" and amx.build_has_amx():
+        return  # AMX takes what it can; what it leaves is llama.cpp's business
+    repacked = kernels.repacked or tuple(cpu_kernels.repacked_plan(header, gpu_layers))
+    share = sum(t.nbytes for t in repacked)
+    total = sum(t.nbytes for t in header.tensors) or 1
+    w(f"          repacked: {100 * share / total:.0f} % of the weights ({fmt_bytes(share)} of "
+      f"{fmt_bytes(total)}), the rest on the plain kernels\n")
 
 
 def write_rpc(endpoints: Sequence[str], w: Write) -> tuple[int, list[ServerInfo]]:
@@ -110,6 +132,10 @@ def write_load_plan(env: Env, args: argparse.Namespace, w: Write,
     plan = plan_load(reqs, readings)
     for line in plan.describe():
         w(f"  {line}\n")
+    w("\nCPU kernels (the weights left on the CPU)\n")
+    for p, path in zip(plan.plans, (target_path, draft_path), strict=False):
+        if path is not None:
+            write_cpu_kernels(p.request.role, path, p.request.header, p.gpu_layers, w)
     short = plan.shortfall()
     if short is not None and options.memory_check:
         w(f"  problem: {short}\n")

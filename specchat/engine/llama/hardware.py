@@ -163,6 +163,65 @@ def backend_label(devs: list[Device] | None = None) -> str:
     return f"{backend}: {what}"
 
 
+def math_cores(sys_root: Path | None = None, cpus: set[int] | None = None) -> int:
+    """Threads for matrix work, as llama.cpp counts them for its default: one per physical core
+    (SMT siblings share one core's vector units), and on a hybrid CPU only the performance
+    cores (efficiency cores hold every lockstep step back). Counted among the CPUs this process
+    may run on (``cpus``; its affinity by default). Linux reads the topology from sysfs
+    (``sys_root`` replaces /sys in tests), macOS asks sysctl for its performance cores;
+    elsewhere, half the logical CPUs above four."""
+    if cpus is None:
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = set(range(os.cpu_count() or 1))
+    n = max(1, len(cpus))
+    root = sys_root or Path("/sys")
+    cpu_dir = root / "devices" / "system" / "cpu"
+    if sys_root is None and sys.platform == "darwin":
+        return _macos_cores() or (n // 2 if n > 4 else n)
+    if not cpu_dir.is_dir():
+        return n // 2 if n > 4 else n
+    # Hybrid Intel CPUs list their performance cores in cpu_core/cpus, the others in cpu_atom.
+    perf = _cpu_list(root / "devices" / "cpu_core" / "cpus")
+    if perf and _cpu_list(root / "devices" / "cpu_atom" / "cpus"):
+        cpus = (cpus & perf) or cpus
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((cpu_dir / f"cpu{cpu}" / "topology" / "thread_siblings").read_text().strip())
+        except OSError:
+            cores.add(f"cpu{cpu}")
+    return max(1, len(cores))
+
+
+def _macos_cores() -> int | None:
+    for key in ("hw.perflevel0.physicalcpu", "hw.physicalcpu"):
+        try:
+            out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True,
+                                 timeout=5, check=True).stdout
+            return max(1, int(out.strip()))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue
+    return None
+
+
+def _cpu_list(path: Path) -> set[int]:
+    """A sysfs CPU list ("0-7,16,18") as a set; empty if absent."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            return set()
+    return out
+
+
 def host_memory() -> HostMemory:
     """Memory available to this process on the host, from the best source on this OS."""
     if sys.platform.startswith("linux"):

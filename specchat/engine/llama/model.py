@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.llama import amx, rpc
+from specchat.engine.llama.cpu_kernels import Kernels
 from specchat.engine.llama.hidden_output import HiddenOutput
 from specchat.engine.llama.llama_lib import (
     capture_log,
@@ -79,7 +80,10 @@ class LlamaModel:
         if settings.main_gpu is not None:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = settings.main_gpu
-        params.use_mmap = settings.use_mmap
+        # (llama_model_params has no use_mmap: the load mode says it. AUTO maps the file where
+        # every device can read mapped memory, as llama-server does by default.)
+        params.load_mode = (llama_cpp.LLAMA_LOAD_MODE_AUTO if settings.use_mmap
+                            else llama_cpp.LLAMA_LOAD_MODE_NONE)
         params.vocab_only = settings.vocab_only
         callback = None
         if progress is not None:
@@ -92,12 +96,20 @@ class LlamaModel:
             callback = llama_cpp.llama_progress_callback(on_progress)
             params.progress_callback = callback
         params.load_mtp = settings.load_mtp
-        types = {t.ggml_type for t in self.header.tensors} or None  # (None: not listed)
-        if not settings.vocab_only and not amx.extra_buffers_allowed(self.path, types):
-            params.use_extra_bufts = False  # this build's AMX kernels crash here (see amx)
+        # The CPU kernels the weights run on (see cpu_kernels): llama.cpp's own choice, or its
+        # weight repacking without the AMX kernels where those crash, or the plain kernels.
+        self.kernels: Kernels | None = None
+        overrides = None  # held in a local for the whole load: llama.cpp reads its strings
+        if not settings.vocab_only:
+            self.kernels = amx.kernels_for(self.path, self.header, params.n_gpu_layers)
+            params.use_extra_bufts = self.kernels.use_extra_bufts
+            overrides = self.kernels.overrides()
+            if overrides is not None:
+                params.tensor_buft_overrides = overrides.pointer
         clear_log()
         with capture_log() as lines:
             ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        del overrides
         if not ptr:
             why = last_error() or "no reason given"
             raise ModelFileError(f"llama.cpp could not load {self.path.name}: {why}")

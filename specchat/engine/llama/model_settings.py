@@ -3,18 +3,17 @@ line) and the memory plan choose, with llama.cpp's names for them."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import llama_cpp
 
-from specchat.engine.llama.hardware import local_gpu_offload
+from specchat.engine.llama.hardware import local_gpu_offload, math_cores
 
 
 def default_threads() -> int:
-    # llama.cpp's own default counts physical cores; os.cpu_count() counts logical ones.
-    n = os.cpu_count() or 1
-    return max(1, n // 2 if n > 4 else n)
+    """llama.cpp's own default (llama-server, llama-bench): one thread per physical core that
+    does the math, on this process's CPUs (see :func:`hardware.math_cores`)."""
+    return math_cores()
 
 
 @dataclass(frozen=True)
