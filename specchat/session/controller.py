@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -190,19 +190,25 @@ class ChatSession:
     # --- a reply ----------------------------------------------------------------------------
 
     def send(self, text: str, system_prompt: str, sampling: SamplerSettings,
-             meta: ReplyStats | None = None) -> list[View]:
+             meta: ReplyStats | None = None, prediction: Sequence[int] = (),
+             title: str | None = None) -> list[View]:
         """Add the user's message and start a reply: ``job`` is then set for the worker.
 
         ``meta`` is saved with the reply's stats (decoder, γ mode, context size, pair; its
-        generation figures and γ are replaced by the reply's own). In a
+        generation figures and γ are replaced by the reply's own). ``prediction``: target
+        tokens the reply may copy (the message's attached files, see
+        :mod:`~specchat.session.attachments`), for the prediction drafter; ``title``: what a
+        new chat's title is made from (default ``text``; the typed words, not a file). In a
         read-only chat nothing is added and ``job`` stays None (the text stays with the user).
         """
         refused = self._refused()
         if refused:
             return refused
+        if prediction:
+            sampling = sampling.with_(prediction=tuple(prediction))
         user = Turn.user(text)
         if self.conversation.chat_id is None and not self.conversation.nodes:
-            self.conversation.title = title_from(text)
+            self.conversation.title = title_from(title or text)
         self.conversation.add(user)
         return self._start(user, system_prompt, sampling, meta)
 
