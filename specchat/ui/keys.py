@@ -38,8 +38,12 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, drafter, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
+    Key("f6", "attach_file", "Attach",
+        "Attach a text file to the message: a chip shows its size and tokens (press it to "
+        "remove it); the model reads it as a fenced block with its path", priority=True),
     Key("f3", "pair_models", "Pair",
-        "Pair models: choose, download, check, calibrate and switch to a target + draft"),
+        "Pair models: choose, download, check, calibrate and switch to a target + draft",
+        show=False),  # the footer is full at 120 columns: Attach (F6) took its place
     Key("f5", "race", "Race", "Race: this pair's target plain vs speculative, side by side"),
     Key("f1", "help", "Help", "This list of keys"),
     Key("ctrl+f", "search", "Search",
