@@ -181,3 +181,31 @@ async def test_a_binary_file_is_refused_and_a_vanished_one_is_not_sent(
         await wait_for(pilot, lambda: chips(chat) == [])
         assert chat.stats_bar.pending is None
 
+
+
+@app_test
+async def test_at_and_tab_complete_a_path_and_attach_the_file(
+        tmp_path: Path, tiny_target: Path, monkeypatch: Any) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "orders.py").write_text(ORDERS, encoding="utf-8")
+    (tmp_path / "src" / "other.txt").write_text("x\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    services = make_services(tmp_path / "home", tiny_runtime(tiny_target))
+    async with SpecchatApp(services).run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        box = chat.query_one(ChatInput)
+        await pilot.press(*"look at @sr", "tab")
+        assert box.text == "look at @src/" and box.has_focus
+        await pilot.press("tab")  # two names match: their common start, then their list
+        assert box.text == "look at @src/o"
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: any("orders.py, other.txt" in n
+                                          for n in notices(pilot.app)))
+        assert box.text == "look at @src/o"
+        await pilot.press("r", "tab")
+        await wait_for(pilot, lambda: bool(chips(chat)))
+        assert box.text == "look at "
+        assert chips(chat)[0].startswith("orders.py · ")
+        assert chat.files.files[0].path == "src/orders.py"
+        await pilot.press("tab")  # no @ before the cursor: Tab moves the focus, as before
+        assert not box.has_focus

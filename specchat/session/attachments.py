@@ -10,10 +10,12 @@ Textual here; every function that touches the model runs in a worker thread.
   what the model reads and the chat stores (each file as its path and a fenced block, then the
   typed text: :func:`~specchat.tools.files.with_files`, as ``ask --file`` sends it) and the
   files' tokens as the reply's predicted output.
+- :func:`complete_path` completes a path typed after ``@`` in the message box (Tab).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,3 +99,36 @@ def prepare(engine: ChatEngine, history: Sequence[Message], text: str,
         raise SpecchatError(fit.refusal(ROOM_HINT))
     return Outgoing(with_files(text, files), prediction_tokens(engine.model,
                                                                [f.text for f in files]), fit)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What Tab makes of ``@partial`` in the message box: ``text`` replaces ``partial`` (the
+    longest common start of the names that match, a folder with its ``/``); ``file`` when it
+    names one file, to attach; ``choices``: the names that match, when several do."""
+
+    text: str
+    file: bool
+    choices: tuple[str, ...]
+
+
+def complete_path(partial: str, cwd: str) -> Completion:
+    """Complete a path typed after ``@`` (relative to ``cwd``, or absolute, or ``~/…``), as a
+    shell does: hidden entries only when the name typed starts with a dot."""
+    folder, _, start = partial.rpartition("/")
+    shown = folder + "/" if folder or partial.startswith("/") else ""
+    where = os.path.join(cwd, os.path.expanduser(shown or "."))
+    try:
+        names = sorted(n for n in os.listdir(where) if n.startswith(start)
+                       and (start.startswith(".") or not n.startswith(".")))
+    except OSError:
+        names = []
+    if not names:
+        return Completion(partial, False, ())
+    common = os.path.commonprefix(names)  # noqa: RUF071 (names, not paths: a shared start)
+    if len(names) == 1:
+        full = os.path.join(where, names[0])
+        if os.path.isdir(full):
+            return Completion(f"{shown}{names[0]}/", False, ())
+        return Completion(f"{shown}{names[0]}", True, ())
+    return Completion(f"{shown}{common}", False, tuple(names))

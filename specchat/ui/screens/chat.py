@@ -395,6 +395,10 @@ class ChatScreen(Screen[None]):
     def on_message_prepared(self, msg: MessagePrepared) -> None:
         self.files.prepared(msg)
 
+    @on(ChatInput.AttachPath)
+    def _at_path(self, event: ChatInput.AttachPath) -> None:
+        self.files.add(event.path)
+
     @on(AttachmentBar.Removed)
     def _chip_removed(self, event: AttachmentBar.Removed) -> None:
         self.files.remove(event.index)
