@@ -4,6 +4,7 @@ binary file, a file gone by send time), and what is sent, stored and predicted."
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -148,21 +149,33 @@ async def test_a_file_that_overflows_the_context_is_refused_with_the_numbers(
 
 
 @app_test
-async def test_a_binary_file_is_refused_and_a_vanished_one_is_not_sent(
+async def test_what_cannot_be_attached_is_refused_and_a_vanished_file_is_not_sent(
         tmp_path: Path, tiny_target: Path) -> None:
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\x7fELF\0\0\1")
     notes = tmp_path / "notes.md"
     notes.write_text("# notes\n", encoding="utf-8")
-    services = make_services(tmp_path, tiny_runtime(tiny_target))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("café".encode("latin-1"))
+    big = tmp_path / "big.txt"
+    big.write_text("x" * 2048, encoding="utf-8")
+    services = make_services(tmp_path, tiny_runtime(tiny_target),
+                             config=UserConfig(sampling=GREEDY, file_limit_kb=1))
     async with SpecchatApp(services).run_test(size=SIZE) as pilot:
         chat = await ready(pilot)
         await attach(pilot, binary)
         await wait_for(pilot, lambda: any("looks binary" in n for n in notices(pilot.app)))
         assert chips(chat) == []
-        await attach(pilot, tmp_path / "no-such-file.txt")
-        await wait_for(pilot, lambda: any("no such file" in n for n in notices(pilot.app)))
-        assert chips(chat) == []
+        for path, sentence in ((tmp_path / "no-such-file.txt", "no such file"),
+                               (fifo, "is a FIFO (a pipe), not a file"),
+                               (latin, "is not UTF-8 text (byte 3)"),
+                               (big, "is 2 KB, over the 1 KB limit for an attached file"),
+                               (Path("/dev/null"), "is a device, not a file")):
+            await attach(pilot, path)
+            await wait_for(pilot, lambda s=sentence: any(s in n for n in notices(pilot.app)))
+            assert chips(chat) == []
         # A file that goes between attaching and sending: nothing is sent, nothing is lost.
         await attach(pilot, notes)
         await wait_for(pilot, lambda: bool(chips(chat)))

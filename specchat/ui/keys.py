@@ -95,6 +95,7 @@ INPUT_KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
     ("Shift+Enter / Ctrl+J", "New line in the message (Ctrl+J works in every terminal)"),
     ("Tab / Shift+Tab", "Move between the message box, the transcript and the chat list"),
+    ("@path then Tab", "Complete the path; once it names one file, attach it (as F6 does)"),
 )
 
 LIST_KEYS: tuple[tuple[str, str], ...] = (
