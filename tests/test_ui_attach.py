@@ -1,4 +1,4 @@
-"""Files attached to a message in the app (F6), driven with Pilot on the tiny real models: the
+"""Files attached to a message in the app (F2), driven with Pilot on the tiny real models: the
 chip and its tokens, the ctx figure before sending, the refusals (too long for the context, a
 binary file, a file gone by send time), and what is sent, stored and predicted."""
 
@@ -61,7 +61,7 @@ def notices(app: Any) -> list[str]:
 
 
 async def attach(pilot: Any, path: Path | str) -> None:
-    await pilot.press("f6")
+    await pilot.press("f2")
     picker = await screen_with(pilot, AttachScreen, "#attach-path")
     picker.query_one("#attach-path", Input).value = str(path)
     await pilot.press("enter")

@@ -1,4 +1,4 @@
-"""The file picker for attaching a file to a message (F6): a path to type, or a file to pick in
+"""The file picker for attaching a file to a message (F2): a path to type, or a file to pick in
 a tree of the folder specchat was started in. It returns the path; reading the file, and
 refusing it, is the chat screen's worker's (:mod:`specchat.session.attachments`)."""
 

@@ -1,4 +1,4 @@
-"""The chat screen's attached files (F6): the picker, the chips over the message box, the ctx
+"""The chat screen's attached files (F2): the picker, the chips over the message box, the ctx
 figure with them, and the send that reads them again. The reading, counting and checking is
 :mod:`specchat.session.attachments`'s, run in the screen's thread workers (``read_attachment``,
 ``measure_attachments``, ``prepare_message``); their results come back as messages that the
