@@ -28,7 +28,7 @@ from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import Event
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
-from specchat.tools.files import read_attachment, with_files
+from specchat.tools.files import Attachment, files_in, read_attachment, with_files
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.attach import AttachScreen
@@ -127,6 +127,18 @@ async def test_an_attached_file_is_a_chip_counted_in_ctx_and_sent_fenced(
                                                          parse_special=False))
         assert chips(chat) == [] and chat.stats_bar.pending is None
         assert chat.query_one(ChatInput).text == ""
+        # A regenerated reply is offered the file again: the session finds it in the message.
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: len(seen) == 2 and chat.job is None)
+        assert seen[-1] == seen[0]
+
+
+def test_the_files_a_message_carries_are_found_in_its_text() -> None:
+    files = [Attachment("a.py", "x = 1\n", 6), Attachment("b.md", "has ``` inside\n", 15),
+             Attachment("empty.txt", "", 0)]
+    assert files_in(with_files("do it", files)) == ["x = 1\n", "has ``` inside\n", ""]
+    assert files_in(with_files("do it", [Attachment("c", "no newline", 10)])) == ["no newline\n"]
+    assert files_in("just words") == [] and files_in("a.py\n```python\nnever closed") == []
 
 
 @app_test

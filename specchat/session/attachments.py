@@ -8,8 +8,9 @@ Textual here; every function that touches the model runs in a worker thread.
 - :func:`prepare` runs at send time: each file is read again (it may have changed or gone since
   it was attached), the message is checked against the context once more, and the result is
   what the model reads and the chat stores (each file as its path and a fenced block, then the
-  typed text: :func:`~specchat.tools.files.with_files`, as ``ask --file`` sends it) and the
-  files' tokens as the reply's predicted output.
+  typed text: :func:`~specchat.tools.files.with_files`, as ``ask --file`` sends it). The
+  session finds the files in that text again for the reply's predicted output
+  (:func:`~specchat.tools.files.files_in`), so a regenerated or edited reply gets them too.
 - :func:`complete_path` completes a path typed after ``@`` in the message box (Tab).
 """
 
@@ -31,7 +32,6 @@ from specchat.tools.files import (
     read_attachment,
     with_files,
 )
-from specchat.tools.turn import prediction_tokens
 
 ROOM_HINT = "remove a file, or start the app with a larger --ctx-size (n_ctx in config.yaml)"
 
@@ -54,11 +54,10 @@ class AttachedFile:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A message ready to send: the text the model reads (and the chat keeps), and the files'
-    tokens for the prediction drafter."""
+    """A message ready to send: the text the model reads (and the chat keeps; the session
+    offers the files in it to the prediction drafter, ``files_in``)."""
 
     text: str
-    prediction: tuple[int, ...]
     fit: Fit
 
 
@@ -97,8 +96,7 @@ def prepare(engine: ChatEngine, history: Sequence[Message], text: str,
     fit = measure_fit(engine, message_with(history, text, files), files, max_tokens)
     if not fit.fits:
         raise SpecchatError(fit.refusal(ROOM_HINT))
-    return Outgoing(with_files(text, files), prediction_tokens(engine.model,
-                                                               [f.text for f in files]), fit)
+    return Outgoing(with_files(text, files), fit)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,33 @@ def _size(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MB"
 
 
+def files_in(message: str) -> list[str]:
+    """The texts of the files a user message carries, as :func:`with_files` wrote them (each
+    block's path line, fence, text, closing fence, at the message's start): what a regenerated
+    reply is offered as its predicted output. A file without a final newline comes back with
+    one; text that only looks like such a block is taken too, which costs nothing but a
+    guess (a prediction is exact whatever it says)."""
+    out: list[str] = []
+    rest = message
+    while True:
+        path, nl, after = rest.partition("\n")
+        opening, nl2, body = after.partition("\n")
+        fence = opening[:len(opening) - len(opening.lstrip("`"))]
+        lang = opening[len(fence):]
+        if not (nl and nl2 and path.strip() and len(fence) >= 3
+                and (lang == "" or lang.isalnum())):
+            return out
+        end = body.find(f"\n{fence}\n\n") if body else -1
+        if body.startswith(f"{fence}\n\n"):  # an empty file
+            out.append("")
+            rest = body[len(fence) + 2:]
+            continue
+        if end < 0:
+            return out
+        out.append(body[:end + 1])
+        rest = body[end + len(fence) + 3:]
+
+
 def with_files(prompt: str, files: list[Attachment]) -> str:
     """The user message the model reads: each file's block, then the prompt."""
     if not files:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -309,13 +309,12 @@ class ChatScreen(Screen[None]):
         elif self.send_text(event.text):
             self.query_one(ChatInput).clear()
 
-    def send_text(self, text: str, prediction: Sequence[int] = (),
-                  title: str | None = None) -> bool:
+    def send_text(self, text: str, title: str | None = None) -> bool:
         """Send ``text`` and start the reply; False (the text stays in the box) if refused.
-        ``prediction``, ``title``: as :meth:`ChatSession.send` takes them."""
+        ``title``: as :meth:`ChatSession.send` takes it."""
         new_chat = self.conversation.chat_id is None and not self.conversation.turns
         if not self.start_reply(lambda system, sampling, meta: self.session.send(
-                text, system, sampling, meta, prediction=prediction, title=title)):
+                text, system, sampling, meta, title=title)):
             return False
         if new_chat:
             self._retitled()

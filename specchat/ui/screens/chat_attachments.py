@@ -148,8 +148,7 @@ class MessageFiles:
             self.screen.notify(f"{msg.error}. The message and its files are kept.",
                                title="Not sent", severity="error", timeout=15, markup=False)
             return
-        if not self.screen.send_text(msg.outgoing.text, prediction=msg.outgoing.prediction,
-                                     title=msg.typed):
+        if not self.screen.send_text(msg.outgoing.text, title=msg.typed):
             return
         self.files = []
         self._job += 1
