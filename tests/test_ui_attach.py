@@ -28,7 +28,7 @@ from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import Event
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
-from specchat.tools.files import Attachment, files_in, read_attachment, with_files
+from specchat.tools.files import Attachment, files_in, read_attachment, split_files, with_files
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.attach import AttachScreen
@@ -37,6 +37,7 @@ from specchat.ui.screens.race import SETTINGS_CHOICE, race_settings
 from specchat.ui.services import runtime_decoder
 from specchat.ui.widgets.attachments import AttachmentBar
 from specchat.ui.widgets.chat_input import ChatInput
+from specchat.ui.widgets.transcript import UserMessage
 
 SIZE = (120, 36)
 ORDERS = "def total(items):\n    total = 0\n    for x in items:\n        total += x\n    return total\n"
@@ -120,6 +121,9 @@ async def test_an_attached_file_is_a_chip_counted_in_ctx_and_sent_fenced(
         assert user.text == sent
         assert user.text.startswith(f"{src}\n```python\n{ORDERS}```\n\nrename total")
         assert chat.conversation.title == "rename total"  # the words, not the file
+        # The transcript shows the file as one line; the chat keeps its whole text.
+        shown = str(chat.query_one(UserMessage).render())
+        assert shown == f"You\n▣ {src} · 5 lines · {len(ORDERS)} bytes\nrename total"
         (saved,) = services.store.list_chats()
         assert services.store.messages(saved.id)[0].content == sent  # export, regenerate
         # The file went to the prediction drafter as the reply's predicted output.
@@ -137,8 +141,11 @@ def test_the_files_a_message_carries_are_found_in_its_text() -> None:
     files = [Attachment("a.py", "x = 1\n", 6), Attachment("b.md", "has ``` inside\n", 15),
              Attachment("empty.txt", "", 0)]
     assert files_in(with_files("do it", files)) == ["x = 1\n", "has ``` inside\n", ""]
-    assert files_in(with_files("do it", [Attachment("c", "no newline", 10)])) == ["no newline\n"]
+    assert files_in(with_files("do it", [Attachment("c.txt", "no newline", 10)])) == ["no newline\n"]
     assert files_in("just words") == [] and files_in("a.py\n```python\nnever closed") == []
+    assert split_files(with_files("do it", files[:1])) == ([("a.py", "x = 1\n")], "do it")
+    pasted = "Fix this:\n```python\nx = 1\n```\n\nplease"  # typed words, not a file
+    assert split_files(pasted) == ([], pasted)
 
 
 @app_test

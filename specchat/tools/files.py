@@ -118,29 +118,44 @@ def _size(n: int) -> str:
 
 
 def files_in(message: str) -> list[str]:
-    """The texts of the files a user message carries, as :func:`with_files` wrote them (each
-    block's path line, fence, text, closing fence, at the message's start): what a regenerated
-    reply is offered as its predicted output. A file without a final newline comes back with
-    one; text that only looks like such a block is taken too, which costs nothing but a
-    guess (a prediction is exact whatever it says)."""
-    out: list[str] = []
+    """The texts of the files a user message carries (see :func:`split_files`): what a
+    regenerated reply is offered as its predicted output. Text that only looks like such a
+    block is taken too, which costs nothing but a guess (a prediction is exact whatever it
+    says)."""
+    return [text for _, text in split_files(message)[0]]
+
+
+def looks_like_path(line: str) -> bool:
+    """One word with a ``/`` or a ``.`` in it, not ending in punctuation: ``orders.py``,
+    ``src/app``. (A file attached by a name without either, ``Makefile``, is then shown and
+    offered as the words it is part of: nothing is lost but the shorter view.)"""
+    return bool(line) and not any(c.isspace() for c in line) and ("/" in line or "." in line) \
+        and not line.endswith((":", ".", ",", ";", "!", "?"))
+
+
+def split_files(message: str) -> tuple[list[tuple[str, str]], str]:
+    """A user message as :func:`with_files` wrote it: the (path, text) of each file block at
+    its start (the path line, the fence, the text, the closing fence), and the words after
+    them. A file without a final newline comes back with one. The path line must read as a
+    path (:func:`looks_like_path`), so that "Fix this:" over a pasted code block is words."""
+    out: list[tuple[str, str]] = []
     rest = message
     while True:
         path, nl, after = rest.partition("\n")
         opening, nl2, body = after.partition("\n")
         fence = opening[:len(opening) - len(opening.lstrip("`"))]
         lang = opening[len(fence):]
-        if not (nl and nl2 and path.strip() and len(fence) >= 3
+        if not (nl and nl2 and looks_like_path(path) and len(fence) >= 3
                 and (lang == "" or lang.isalnum())):
-            return out
-        end = body.find(f"\n{fence}\n\n") if body else -1
+            return out, rest
         if body.startswith(f"{fence}\n\n"):  # an empty file
-            out.append("")
+            out.append((path, ""))
             rest = body[len(fence) + 2:]
             continue
+        end = body.find(f"\n{fence}\n\n")
         if end < 0:
-            return out
-        out.append(body[:end + 1])
+            return out, rest
+        out.append((path, body[:end + 1]))
         rest = body[end + len(fence) + 3:]
 
 
