@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import Button, Input
+from textual.widgets import Button, DirectoryTree, Input
 from ui_helpers import (
     GREEDY,
     app_test,
@@ -241,3 +241,24 @@ async def test_at_and_tab_complete_a_path_and_attach_the_file(
         assert chat.files.files[0].path == "src/orders.py"
         await pilot.press("tab")  # no @ before the cursor: Tab moves the focus, as before
         assert not box.has_focus
+
+
+@app_test
+async def test_the_picker_attaches_a_file_chosen_in_the_folder_tree(
+        tmp_path: Path, tiny_target: Path, monkeypatch: Any) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "orders.py").write_text(ORDERS, encoding="utf-8")
+    monkeypatch.chdir(work)
+    services = make_services(tmp_path / "home", tiny_runtime(tiny_target))
+    async with SpecchatApp(services).run_test(size=SIZE) as pilot:
+        chat = await ready(pilot)
+        await pilot.press("f2")
+        picker = await screen_with(pilot, AttachScreen, DirectoryTree)
+        tree = picker.query_one(DirectoryTree)
+        await wait_for(pilot, lambda: len(tree.root.children) == 1)
+        await pilot.press("down")  # from the path field to the tree
+        assert tree.has_focus
+        await pilot.press("down", "enter")  # the folder's first entry: orders.py
+        await wait_for(pilot, lambda: bool(chips(chat)))
+        assert chat.files.files[0].path == "orders.py"  # relative to the folder it started in
