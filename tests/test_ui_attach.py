@@ -208,6 +208,10 @@ async def test_what_cannot_be_attached_is_refused_and_a_vanished_file_is_not_sen
         assert note.endswith("The message and its files are kept.")
         assert chat.conversation.turns == () and services.store.list_chats() == []
         assert chat.query_one(ChatInput).text == "sum it up" and len(chips(chat)) == 1
+        # Another chat shown: the figure is measured again, for that chat.
+        chat.stats_bar.pending = -1
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: (chat.stats_bar.pending or -1) > 0)
         # The chip is removable: pressing it takes the file off the message.
         await pilot.click(".chip")
         await wait_for(pilot, lambda: chips(chat) == [])

@@ -292,6 +292,7 @@ class ChatScreen(Screen[None]):
             else:
                 self.transcript.finish(widget, v.turn.status, v.turn.stats)
         self.refresh_chat_list()
+        self.files.chat_changed()  # files attached while it ran: the chat has grown
         if self._after_reply is not None:
             then, self._after_reply = self._after_reply, None
             then()
@@ -535,6 +536,7 @@ class ChatScreen(Screen[None]):
         self._branch_stats()
         self.refresh_chat_list()
         self.messages.clear()
+        self.files.chat_changed()  # the attached files' ctx figure, for this chat
         self.query_one(ChatInput).focus()
 
     def _branch_stats(self) -> None:

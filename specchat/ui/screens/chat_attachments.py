@@ -115,6 +115,11 @@ class MessageFiles:
         self._measure()
         self.screen.query_one(ChatInput).focus()
 
+    def chat_changed(self) -> None:
+        """Another chat or branch is shown, or a reply ended: the figure is measured again."""
+        if self.files:
+            self._measure()
+
     def _measure(self) -> None:
         self._job += 1
         if not self.files:
