@@ -264,6 +264,7 @@ class ChatScreen(Screen[None]):
                 self.transcript.show_turns(self.conversation.turns)
                 if self.session.job is None:
                     self._branch_stats()  # the shown branch changed: its figures, not the old
+                    self.files.chat_changed()
                 self.messages.shown()
             elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
