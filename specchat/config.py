@@ -191,7 +191,8 @@ SCHEMA: dict[str, Setting] = {
 
 
 # Tool calls and attached files: `ask` has their flags (--max-tool-rounds, --file-limit-kb);
-# the app has none yet, since its tool calls and attachments are still to come (issue 57).
+# the app has none yet: it has no tool calls (issue 57), and it reads file_limit_kb for the
+# files attached to a message from this file only.
 TOOL_SETTINGS: dict[str, Setting] = {
     "max_tool_rounds": Setting(int, 1, 100),
     "file_limit_kb": Setting(int, 1, 1 << 20),

@@ -20,7 +20,7 @@ from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.tool_calls import OPEN
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text
-from specchat.tools.files import Attachment, read_attachment
+from specchat.tools.files import Attachment, measure_fit, read_attachment
 from specchat.tools.hub import McpHub
 from specchat.tools.offer import OfferedTool, ToolSet
 from specchat.tools.turn import ToolCallEvent, ToolResultEvent
@@ -135,16 +135,9 @@ def check_tools_template(engine: ChatEngine) -> None:
 def check_fits(engine: ChatEngine, messages: list[Message], files: list[Attachment],
                max_tokens: int, tools: list[dict[str, Any]] | None) -> None:
     """Refuse, with the numbers, a message whose files would overflow the context."""
-    used = len(engine.tokenize_chat(messages, tools=tools))
-    room = engine.n_ctx - engine.reserve(max_tokens)
-    if used <= room:
-        return
-    model = engine.model
-    sizes = ", ".join(f"{safe_text(f.name)} {len(model.tokenize(f.text)):,} tokens"
-                      for f in files)
-    raise SpecchatError(f"the message is {used:,} tokens with its files ({sizes}); the context "
-                        f"holds {engine.n_ctx:,} with {engine.n_ctx - room:,} kept for the "
-                        "reply: attach less, or raise --ctx-size")
+    fit = measure_fit(engine, messages, files, max_tokens, tools)
+    if not fit.fits:
+        raise SpecchatError(fit.refusal("attach less, or raise --ctx-size"))
 
 
 def tool_event_json(ev: ToolCallEvent | ToolResultEvent) -> dict[str, Any]:

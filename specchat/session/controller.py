@@ -55,6 +55,7 @@ from specchat.store import (
     title_from,
 )
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
+from specchat.tools.files import files_in
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
 RENEW_S = 30.0  # how often tick() renews the chat's ownership (the store's LEASE_S is 120)
@@ -190,11 +191,12 @@ class ChatSession:
     # --- a reply ----------------------------------------------------------------------------
 
     def send(self, text: str, system_prompt: str, sampling: SamplerSettings,
-             meta: ReplyStats | None = None) -> list[View]:
+             meta: ReplyStats | None = None, title: str | None = None) -> list[View]:
         """Add the user's message and start a reply: ``job`` is then set for the worker.
 
         ``meta`` is saved with the reply's stats (decoder, γ mode, context size, pair; its
-        generation figures and γ are replaced by the reply's own). In a
+        generation figures and γ are replaced by the reply's own). ``title``: what a new
+        chat's title is made from (default ``text``; the typed words, not a file). In a
         read-only chat nothing is added and ``job`` stays None (the text stays with the user).
         """
         refused = self._refused()
@@ -202,7 +204,7 @@ class ChatSession:
             return refused
         user = Turn.user(text)
         if self.conversation.chat_id is None and not self.conversation.nodes:
-            self.conversation.title = title_from(text)
+            self.conversation.title = title_from(title or text)
         self.conversation.add(user)
         return self._start(user, system_prompt, sampling, meta)
 
@@ -222,9 +224,12 @@ class ChatSession:
         self._shown_before = shown_before
         self._jobs += 1
         # The chat's format goes with the job: its worker compiles it into the reply's
-        # sampler settings (``reply_sampling``), off this thread.
+        # sampler settings (``reply_sampling``), off this thread. So do the files the message
+        # carries (attached, see session.attachments): the reply's predicted output, whether
+        # it is sent, regenerated or edited.
+        predicted = tuple(files_in(after.text)) if after.role == "user" else ()
         self.job = ReplyJob(self._jobs, messages, sampling,
-                            reply_format=self.conversation.reply_format)
+                            reply_format=self.conversation.reply_format, predicted=predicted)
         self._meta = meta or ReplyStats()
         self._last_checkpoint = self.clock()
         return self.flush()

@@ -23,6 +23,7 @@ from specchat.session.live import EventBatcher, LiveStats, Pace
 from specchat.session.reply_format import reply_sampling
 from specchat.store.fates import Segment
 from specchat.store.reply_format import TEXT, ReplyFormat
+from specchat.tools.turn import prediction_tokens
 
 # A redraw costs the UI thread 5-15 ms on a small machine, whatever its size: text goes out at
 # most 10 times a second (fewer when Pace says drawing is expensive), the stats twice.
@@ -67,6 +68,9 @@ class ReplyJob:
     pace: Pace = field(default_factory=Pace)  # the UI thread tunes it while the reply runs
     # The chat's reply format: compiled into ``sampling.grammar`` by run_reply, in its thread.
     reply_format: ReplyFormat = TEXT
+    # Texts the reply may copy (the files its message carries): tokenized by run_reply, in its
+    # thread, into ``sampling.prediction`` for the prediction drafter.
+    predicted: tuple[str, ...] = ()
 
 
 def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], object],
@@ -80,6 +84,8 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
     # The chat's grammar, compiled here (a worker thread; cached once the format dialog checked
     # it): a format that does not compile fails the reply before a token, with its reason.
     sampling = reply_sampling(job.sampling, job.reply_format)
+    if job.predicted:
+        sampling = sampling.with_(prediction=prediction_tokens(engine.model, job.predicted))
     ctx = engine.decoder.target
     pace = job.pace
     batcher = EventBatcher(pace.interval, ctx_used=lambda: len(ctx.tokens),

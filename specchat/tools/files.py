@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
+from specchat.engine.llama.model import LlamaModel
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text
 
@@ -99,6 +104,11 @@ def read_attachment(path: str, limit_bytes: int) -> Attachment:
     return Attachment(path, safe_text(text.removeprefix("\ufeff")), len(data))
 
 
+def size_text(n: int) -> str:
+    """A file's size for people: ``812 bytes``, ``15 KB``, ``1.2 MB``."""
+    return _size(n)
+
+
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n} bytes"
@@ -107,8 +117,96 @@ def _size(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MB"
 
 
+def files_in(message: str) -> list[str]:
+    """The texts of the files a user message carries (see :func:`split_files`): what a
+    regenerated reply is offered as its predicted output. Text that only looks like such a
+    block is taken too, which costs nothing but a guess (a prediction is exact whatever it
+    says)."""
+    return [text for _, text in split_files(message)[0]]
+
+
+def looks_like_path(line: str) -> bool:
+    """One word with a ``/`` or a ``.`` in it, not ending in punctuation: ``orders.py``,
+    ``src/app``. (A file attached by a name without either, ``Makefile``, is then shown and
+    offered as the words it is part of: nothing is lost but the shorter view.)"""
+    return bool(line) and not any(c.isspace() for c in line) and ("/" in line or "." in line) \
+        and not line.endswith((":", ".", ",", ";", "!", "?"))
+
+
+def split_files(message: str) -> tuple[list[tuple[str, str]], str]:
+    """A user message as :func:`with_files` wrote it: the (path, text) of each file block at
+    its start (the path line, the fence, the text, the closing fence), and the words after
+    them. A file without a final newline comes back with one. The path line must read as a
+    path (:func:`looks_like_path`), so that "Fix this:" over a pasted code block is words."""
+    out: list[tuple[str, str]] = []
+    rest = message
+    while True:
+        path, nl, after = rest.partition("\n")
+        opening, nl2, body = after.partition("\n")
+        fence = opening[:len(opening) - len(opening.lstrip("`"))]
+        lang = opening[len(fence):]
+        if not (nl and nl2 and looks_like_path(path) and len(fence) >= 3
+                and (lang == "" or lang.isalnum())):
+            return out, rest
+        if body.startswith(f"{fence}\n\n"):  # an empty file
+            out.append((path, ""))
+            rest = body[len(fence) + 2:]
+            continue
+        end = body.find(f"\n{fence}\n\n")
+        if end < 0:
+            return out, rest
+        out.append((path, body[:end + 1]))
+        rest = body[end + len(fence) + 3:]
+
+
 def with_files(prompt: str, files: list[Attachment]) -> str:
     """The user message the model reads: each file's block, then the prompt."""
     if not files:
         return prompt
     return "\n\n".join([*(f.block() for f in files), prompt])
+
+
+def file_tokens(model: LlamaModel, attachment: Attachment) -> int:
+    """The file's text in the model's tokens (its fence and path line aside)."""
+    return len(model.tokenize(attachment.text, add_special=False, parse_special=False))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a message with its files sits in the context, measured with the target's tokenizer
+    and chat template.
+
+    ``used``: the prompt as it would be sent (every message given). ``needed``: the system
+    prompt and the last message alone, what dropping old turns (as the engine does) cannot
+    shrink: the message fits when ``needed`` leaves ``reserve`` tokens for the reply."""
+
+    used: int
+    needed: int
+    n_ctx: int
+    reserve: int
+    files: tuple[tuple[str, int], ...]  # (name, tokens) of each attached file
+
+    @property
+    def fits(self) -> bool:
+        return self.needed + self.reserve <= self.n_ctx
+
+    def refusal(self, hint: str) -> str:
+        """Why the message does not fit, with the numbers; ``hint`` says how to make room."""
+        sizes = ", ".join(f"{safe_text(name)} {n:,} tokens" for name, n in self.files)
+        return (f"the message is {self.needed:,} tokens with its files ({sizes}); the context "
+                f"holds {self.n_ctx:,} with {self.reserve:,} kept for the reply: {hint}")
+
+
+def measure_fit(engine: ChatEngine, messages: Sequence[Message], files: Sequence[Attachment],
+                max_tokens: int, tools: Sequence[Mapping[str, Any]] | None = None,
+                counts: Sequence[int] | None = None) -> Fit:
+    """``messages`` (the last one carrying ``files``, see :func:`with_files`) measured against
+    the context; ``counts``: the files' tokens when already known (:func:`file_tokens`)."""
+    used = len(engine.tokenize_chat(messages, tools=tools))
+    system = [m for m in messages[:1] if m.role == "system"]
+    alone = [*system, *messages[-1:]] if len(messages) > len(system) + 1 else list(messages)
+    needed = used if len(alone) == len(messages) else \
+        len(engine.tokenize_chat(alone, tools=tools))
+    sizes = list(counts) if counts is not None else [file_tokens(engine.model, f) for f in files]
+    return Fit(used, needed, engine.n_ctx, engine.reserve(max_tokens),
+               tuple((f.name, n) for f, n in zip(files, sizes, strict=True)))

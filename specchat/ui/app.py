@@ -60,6 +60,8 @@ COMMANDS = (
      "pick_preset"),
     ("Reply format for this chat", "Free text, any JSON object, a JSON schema or a grammar "
      "that every reply follows (F10)", "reply_format"),
+    ("Attach a file to the message", "A text file the model reads as a fenced block with "
+     "its path; a reply that edits it drafts from it (F2)", "attach_file"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
     ("Switch pair or model", "Load another pair or model on disk; this chat stays open",
      "switch_pair"),

@@ -43,6 +43,9 @@ class ChatSettings:
     gamma: int = GAMMA_DEFAULT  # the fixed value (also shown for the other modes)
     # One of DRAFTER_CHOICES (or any drafter names, comma-separated).
     drafter: str = ",".join(DEFAULT_PAIR_DRAFTERS)
+    # The prediction drafter is offered each message's attached files (the chat's decoder;
+    # not a setting of the config file). A race has no files: its decoder goes without.
+    predicted_outputs: bool = True
 
     @classmethod
     def from_config(cls, cfg: UserConfig, pair_gamma: int | None = None) -> ChatSettings:

@@ -38,8 +38,15 @@ CHAT_KEYS: tuple[Key, ...] = (
     Key("ctrl+s", "settings", "Settings", "Settings: system prompt, sampling, γ, drafter, seed",
         priority=True),
     Key("ctrl+o", "export", "Export", "Export this chat to a Markdown file", priority=True),
+    # F2: the message box (a TextArea) takes F6 and F7, terminals F11; in the chat list F2
+    # stays its rename (the focused list's binding comes first), as Delete is its own there.
+    Key("f2", "attach_file", "Attach",
+        "Attach a text file to the message: a chip shows its size and tokens (press it to "
+        "remove it); the model reads it as a fenced block with its path (in the chat list, "
+        "F2 renames the chat)"),
     Key("f3", "pair_models", "Pair",
-        "Pair models: choose, download, check, calibrate and switch to a target + draft"),
+        "Pair models: choose, download, check, calibrate and switch to a target + draft",
+        show=False),  # the footer is full at 120 columns: Attach (F2) took its place
     Key("f5", "race", "Race", "Race: this pair's target plain vs speculative, side by side"),
     Key("f1", "help", "Help", "This list of keys"),
     Key("ctrl+f", "search", "Search",
@@ -91,6 +98,7 @@ INPUT_KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "Send the message"),
     ("Shift+Enter / Ctrl+J", "New line in the message (Ctrl+J works in every terminal)"),
     ("Tab / Shift+Tab", "Move between the message box, the transcript and the chat list"),
+    ("@path then Tab", "Complete the path; once it names one file, attach it (as F2 does)"),
 )
 
 LIST_KEYS: tuple[tuple[str, str], ...] = (

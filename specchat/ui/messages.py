@@ -17,9 +17,11 @@ from specchat.errors import SpecchatError
 from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
 from specchat.runtime import Runtime
+from specchat.session.attachments import AttachedFile, Outgoing
 from specchat.session.auto_calibration import Outcome
 from specchat.session.worker import ReplyFigures, ReplyUpdate
 from specchat.store.reply_format import ReplyFormat
+from specchat.tools.files import Fit
 
 
 @dataclass
@@ -118,4 +120,34 @@ class FormatChecked(Message, bubble=False):
     dialog that asked."""
 
     reply_format: ReplyFormat
+    error: str | None
+
+
+@dataclass
+class AttachmentRead(Message, bubble=False):
+    """A file picked for the message, read and counted (``file``), or why not (``error``);
+    ``fit``: the chat with it, against the context (None when it was not read)."""
+
+    job: int
+    path: str
+    file: AttachedFile | None
+    fit: Fit | None
+    error: str | None
+
+
+@dataclass
+class AttachmentsMeasured(Message, bubble=False):
+    """The chat with the message's files against the context, after the files changed."""
+
+    job: int
+    fit: Fit | None
+
+
+@dataclass
+class MessagePrepared(Message, bubble=False):
+    """A message with files, its files read again at send time (``outgoing``), or why it
+    cannot be sent (``error``: nothing was sent, the typed text and the chips stay)."""
+
+    typed: str
+    outgoing: Outgoing | None
     error: str | None

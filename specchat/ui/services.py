@@ -32,11 +32,17 @@ def runtime_decoder(runtime: Runtime, settings: ChatSettings) -> Decoder:
     the γ setting's policy (a learning one — plan, auto — is new for each decoder: one per chat
     session, another for a race) and the chosen drafter, plain for a single model unless a
     drafter that needs no draft model is chosen.
-    Sampling settings go with each request."""
+    Sampling settings go with each request (an attached file's tokens, as the prediction,
+    too)."""
     names = tuple(n for n in settings.drafter.split(",") if n)
     if names == DEFAULT_PAIR_DRAFTERS and runtime.draft_ctx is None:
         names = ()  # the default on one model is plain decoding, as on the command line
-    return runtime.decoder(gamma=settings.gamma_setting, drafters=runtime.usable_drafters(names))
+    usable = runtime.usable_drafters(names)
+    # A speculative chat also drafts from the files attached to a message (their tokens ride
+    # in SamplerSettings.prediction; with none the prediction drafter proposes nothing). A
+    # plain one stays plain: it never pays a drafting step it was not asked for.
+    return runtime.decoder(gamma=settings.gamma_setting, drafters=usable,
+                           prediction=settings.predicted_outputs and bool(usable))
 
 
 @dataclass(frozen=True)

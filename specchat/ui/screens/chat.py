@@ -25,11 +25,13 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import rpc
 from specchat.engine.llama.rpc import RpcError
 from specchat.errors import SpecchatError
 from specchat.runtime import Runtime
+from specchat.session.attachments import AttachedFile
 from specchat.session.auto_calibration import AutoCalibration
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation
@@ -42,12 +44,16 @@ from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.fate_style import legend
 from specchat.ui.keys import CHAT_KEYS, NARROW_FOOTER, bindings
 from specchat.ui.messages import (
+    AttachmentRead,
+    AttachmentsMeasured,
     CalibrationEnded,
     CalibrationProgress,
+    MessagePrepared,
     ReplyProgress,
     RpcDropped,
     WorkerFailed,
 )
+from specchat.ui.screens.chat_attachments import MessageFiles, measure_all, prepare_one, read_one
 from specchat.ui.screens.chat_calibration import BackgroundCalibration
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.chat_messages import MessageActions
@@ -60,6 +66,7 @@ from specchat.ui.screens.race_pickers import PairPicker
 from specchat.ui.screens.reply_format import ReplyFormatScreen
 from specchat.ui.screens.settings import SettingsScreen
 from specchat.ui.services import AppServices
+from specchat.ui.widgets.attachments import AttachmentBar
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 from specchat.ui.widgets.key_footer import NARROW, KeyFooter
@@ -105,6 +112,7 @@ class ChatScreen(Screen[None]):
                                    self._opened, self._retitled)
         self.messages = MessageActions(self, self.session, self.start_reply)
         self.search = ChatSearch(self, self.session, services, self.history)
+        self.files = MessageFiles(self)  # the files attached to the message being written
         self.calibration = BackgroundCalibration(self, services, runtime, self.session)
         self.view = "markdown"
         self.show_rejected = False
@@ -161,6 +169,7 @@ class ChatScreen(Screen[None]):
                 transcript.position = lambda turn: self.conversation.position(turn)  # ‹ 2/3 ›
                 yield transcript
                 yield Static(legend(self.show_rejected, self.view), id="legend")
+                yield AttachmentBar(id="attachments")
                 yield ChatInput(id="input")
         yield TransferList(id="calibration")  # shown while the pair is calibrated
         yield StatsBar(self.backend, self.models_label(), self.engine.n_ctx,
@@ -255,6 +264,7 @@ class ChatScreen(Screen[None]):
                 self.transcript.show_turns(self.conversation.turns)
                 if self.session.job is None:
                     self._branch_stats()  # the shown branch changed: its figures, not the old
+                    self.files.chat_changed()
                 self.messages.shown()
             elif isinstance(v, SaveState):
                 self.unsaved = v.unsaved
@@ -283,6 +293,7 @@ class ChatScreen(Screen[None]):
             else:
                 self.transcript.finish(widget, v.turn.status, v.turn.stats)
         self.refresh_chat_list()
+        self.files.chat_changed()  # files attached while it ran: the chat has grown
         if self._after_reply is not None:
             then, self._after_reply = self._after_reply, None
             then()
@@ -295,14 +306,17 @@ class ChatScreen(Screen[None]):
 
     @on(ChatInput.Submitted)
     def send(self, event: ChatInput.Submitted) -> None:
-        if self.send_text(event.text):
+        if self.files.files:  # read again first, in a worker: see chat_attachments
+            self.files.send(event.text)
+        elif self.send_text(event.text):
             self.query_one(ChatInput).clear()
 
-    def send_text(self, text: str) -> bool:
-        """Send ``text`` and start the reply; False (the text stays in the box) if refused."""
+    def send_text(self, text: str, title: str | None = None) -> bool:
+        """Send ``text`` and start the reply; False (the text stays in the box) if refused.
+        ``title``: as :meth:`ChatSession.send` takes it."""
         new_chat = self.conversation.chat_id is None and not self.conversation.turns
         if not self.start_reply(lambda system, sampling, meta: self.session.send(
-                text, system, sampling, meta)):
+                text, system, sampling, meta, title=title)):
             return False
         if new_chat:
             self._retitled()
@@ -354,6 +368,44 @@ class ChatScreen(Screen[None]):
             self.post_message(WorkerFailed(job.id, e))
         finally:
             self.idle.set()
+
+    # --- attached files (chat_attachments): reading and counting them off this thread -------
+
+    @work(thread=True, exit_on_error=False, group="attach")
+    def read_attachment(self, job: int, engine: ChatEngine, path: str,
+                        history: list[Message], text: str, files: list[AttachedFile],
+                        limit: int, max_tokens: int) -> None:
+        self.post_message(read_one(job, engine, path, history, text, files, limit, max_tokens))
+
+    @work(thread=True, exit_on_error=False, group="attach")
+    def measure_attachments(self, job: int, engine: ChatEngine, history: list[Message],
+                            text: str, files: list[AttachedFile], max_tokens: int) -> None:
+        self.post_message(measure_all(job, engine, history, text, files, max_tokens))
+
+    @work(thread=True, exit_on_error=False, group="attach")
+    def prepare_message(self, engine: ChatEngine, history: list[Message], typed: str,
+                        paths: list[str], limit: int, max_tokens: int) -> None:
+        self.post_message(prepare_one(engine, history, typed, paths, limit, max_tokens))
+
+    def on_attachment_read(self, msg: AttachmentRead) -> None:
+        self.files.read(msg)
+
+    def on_attachments_measured(self, msg: AttachmentsMeasured) -> None:
+        self.files.measured(msg)
+
+    def on_message_prepared(self, msg: MessagePrepared) -> None:
+        self.files.prepared(msg)
+
+    @on(ChatInput.AttachPath)
+    def _at_path(self, event: ChatInput.AttachPath) -> None:
+        self.files.add(event.path)
+
+    @on(AttachmentBar.Removed)
+    def _chip_removed(self, event: AttachmentBar.Removed) -> None:
+        self.files.remove(event.index)
+
+    def action_attach_file(self) -> None:
+        self.files.pick()
 
     @work(thread=True, exit_on_error=False, group="calibrate")
     def calibrate_in_background(self, job: AutoCalibration) -> None:
@@ -485,6 +537,7 @@ class ChatScreen(Screen[None]):
         self._branch_stats()
         self.refresh_chat_list()
         self.messages.clear()
+        self.files.chat_changed()  # the attached files' ctx figure, for this chat
         self.query_one(ChatInput).focus()
 
     def _branch_stats(self) -> None:

@@ -71,7 +71,9 @@ def drafter_choices(runtime: Runtime, settings: ChatSettings) -> list[tuple[str,
 
 
 def race_settings(settings: ChatSettings, choice: str, runtime: Runtime) -> ChatSettings:
-    """The chat's settings with the race's drafter choice (the chat's own stay as they are)."""
+    """The chat's settings with the race's drafter choice (the chat's own stay as they are);
+    a race attaches no files, so its decoder has no prediction drafter."""
+    settings = settings.with_(predicted_outputs=False)
     if choice == SETTINGS_CHOICE:
         return settings
     if choice == PLANNER_CHOICE:

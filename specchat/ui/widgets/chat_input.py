@@ -6,23 +6,39 @@ tell them apart (xterm's modifyOtherKeys form arrives as ``shift+\r``). Alt+Ente
 offered: Textual reads ESC CR as a plain Enter. For the same reason Alt+letter is read as Esc
 then the letter (someone typing right after pressing Esc to stop a reply), and keys typed
 faster than they are handled are inserted together (a paste the terminal types out).
+
+Tab after ``@`` and the start of a path completes it (``session.attachments.complete_path``);
+once it names one file, Tab takes the ``@path`` out of the text and asks the screen to attach
+that file (:class:`ChatInput.AttachPath`). Tab elsewhere moves the focus, as it did.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from specchat.session.attachments import complete_path
+from specchat.textsafe import safe_text
+
 NEWLINE_KEYS = frozenset({"shift+enter", "ctrl+j", "newline", "shift+\r"})
+AT_PATH = re.compile(r"(?:^|\s)@(\S*)$")  # ``@`` and a path being typed, before the cursor
 
 
 class ChatInput(TextArea):
     @dataclass
     class Submitted(Message):
         text: str
+
+    @dataclass
+    class AttachPath(Message):
+        """Tab completed ``@path`` to one file: attach it (the ``@path`` left the text)."""
+
+        path: str
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
@@ -71,6 +87,10 @@ class ChatInput(TextArea):
             if text:
                 self.post_message(self.Submitted(text))
             return
+        if event.key == "tab" and self._complete_at_path():
+            event.stop()
+            event.prevent_default()
+            return
         if event.key in NEWLINE_KEYS:
             event.stop()
             event.prevent_default()
@@ -78,3 +98,27 @@ class ChatInput(TextArea):
             self._replace_via_keyboard("\n", start, end)
             return
         await super()._on_key(event)
+
+    def _complete_at_path(self) -> bool:
+        """Tab after ``@partial``: complete it, or attach the one file it names. False (Tab
+        moves the focus) when the cursor is not after an ``@`` word."""
+        row, col = self.cursor_location
+        m = AT_PATH.search(self.document.get_line(row)[:col])
+        if m is None:
+            return False
+        partial = m.group(1)
+        done = complete_path(partial, os.getcwd())
+        start = (row, col - len(partial))
+        if done.file:
+            self._replace_via_keyboard("", (row, start[1] - 1), (row, col))  # the @ too
+            self.post_message(self.AttachPath(done.text))
+        elif done.text != partial:
+            self._replace_via_keyboard(done.text, start, (row, col))
+        elif done.choices:
+            shown = ", ".join(safe_text(c) for c in done.choices[:12])
+            more = f" and {len(done.choices) - 12} more" if len(done.choices) > 12 else ""
+            self.notify(f"{shown}{more}", title=f"@{safe_text(partial)}", markup=False)
+        else:
+            self.notify(f"No file or folder matches {safe_text(partial) or 'here'}.",
+                        title="@ path", severity="warning", markup=False)
+        return True

@@ -46,8 +46,10 @@ def sparkline(values: Sequence[float], width: int, lo: float, hi: float | None) 
     return "".join(bars).ljust(width)
 
 
-def stats_line(s: LiveStats, busy: bool) -> Text:
-    """The figures: tokens/s, α, τ, the draft/verify split and the context's fill."""
+def stats_line(s: LiveStats, busy: bool, pending: int | None = None) -> Text:
+    """The figures: tokens/s, α, τ, the draft/verify split and the context's fill;
+    ``pending``: the prompt's tokens with the files attached to the message being written,
+    shown as the fill (before it is sent) while no reply runs."""
     def fmt(v: float | None, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
@@ -67,6 +69,10 @@ def stats_line(s: LiveStats, busy: bool) -> Text:
     out.append("  ctx ", dim)
     used = "—" if s.ctx_used is None else str(s.ctx_used)
     size = "—" if s.ctx_size is None else str(s.ctx_size)
+    if pending is not None and not busy:
+        out.append(f"{pending}/{size}", "bold")
+        out.append(" with files", dim)
+        return out
     out.append(f"{used}/{size}", "bold")
     return out
 
@@ -124,6 +130,7 @@ class StatsBar(Vertical):
         self.gamma_mode = gamma_mode
         self.stats = LiveStats(ctx_size=ctx_size)
         self.busy = False
+        self.pending: int | None = None  # the prompt with the message's files (stats_line)
         self.alpha_history: list[float] = []
         self.tps_history: list[float] = []
         self.gamma_history: list[int] = []
@@ -143,7 +150,12 @@ class StatsBar(Vertical):
                         markup=False)
 
     def _line(self) -> Text:
-        return stats_line(self.stats, self.busy)
+        return stats_line(self.stats, self.busy, self.pending)
+
+    def set_pending(self, tokens: int | None) -> None:
+        """The ctx figure with the files attached to the message (None: none attached)."""
+        self.pending = tokens
+        self._redraw()
 
     def _gamma_line(self) -> Text:
         return gamma_line(self.stats, self.gamma_mode, self.speculative, self.busy)

@@ -32,6 +32,7 @@ from specchat.session.conversation import Turn
 from specchat.store.fates import Segment
 from specchat.store.stats import ReplyStats
 from specchat.textsafe import safe_text
+from specchat.tools.files import size_text, split_files
 from specchat.ui.widgets.fate_text import FateText
 
 VIEWS = ("markdown", "tokens")
@@ -102,7 +103,15 @@ class UserMessage(Static):
         body = Text("You", style="bold")
         self._span = counter(body, position)
         body.append("\n")
-        body.append(safe_text(turn.text))
+        # The files the message carries (attached, see tools.files.with_files) as one line
+        # each, not their whole text: the chat keeps, exports and sends the whole text.
+        files, words = split_files(turn.text)
+        for path, text in files:
+            lines = text.count("\n")
+            body.append(f"▣ {safe_text(path)}", "bold")
+            body.append(f" · {lines} line{'s' if lines != 1 else ''} · "
+                        f"{size_text(len(text.encode('utf-8')))}\n", "dim")
+        body.append(safe_text(words if files else turn.text))
         super().__init__(body, classes="message user")
         self.turn = turn
         self.position = position
