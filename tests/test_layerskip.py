@@ -244,6 +244,7 @@ def test_the_app_settings_choose_layerskip_through_the_runtime(home: AppPaths, d
     try:
         dec = runtime_decoder(rt, ChatSettings(drafter="layerskip"))
         assert isinstance(dec, SpeculativeDecoder)
-        assert [d.name for d in dec.drafters] == ["layerskip"]
+        # The chosen drafter, behind the prediction drafter that drafts from attached files.
+        assert [d.name for d in dec.drafters] == ["prediction", "layerskip"]
     finally:
         rt.close()

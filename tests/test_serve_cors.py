@@ -10,6 +10,7 @@ import queue
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,11 +169,10 @@ def _in_browser(api_url: str, page_host: str, tmp_path: Path) -> dict[str, Any]:
     page_url = f"http://{page_host}:{pages.server_address[1]}/"
     browser = subprocess.Popen(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'chromium'}", "--dump-dom",
-         "--virtual-time-budget=60000", page_url],
+         f"--user-data-dir={tmp_path / 'chromium'}", "--remote-debugging-port=0", page_url],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        return results.get(timeout=90)
+        return _report(results, browser)
     finally:
         browser.terminate()
         try:
@@ -182,6 +182,25 @@ def _in_browser(api_url: str, page_host: str, tmp_path: Path) -> dict[str, Any]:
             browser.communicate()
         pages.shutdown()
         pages.server_close()
+
+
+def _report(results: queue.Queue[dict[str, Any]], browser: subprocess.Popen[str],
+            limit_s: float = 150.0) -> dict[str, Any]:
+    """The report the page posts back; a browser that ends first fails the test with its
+    own last words (it runs until terminated, so it should not)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=1)
+        except queue.Empty:
+            if browser.poll() is None:
+                continue
+        try:  # the browser has ended: a post on its way still counts
+            return results.get(timeout=2)
+        except queue.Empty:
+            _, err = browser.communicate()
+            pytest.fail(f"Chromium ended without the page's report: {err[-800:]}")
+    pytest.fail(f"no report from the page within {limit_s:.0f} s")
 
 
 @pytest.mark.skipif(_chromium() is None,
