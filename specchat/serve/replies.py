@@ -16,7 +16,7 @@ from typing import Any
 from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import GenerationStats, TokenEvent, TokenLogprob
 from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
-from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
+from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls, read_stream
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError
 from specchat.serve.worker import Finished
@@ -183,10 +183,7 @@ class ReplyWriter:
             return text, []
         if self.reply_start:
             text, self.reply_start = self.reply_start + text, ""
-        content, deltas = self._calls.feed(text)
-        if end:
-            more, rest = self._calls.finish()
-            content, deltas = content + more, deltas + rest
+        content, deltas = read_stream(self._calls, text, end)
         return content, deltas
 
     def _finish_reason(self, done: Finished) -> str:

@@ -30,7 +30,7 @@ from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import TokenEvent
 from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
+from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls, read_stream
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type
@@ -450,10 +450,7 @@ class ResponsesWriter:
             return self._text(text) if text else []
         if self.reply_start:
             text, self.reply_start = self.reply_start + text, ""
-        content, deltas = self._calls.feed(text)
-        if end:
-            more, rest = self._calls.finish()
-            content, deltas = content + more, deltas + rest
+        content, deltas = read_stream(self._calls, text, end)
         # A call's content comes before it: the text the stream held, then the call.
         return (self._text(content) if content else []) + self._deltas(deltas)
 

@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.grammar import compile_grammar
@@ -236,6 +236,23 @@ def _unquote(raw: str) -> str:
     except ValueError:
         return raw
     return value if isinstance(value, str) else raw
+
+
+class CallReader(Protocol):
+    """A reply's text in, (content, call deltas) out: a template's calls or generic JSON ones."""
+
+    def feed(self, text: str) -> tuple[str, list[CallDelta]]: ...
+
+    def finish(self) -> tuple[str, list[CallDelta]]: ...
+
+
+def read_stream(reader: CallReader, text: str, end: bool = False) -> tuple[str, list[CallDelta]]:
+    """``reader`` fed ``text``, and at the reply's ``end`` finished too."""
+    content, deltas = reader.feed(text)
+    if end:
+        more, rest = reader.finish()
+        content, deltas = content + more, deltas + rest
+    return content, deltas
 
 
 def read_calls(text: str, names: frozenset[str] = frozenset()) -> tuple[str, list[ToolCall]]:
