@@ -227,7 +227,7 @@ def _stream(events: Any, as_json: bool, setup: InForce,
 
 
 def summary(s: GenerationStats, setup: InForce | None = None) -> str:
-    parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
+    parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s decode",
              f"ttft {s.ttft_s * 1000:.0f} ms",
              f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
     if setup is not None and setup.decoder != "plain":
