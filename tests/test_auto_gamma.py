@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.stats import expected_tokens
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.policy.acceptance import AcceptanceModel, ConfidenceBins, step_outcomes
 from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
@@ -25,7 +26,6 @@ from specchat.engine.policy.replay import (
     replay_turn,
     segment_oracle,
 )
-from specchat.engine.policy.speedup import expected_tokens
 from specchat.engine.policy.topics import FenceTracker, guess_topic
 
 # A CPU-like machine: a draft token costs 30% of a target pass, and each extra verified token

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.stats import expected_tokens
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
@@ -17,7 +18,6 @@ from specchat.engine.policy.costs import CostCurve, draft_step_cost, non_decreas
 from specchat.engine.policy.speedup import (
     PAYS,
     best_gamma,
-    expected_tokens,
     predicted_speedup,
     speedup_table,
     verdict,

@@ -12,6 +12,7 @@ import pytest
 from race_helpers import fixed_result, plain_timeline, spec_timeline
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.stats import expected_tokens
 from specchat.engine.llama.machine_load import LoadWatch, MachineLoad, cpu_times
 from specchat.race.noise import Spread, noise_note
 from specchat.race.result import Divergence
@@ -21,7 +22,6 @@ from specchat.race.why import (
     costs_from_race,
     explain,
     lookup_limit,
-    tokens_per_step,
 )
 
 # The field notes' Qwen2.5-Coder 1.5B / 0.5B curve on 2 CPU cores (ms per target pass of n tokens).
@@ -157,7 +157,7 @@ def test_costs_from_the_race_steps() -> None:
     assert c is not None and c.verify == {5: 0.06, 3: 0.04, 1: 0.03}
     assert c.draft == pytest.approx(0.005) and c.source == "this race"
     assert costs_from_race(0.03, []) is None
-    assert tokens_per_step(1.0, 4) == 5 and tokens_per_step(0.0, 4) == 1
+    assert expected_tokens(1.0, 4) == 5 and expected_tokens(0.0, 4) == 1
 
 
 def test_greedy_divergence_at_a_near_tie_is_not_a_bug() -> None:

@@ -108,6 +108,7 @@ def test_a_chat_completion_carries_usage_timings_and_speculation(api: openai.Ope
     assert ext["drafters"] == ["prediction", "ngram", "model"]
     assert ext["drafted"] == t["draft_n"]
     assert ext["tau"] is not None and ext["tau"] >= 1
+    assert ext["acceptance_length"] == pytest.approx(1 + ext["accepted"] / ext["steps"], abs=1e-4)
     assert "tokens" not in ext  # fates only when asked for
 
 

@@ -133,6 +133,8 @@ def test_ask_streams_speculative_events_as_json(tiny_target: Path, tiny_draft: P
     assert {"token", "step", "stats"} <= kinds
     stats = lines[-1]
     assert stats["type"] == "stats" and stats["steps"] > 0 and stats["alpha"] is not None
+    # beside τ, vLLM's mean acceptance length: 1 + accepted / steps
+    assert stats["acceptance_length"] == pytest.approx(1 + stats["accepted"] / stats["steps"])
     assert max(x["gamma"] for x in lines if x["type"] == "step") == 3
     origins = {x["origin"] for x in lines if x["type"] == "token"}
     # ("plain": a step with nothing to draft, e.g. the last token before --max-tokens)

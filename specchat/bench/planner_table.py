@@ -20,8 +20,8 @@ from typing import Any
 
 from specchat.engine.decode.decoding import run_to_end
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.stats import expected_tokens, step_seconds
 from specchat.engine.drafters._cross_vocab import in_draft_vocab
-from specchat.engine.policy.acceptance import expected_tokens
 from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
 from specchat.runtime import Runtime
 
@@ -56,7 +56,7 @@ def ideal_rate(plain_tps: float, curve: CostCurve, alphas: Sequence[float]) -> t
     k = (1.0 / plain_tps) / curve.verify_s[0]  # this run's load against the curve's
     best, best_g = plain_tps, 0
     for g in range(1, min(len(alphas), len(curve.verify_s) - 1) + 1):
-        rate = expected_tokens(alphas, g) / (k * (g * curve.draft_s + curve.verify_s[g]))
+        rate = expected_tokens(alphas, g) / (k * step_seconds(g, curve.draft_s, curve.verify_s[g]))
         if rate > best:
             best, best_g = rate, g
     return best, best_g

@@ -13,6 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from specchat.engine.decode.stats import acceptance, acceptance_length, tokens_per_pass
+
 ALL = "all"
 
 
@@ -57,8 +59,9 @@ def aggregate(group: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tok_s": _ratio(dec, dec_s),
         "ttft_s": _ratio(sum(r["ttft_s"] for r in group), len(group)),
         "e2e_tok_s": _ratio(gen, sum(r["total_s"] for r in group)),
-        "alpha": _ratio(acc, acc + rej),
-        "tau": _ratio(gen, forwards) if any(r["steps"] for r in group) else None,
+        "alpha": acceptance(acc, rej),
+        "tau": tokens_per_pass(gen, forwards) if any(r["steps"] for r in group) else None,
+        "acceptance_length": acceptance_length(acc, sum(r["steps"] for r in group)),
         "drafted": sum(r["drafted"] for r in group),
         "accepted": acc,
         # accepted / drafted: biased low against α at large γ, but what llama.cpp prints

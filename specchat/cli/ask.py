@@ -43,6 +43,7 @@ from specchat.engine.decode.events import (
     StepEvent,
     TokenEvent,
 )
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
@@ -184,12 +185,11 @@ def _stream(events: Any, as_json: bool, setup: InForce,
     reply kept are counted at its end; ``turn``: a turn with tools, whose text is its content
     (the calls go to stderr, or to the JSON lines as tool_call and tool_result events)."""
     out = sys.stdout
-    stats = None
+    fold = EventFold()  # the reply's token ids and its stats
+    reply = fold.token_ids
     calls = 0
-    reply: list[int] = []
     for ev in events:
-        if isinstance(ev, TokenEvent):
-            reply.append(ev.token_id)
+        fold.add(ev)
         if isinstance(ev, ToolCallEvent):
             calls += 1
         if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
@@ -212,8 +212,7 @@ def _stream(events: Any, as_json: bool, setup: InForce,
         elif isinstance(ev, NoticeEvent):
             sys.stderr.write(f"[{safe_text(ev.message)}]\n")
         out.flush()
-        if isinstance(ev, GenerationStats):
-            stats = ev
+    stats = fold.stats
     if stats and not as_json:
         out.write("\n")
         line = summary(stats, setup)
@@ -228,7 +227,7 @@ def _stream(events: Any, as_json: bool, setup: InForce,
 
 
 def summary(s: GenerationStats, setup: InForce | None = None) -> str:
-    parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s",
+    parts = [f"{s.generated_tokens} tokens", f"{s.decode_tps:.1f} tok/s decode",
              f"ttft {s.ttft_s * 1000:.0f} ms",
              f"prompt {s.prompt_tokens} ({s.cached_tokens} cached)"]
     if setup is not None and setup.decoder != "plain":

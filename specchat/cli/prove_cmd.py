@@ -27,7 +27,8 @@ from specchat.cli.grammar_args import add_grammar_args, grammar_from_args
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
-from specchat.engine.decode.events import GenerationStats, StepEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.events import TokenOrigin
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
@@ -76,7 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 @dataclass
 class Tally:
-    """What the speculative side did: how much of the rule a run exercised."""
+    """What the speculative side did, summed over its continuations: how much of the rule a
+    run exercised. Each continuation's counts are its event fold's (the decoder's tally)."""
 
     continuations: int = 0
     steps: int = 0
@@ -87,16 +89,17 @@ class Tally:
     residual: int = 0  # tokens sampled from a residual (a step whose drafts were all rejected)
     through_rejection: int = 0  # continuations with at least one rejection
 
-    def add(self, steps: Sequence[StepEvent], corrected: int) -> None:
+    def add(self, run: EventFold) -> None:
+        """One continuation, read by its event fold."""
+        t = run.tally
         self.continuations += 1
-        self.steps += len(steps)
-        self.drafting_steps += sum(1 for s in steps if s.gamma > 0)
-        self.drafted += sum(s.gamma for s in steps)
-        self.accepted += sum(s.accepted for s in steps)
-        rejected = sum(s.rejected for s in steps)
-        self.rejected += rejected
-        self.residual += corrected
-        self.through_rejection += rejected > 0
+        self.steps += t.steps
+        self.drafting_steps += t.drafting_steps
+        self.drafted += t.drafted
+        self.accepted += t.accepted
+        self.rejected += t.rejected_tokens
+        self.residual += run.origins[TokenOrigin.CORRECTED]
+        self.through_rejection += t.rejected_tokens > 0
 
     @property
     def rejected_share(self) -> float:
@@ -122,19 +125,10 @@ def sample(decoder: Decoder, prompt: Sequence[int],
     for seed in seeds:
         if cancel.is_set():
             break
-        tokens: list[int] = []
-        steps: list[StepEvent] = []
-        corrected = 0
-        for ev in decoder.run(prompt, settings_for(seed), cancel):
-            if isinstance(ev, TokenEvent):
-                tokens.append(ev.token_id)
-                corrected += ev.origin is TokenOrigin.CORRECTED
-            elif isinstance(ev, StepEvent):
-                steps.append(ev)
-            elif isinstance(ev, GenerationStats):
-                break
-        out.counts[tuple(tokens)] += 1
-        out.tally.add(steps, corrected)
+        run = EventFold()
+        run.run(decoder.run(prompt, settings_for(seed), cancel), decoder.name)
+        out.counts[tuple(run.token_ids)] += 1
+        out.tally.add(run)
         if progress is not None:
             progress.add(1, side)
     return out

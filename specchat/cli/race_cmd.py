@@ -24,7 +24,7 @@ from specchat.cli.common import (
     print_notices,
     sampling_changes,
 )
-from specchat.engine.decode.events import TokenEvent
+from specchat.engine.decode.fold import EventFold
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
@@ -135,12 +135,12 @@ def run(env: Env, args: argparse.Namespace) -> int:
 def replay_bars(result: RaceResult, out: TextIO, width: int = 30) -> None:
     """Both runs as two progress bars on one line, advancing as they did when recorded."""
     most = max(len(result.plain.tokens), len(result.spec.tokens), 1)
-    counts = [0, 0]
+    sides = (EventFold(), EventFold())
 
     def emit(now: float, dues: list[Due]) -> None:
         for d in dues:
-            if isinstance(d.event, TokenEvent):
-                counts[d.side] += 1
+            sides[d.side].add(d.event)
+        counts = [s.tokens for s in sides]
         out.write(f"\r{now:6.2f} s  plain {bar(counts[0] / most, width)} {counts[0]:4d}  "
                   f"spec {bar(counts[1] / most, width)} {counts[1]:4d}")
         out.flush()

@@ -30,6 +30,7 @@ from specchat.engine.decode.decoding import Decoder, run_to_end
 from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.stats import acceptance, tokens_per_pass
 from specchat.engine.llama.hardware import backend_label, devices
 from specchat.engine.llama.memory_plan import fmt_bytes
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
@@ -219,8 +220,7 @@ def _row(sampling: str, decoder: str, stats: list[GenerationStats]) -> dict[str,
     n = tokens - len(stats)  # decode time runs from the first token to the last
     return {"sampling": sampling, "decoder": decoder, "tokens": tokens,
             "tok_s": round(n / decode_s, 1) if decode_s > 0 else 0.0,
-            "alpha": accepted / (accepted + rejections) if accepted + rejections else None,
-            "tau": tokens / forwards if forwards else None}
+            "alpha": acceptance(accepted, rejections), "tau": tokens_per_pass(tokens, forwards)}
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import (
     Event,
     GenerationStats,
-    NoticeEvent,
     RejectedEvent,
     StepEvent,
     TokenEvent,
 )
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.decode.stats import decode_rate, overall_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +59,21 @@ class RaceTimeline:
         return last
 
     @cached_property
+    def _read(self) -> _Read:
+        """The run's events, read once by the event fold."""
+        read = _Read()
+        for e in self.events:
+            read.at = e.t
+            read.add(e.event)
+        return read
+
+    @cached_property
     def token_times(self) -> tuple[float, ...]:
-        return tuple(e.t for e in self.events if isinstance(e.event, TokenEvent))
+        return tuple(self._read.token_times)
 
     @cached_property
     def tokens(self) -> tuple[TokenEvent, ...]:
-        return tuple(e.event for e in self.events if isinstance(e.event, TokenEvent))
+        return tuple(self._read.token_events)
 
     @property
     def token_ids(self) -> list[int]:
@@ -75,11 +85,11 @@ class RaceTimeline:
 
     @property
     def steps(self) -> list[StepEvent]:
-        return [e.event for e in self.events if isinstance(e.event, StepEvent)]
+        return list(self._read.steps)
 
     @property
     def rejected(self) -> list[RejectedEvent]:
-        return [e.event for e in self.events if isinstance(e.event, RejectedEvent)]
+        return list(self._read.rejected_events)
 
     @property
     def elapsed_s(self) -> float:
@@ -92,8 +102,8 @@ class RaceTimeline:
 
     @property
     def tok_s(self) -> float:
-        """Generated tokens over the whole run, prompt included: what the replay shows."""
-        return len(self.tokens) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Generated tokens over the whole run, prompt included (overall, not decode tok/s)."""
+        return overall_rate(len(self.tokens), self.elapsed_s)
 
     @property
     def decode_s(self) -> float:
@@ -103,28 +113,61 @@ class RaceTimeline:
 
     @property
     def decode_tok_s(self) -> float:
-        """Tokens after the first over the time they took: speed once the reply has started."""
-        n = len(self.token_times) - 1
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+        """Decode tok/s: the tokens after the first over the time they took."""
+        return decode_rate(len(self.token_times), self.decode_s)
 
     def tokens_by(self, t: float) -> int:
         """How many tokens had arrived by time ``t``."""
         return bisect.bisect_right(self.token_times, t)
 
 
+class _Read(EventFold):
+    """A recorded run's tokens (with the times they arrived) and rejected drafts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = 0.0  # the time of the event being added
+        self.token_events: list[TokenEvent] = []
+        self.token_times: list[float] = []
+        self.rejected_events: list[RejectedEvent] = []
+
+    def on_token(self, ev: TokenEvent) -> None:
+        self.token_events.append(ev)
+        self.token_times.append(self.at)
+
+    def on_rejected(self, ev: RejectedEvent) -> None:
+        self.rejected_events.append(ev)
+
+
 def record(label: str, decoder: Decoder, prompt: Sequence[int], settings: SamplerSettings,
            cancel: threading.Event | None = None,
            clock: Callable[[], float] = time.perf_counter) -> RaceTimeline:
-    """Run ``decoder`` to the end, stamping every event as it arrives."""
-    events: list[TimedEvent] = []
-    notices: list[str] = []
-    start = clock()
-    for ev in decoder.run(prompt, settings, cancel or threading.Event()):
-        t = clock() - start
-        if isinstance(ev, NoticeEvent):
-            notices.append(ev.message)
-            continue
-        events.append(TimedEvent(t, ev))
-        if isinstance(ev, GenerationStats):
-            break
-    return RaceTimeline(label, tuple(events), tuple(notices))
+    """Run ``decoder`` to the end, stamping every event as it arrives (notices aside)."""
+    recorder = _Recorder(clock)
+    recorder.run(decoder.run(prompt, settings, cancel or threading.Event()), decoder.name)
+    return RaceTimeline(label, tuple(recorder.events), tuple(recorder.notices))
+
+
+class _Recorder(EventFold):
+    """The event fold of a race run: each event but the notices, stamped as it arrives."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.start = clock()
+        self.events: list[TimedEvent] = []
+
+    def _stamp(self, ev: Event) -> None:
+        self.events.append(TimedEvent(self.clock() - self.start, ev))
+
+    def on_token(self, ev: TokenEvent) -> None:
+        self._stamp(ev)
+
+    def on_rejected(self, ev: RejectedEvent) -> None:
+        self._stamp(ev)
+
+    def on_step(self, ev: StepEvent) -> None:
+        self._stamp(ev)
+
+    def on_stats(self, ev: GenerationStats) -> None:
+        self._stamp(ev)

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from specchat.engine.decode import stats
 from specchat.engine.decode.events import StepEvent
 
 
@@ -25,19 +26,13 @@ class Costs:
     source: str  # "calibration" | "this race"
 
 
-def tokens_per_step(alpha: float, gamma: int) -> float:
-    """Expected tokens a step yields with per-token acceptance α and γ drafts (Leviathan)."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
 def speedup(costs: Costs, alpha: float, gamma: int, draft: float | None) -> float | None:
+    """engine.decode.stats' speed-up on these costs (None where the check of γ + 1 tokens was
+    not measured); ``draft``: seconds per draft token (None: a free one, prompt lookup)."""
     n = gamma + 1
     if n not in costs.verify or costs.t1 <= 0:
         return None
-    step = costs.verify[n] + gamma * (draft or 0.0)
-    return tokens_per_step(alpha, gamma) * costs.t1 / step if step > 0 else None
+    return stats.predicted_speedup(alpha, gamma, draft or 0.0, costs.verify[n], costs.t1)
 
 
 def best(costs: Costs, alpha: float, draft: float | None) -> float:

@@ -60,7 +60,8 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
         f"## Prompt{where}",
         quote(result.prompt),
         "## Result",
-        table(["run", "tokens", "tok/s", "time to first token", "elapsed", "stopped"], rows),
+        table(["run", "tokens", "overall tok/s", "time to first token", "elapsed", "stopped"],
+              rows),
         "\n".join([
             f"- **{_runs(result)}:** " + "; ".join(
                 f"{name} {result.side_line(side).split(None, 1)[1]}"
@@ -68,7 +69,8 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
             f"- **decode speedup** (once the replies started): {_f(result.decode_speedup)}× · "
             f"**overall speedup:** {_f(result.speedup)}×",
             f"- **α** (draft tokens accepted): {_f(result.alpha)} · **τ** (tokens per target "
-            f"pass): {_f(result.tau)}",
+            f"pass): {_f(result.tau)} · **acceptance length** (1 + accepted / steps, as vLLM "
+            f"reports it): {_f(result.spec.stats.acceptance_length)}",
             f"- **γ trace** (draft length × steps): {gamma_trace_text(result.gammas, 20)}",
             *([f"- **speculative side:** drafter {', '.join(result.drafters) or '–'}, γ mode "
                f"{result.gamma_mode or '–'}"] if result.setup_line() else []),
@@ -89,9 +91,9 @@ def race_markdown(result: RaceResult, chart: str | None = CHART) -> str:
 def write_race_report(result: RaceResult, folder: Path) -> Written:
     folder.mkdir(parents=True, exist_ok=True)
     chart = step_chart(
-        [Series(f"plain {result.plain.tok_s:.1f} tok/s", PLAIN_COLOUR,
+        [Series(f"plain {result.plain.tok_s:.1f} tok/s overall", PLAIN_COLOUR,
                 cumulative_points(result.plain)),
-         Series(f"speculative {result.spec.tok_s:.1f} tok/s", SPEC_COLOUR,
+         Series(f"speculative {result.spec.tok_s:.1f} tok/s overall", SPEC_COLOUR,
                 cumulative_points(result.spec))],
         f"Cumulative tokens over time — {result.pair}" + (
             f" · drafter {', '.join(result.drafters) or '–'} · γ {result.gamma_mode or '–'}"
@@ -127,6 +129,7 @@ def race_json(result: RaceResult) -> dict[str, Any]:
                      "min_p": s.min_p, "seed": s.seed, "max_tokens": s.max_tokens},
         "plain": side(0), "spec": side(1),
         "decode_speedup": result.decode_speedup, "speedup": result.speedup,
-        "alpha": result.alpha, "tau": result.tau, "identical": result.identical,
+        "alpha": result.alpha, "tau": result.tau,
+        "acceptance_length": result.spec.stats.acceptance_length, "identical": result.identical,
         "verdict": result.verdict(),
     }

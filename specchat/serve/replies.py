@@ -84,11 +84,13 @@ def _round(x: float | None) -> float | None:
 
 def extension(done: Finished, setup: InForce) -> dict[str, Any]:
     """What speculation did for this reply: α (drafted tokens kept / (kept + rejections)), τ
-    (tokens per target pass), the decoder, drafters and γ mode in force, and the last step's
+    (tokens per target pass) and beside it the acceptance length (1 + accepted / steps, as
+    vLLM reports it), the decoder, drafters and γ mode in force, and the last step's
     choice as the planner labelled it ("plan · code")."""
     s, step = done.stats, done.last_step
     return {
-        "alpha": _round(s.alpha), "tau": _round(s.tau), "decoder": setup.decoder,
+        "alpha": _round(s.alpha), "tau": _round(s.tau),
+        "acceptance_length": _round(s.acceptance_length), "decoder": setup.decoder,
         "drafters": list(setup.drafters), "gamma_mode": setup.gamma_mode,
         "mode": step.mode if step is not None else None,
         "plan": step.reason if step is not None else None,

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from specchat.engine.decode.events import GenerationStats, StepEvent, TokenEvent
 from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.generic_tools import generic_messages, generic_schema
 from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
 from specchat.engine.decode.sampling import SamplerSettings
@@ -415,25 +416,28 @@ def _fim_tokens(engine: ChatEngine, request: GenerationRequest) -> list[int] | N
 def generate(engine: ChatEngine, tokens: list[int], job: Job,
              settings: SamplerSettings | None = None) -> Finished:
     """Run the shared decoder on the prompt, posting each token as it is committed."""
-    last_step: StepEvent | None = None
-    notices: list[str] = []
-    pieces = job.pieces
     settings = settings or job.request.settings
-    reply: list[int] = []
-    for ev in engine.decoder.run(tokens, settings, job.cancel):
-        if isinstance(ev, TokenEvent):
-            reply.append(ev.token_id)
-            if ev.logprob is not None:  # the texts its log-probabilities will be written with
-                for t in (ev.token_id, *(i for i, _ in ev.logprob.top)):
-                    if t not in pieces:
-                        pieces[t] = piece(engine.model, t, special=True)
-            job.post(ev)
-        elif isinstance(ev, StepEvent):
-            last_step = ev
-        elif isinstance(ev, NoticeEvent):
-            notices.append(ev.message)
-        elif isinstance(ev, GenerationStats):
-            counts = (prediction_counts(settings.prediction, reply)
-                      if job.request.prediction is not None else None)
-            return Finished(ev, last_step, tuple(notices), counts)
-    raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")
+    fold = _Posting(engine, job)
+    stats = fold.run(engine.decoder.run(tokens, settings, job.cancel), engine.decoder.name)
+    counts = (prediction_counts(settings.prediction, fold.token_ids)
+              if job.request.prediction is not None else None)
+    last_step = fold.steps[-1] if fold.steps else None
+    return Finished(stats, last_step, tuple(fold.notices), counts)
+
+
+class _Posting(EventFold):
+    """A served reply's events: each token posted to its job as it is committed, with the
+    texts its log-probabilities will be written with."""
+
+    def __init__(self, engine: ChatEngine, job: Job) -> None:
+        super().__init__()
+        self.engine = engine
+        self.job = job
+
+    def on_token(self, ev: TokenEvent) -> None:
+        pieces = self.job.pieces
+        if ev.logprob is not None:
+            for t in (ev.token_id, *(i for i, _ in ev.logprob.top)):
+                if t not in pieces:
+                    pieces[t] = piece(self.engine.model, t, special=True)
+        self.job.post(ev)

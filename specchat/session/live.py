@@ -13,17 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from specchat.engine.decode.events import (
-    Event,
-    GenerationStats,
-    NoticeEvent,
-    RejectedEvent,
-    StepEvent,
-    TokenEvent,
-    acceptance,
-)
-from specchat.engine.decode.spec_stats import SpecTally
-from specchat.store.fates import FateTrace, Segment, merge_segments
+from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from specchat.engine.decode.stats import acceptance, decode_rate
+from specchat.store.fates import FateFold, Segment, merge_segments
 from specchat.store.stats import ReplyStats
 
 WINDOW_S = 1.0  # rolling window for tokens/s and the sparkline's α
@@ -32,7 +24,9 @@ WINDOW_S = 1.0  # rolling window for tokens/s and the sparkline's α
 @dataclass(frozen=True)
 class LiveStats:
     tokens: int = 0  # generated so far in this reply
-    tps: float | None = None  # rolling tokens/s
+    # Decode tokens/s (engine.decode.stats.decode_rate: the first token, which waits for the
+    # prompt, left out): over the last WINDOW_S while a reply streams, the whole reply's after.
+    tps: float | None = None
     alpha: float | None = None  # acceptance rate over the reply so far
     alpha_window: float | None = None  # over the last WINDOW_S (what the sparkline plots)
     tau: float | None = None  # tokens committed per verification step
@@ -67,11 +61,17 @@ class Batch:
     final: GenerationStats | None = None
 
 
-class EventBatcher:
+class EventBatcher(FateFold):
+    """The event fold of a reply being shown: its fate segments (the session keeps the
+    trace), its notices and its figures, taken in batches."""
+
     def __init__(self, interval: float = 0.08, ctx_used: Callable[[], int] | None = None,
                  ctx_size: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        # keep False: the trace orders the segments; the session keeps them. The fold's tally
+        # is the decoder's own, fed the same steps (one count, one α and τ for the bar and the
+        # saved reply), and its ``generated`` the reply's length as the engine had it.
+        super().__init__(keep=False)
         self.interval = interval
-        self.trace = FateTrace(keep=False)  # orders the segments; the session keeps them
         self._ctx_used = ctx_used
         self._ctx_size = ctx_size
         self._clock = clock
@@ -81,11 +81,6 @@ class EventBatcher:
         self._times: deque[float] = deque()  # token timestamps within the window
         self._steps: deque[tuple[float, int, bool]] = deque()  # (t, accepted, rejected)
         self._last_t = 0.0
-        self.tokens = 0
-        # The decoder's own tally, fed the same steps (one count, one α and τ for the bar and
-        # the saved reply), and the reply's length after the latest step, as the engine had it.
-        self.tally = SpecTally()
-        self.generated = 0
         self.gamma: int | None = None
         self.mode: str | None = None
         self._gammas: list[int] = []  # since the last posted stats (see gammas_posted)
@@ -95,32 +90,32 @@ class EventBatcher:
         """Events arrived since the last take."""
         return self._dirty
 
-    def add(self, ev: Event) -> None:
+    def add(self, ev: object) -> None:
         self._dirty = True
-        if isinstance(ev, TokenEvent):
-            self.tokens += 1
-            self._last_t = ev.t
-            self._times.append(ev.t)
-            self._pending.segments += self.trace.add_token(ev)
-        elif isinstance(ev, RejectedEvent):
-            self._pending.segments += self.trace.add_rejected(ev)
-        elif isinstance(ev, StepEvent):
-            self.tally.count(ev)
-            self.generated = ev.position + ev.committed
-            self.gamma = ev.gamma
-            # What chose the step, and the plan's few words when it has them ("tree 12 · depth 4").
-            # (The planner's label already ends with its plan's reason: not said twice.)
-            with_reason = ev.reason and not ev.mode.endswith(ev.reason)
-            self.mode = " · ".join(x for x in (ev.mode, ev.reason if with_reason else "") if x) \
-                or None
-            self._gammas.append(ev.gamma)
-            rejected = ev.accepted < ev.depth  # a tree drafts more tokens than it can keep
-            self._steps.append((self._last_t, ev.accepted, rejected))
-        elif isinstance(ev, NoticeEvent):
-            self._pending.notices.append(ev.message)
-        elif isinstance(ev, GenerationStats):
-            self._pending.segments += self.trace.finish()
-            self._pending.final = ev
+        super().add(ev)
+
+    def on_token(self, ev: TokenEvent) -> None:
+        super().on_token(ev)
+        self._last_t = ev.t
+        self._times.append(ev.t)
+
+    def on_step(self, ev: StepEvent) -> None:
+        self.gamma = ev.gamma
+        # What chose the step, and the plan's few words when it has them ("tree 12 · depth 4").
+        # (The planner's label already ends with its plan's reason: not said twice.)
+        with_reason = ev.reason and not ev.mode.endswith(ev.reason)
+        self.mode = " · ".join(x for x in (ev.mode, ev.reason if with_reason else "") if x) \
+            or None
+        self._gammas.append(ev.gamma)
+        rejected = ev.accepted < ev.depth  # a tree drafts more tokens than it can keep
+        self._steps.append((self._last_t, ev.accepted, rejected))
+
+    def on_notice(self, ev: NoticeEvent) -> None:
+        self._pending.notices.append(ev.message)
+
+    def on_stats(self, ev: GenerationStats) -> None:
+        super().on_stats(ev)
+        self._pending.final = ev
 
     def due(self) -> bool:
         return self._clock() - self._last_flush >= self.interval
@@ -130,7 +125,7 @@ class EventBatcher:
         self._last_flush = self._clock()
         self._dirty = False
         batch, self._pending = self._pending, Batch()
-        batch.segments = merge_segments(batch.segments)
+        batch.segments = merge_segments(self.take_shown())
         ctx_used = self._ctx_used() if self._ctx_used else None
         if batch.final is not None:
             batch.stats = LiveStats.from_stats(batch.final, ctx_used, self._ctx_size, self.gamma,
@@ -149,15 +144,15 @@ class EventBatcher:
             self._times.popleft()
         while self._steps and self._steps[0][0] < horizon:
             self._steps.popleft()
-        tps = None
-        if len(self._times) >= 2 and self._times[-1] > self._times[0]:
-            tps = (len(self._times) - 1) / (self._times[-1] - self._times[0])
+        # Decode tok/s over the window: the tokens after its first, from its first to its last.
+        tps = decode_rate(len(self._times), self._times[-1] - self._times[0]) \
+            if self._times else 0.0
         t = self.tally
         spent = t.draft_s + t.verify_s
         win_acc = sum(a for _, a, _ in self._steps)
         win_rej = sum(int(r) for _, _, r in self._steps)
         return LiveStats(
-            tokens=self.tokens, tps=tps, alpha=t.alpha,
+            tokens=self.tokens, tps=tps or None, alpha=t.alpha,
             alpha_window=acceptance(win_acc, win_rej),
             tau=t.tau(self.generated), gamma=self.gamma,
             draft_share=t.draft_s / spent if spent > 0 else None,

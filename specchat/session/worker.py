@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.fold import missing_stats
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
 from specchat.session.reply_format import reply_sampling
@@ -116,15 +117,15 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
     ticker.start()
     try:
         for ev in engine.reply(job.messages, sampling, job.cancel):
-            with lock:
+            with lock:  # the ticker takes from the batcher
                 batcher.add(ev)
-                if isinstance(ev, GenerationStats):
+                if batcher.stats is not None:
                     done.set()
                     flush()
-                    return ev
+                    return batcher.stats
                 if batcher.due():
                     flush()
-        raise RuntimeError(f"the {engine.decoder.name} decoder ended without its stats")
+        raise missing_stats(engine.decoder.name)
     except BaseException:
         with lock:
             done.set()

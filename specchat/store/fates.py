@@ -17,7 +17,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specchat.engine.decode.events import RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.events import GenerationStats, RejectedEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.fold import EventFold
 
 REJECTED = "x"
 BRANCH = "t"  # a losing branch of a token tree (drafted, never on the accepted path)
@@ -156,6 +157,32 @@ class FateTrace:
         trace = cls()
         trace.segments = [Segment(text, kind)] if text else []
         return trace
+
+
+class FateFold(EventFold):
+    """The one way a reply's events become its fate trace, wherever it is drawn as it streams
+    (the chat's live view, a race column): the event fold, with its tokens, rejected drafts
+    and end fed to a :class:`FateTrace`. ``shown`` gathers the segments that became visible
+    since the last :meth:`take_shown`; ``keep`` is FateTrace's."""
+
+    def __init__(self, keep: bool = True) -> None:
+        super().__init__()
+        self.trace = FateTrace(keep=keep)
+        self.shown: list[Segment] = []
+
+    def on_token(self, ev: TokenEvent) -> None:
+        self.shown += self.trace.add_token(ev)
+
+    def on_rejected(self, ev: RejectedEvent) -> None:
+        self.shown += self.trace.add_rejected(ev)
+
+    def on_stats(self, ev: GenerationStats) -> None:
+        self.shown += self.trace.finish()
+
+    def take_shown(self) -> list[Segment]:
+        """The segments shown since the last take, in order."""
+        out, self.shown = self.shown, []
+        return out
 
 
 def merge_segments(segments: Iterable[Segment]) -> list[Segment]:

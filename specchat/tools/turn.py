@@ -24,6 +24,7 @@ from typing import Any
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import ToolCallStream, call_grammar, call_start
 from specchat.engine.llama.model import LlamaModel
@@ -128,22 +129,24 @@ class ToolTurn:
             if start:
                 stream.feed(start)
             text: list[str] = []
-            stats: GenerationStats | None = None
-            for ev in self.engine.reply(history, round_settings, cancel, tools=offered or None,
-                                        reply_start=start):
+            round_ = EventFold()
+            for ev in round_.through(self.engine.reply(history, round_settings, cancel,
+                                                       tools=offered or None,
+                                                       reply_start=start),
+                                     self.engine.decoder.name):
+                if ev is round_.stats:
+                    break  # the turn's sum goes out at its end
                 if isinstance(ev, TokenEvent):
                     text.append(ev.text)
                     content, _ = stream.feed(ev.text) if offered else (ev.text, [])
                     if content:
                         yield ReplyText(content)
-                elif isinstance(ev, GenerationStats):
-                    stats = ev
-                    continue  # the turn's sum goes out at its end
                 yield ev
+            stats = round_.stats
+            assert stats is not None  # through() ends at the stats or raises
             content, _ = stream.finish() if offered else ("", [])
             if content:
                 yield ReplyText(content)
-            assert stats is not None
             total = stats if total is None else add_stats(total, stats)
             calls = list(stream.calls) if offered else []
             keys = [(c.name, _canonical(c.arguments)) for c in calls]

@@ -12,7 +12,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.decode.events import Event, GenerationStats, StepEvent, TokenEvent
+from specchat.engine.decode.events import Event, GenerationStats, StepEvent
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.model import LlamaContext
 
@@ -72,16 +73,9 @@ class FinishedRun:
 
 def run_to_end(decoder: Decoder, prompt: Sequence[int], settings: SamplerSettings,
                cancel: threading.Event | None = None) -> FinishedRun:
-    tokens: list[int] = []
-    steps: list[StepEvent] = []
-    for ev in decoder.run(prompt, settings, cancel or threading.Event()):
-        if isinstance(ev, TokenEvent):
-            tokens.append(ev.token_id)
-        elif isinstance(ev, StepEvent):
-            steps.append(ev)
-        elif isinstance(ev, GenerationStats):
-            return FinishedRun(tokens, steps, ev)
-    raise RuntimeError(f"the {decoder.name} decoder ended without its stats")
+    fold = EventFold()
+    stats = fold.run(decoder.run(prompt, settings, cancel or threading.Event()), decoder.name)
+    return FinishedRun(fold.token_ids, fold.steps, stats)
 
 
 def new_text(detokenize: Callable[[Sequence[int]], str], tokens: Sequence[int], head: int = 160,

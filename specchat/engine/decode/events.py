@@ -15,6 +15,13 @@ from enum import Enum
 from typing import Any
 
 from specchat.engine.decode.plan import CHAIN, MODEL
+from specchat.engine.decode.stats import (
+    acceptance,
+    acceptance_length,
+    decode_rate,
+    overall_rate,
+    tokens_per_pass,
+)
 
 
 class TokenOrigin(str, Enum):
@@ -169,14 +176,18 @@ class GenerationStats:
     target_forwards: int = 0
     detail: SpecDetail = field(default_factory=SpecDetail)
 
+    # The derived figures are engine.decode.stats' definitions, so the stats bar, the saved
+    # reply, the race, the server and ``ask`` agree by construction.
+
     @property
     def decode_tps(self) -> float:
-        n = self.generated_tokens - 1
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+        """Decode tokens/s: the tokens after the first, from the first token to the last."""
+        return decode_rate(self.generated_tokens, self.decode_s)
 
     @property
     def e2e_tps(self) -> float:
-        return self.generated_tokens / self.total_s if self.total_s > 0 else 0.0
+        """Tokens over the whole request, the prompt's processing included."""
+        return overall_rate(self.generated_tokens, self.total_s)
 
     @property
     def alpha(self) -> float | None:
@@ -186,27 +197,18 @@ class GenerationStats:
     def tau(self) -> float | None:
         return tokens_per_pass(self.generated_tokens, self.target_forwards)
 
+    @property
+    def acceptance_length(self) -> float | None:
+        """1 + accepted / steps, vLLM's mean acceptance length (None for plain decoding)."""
+        return acceptance_length(self.accepted, self.steps)
+
     def as_dict(self) -> dict[str, Any]:
         """The figures as JSON-ready values, derived rates included."""
         d = asdict(self)
         d.update(detail=self.detail.as_dict(), decode_tps=self.decode_tps, e2e_tps=self.e2e_tps,
-                 alpha=self.alpha, tau=self.tau)
+                 alpha=self.alpha, tau=self.tau, acceptance_length=self.acceptance_length)
         return d
 
 
 Event = TokenEvent | RejectedEvent | StepEvent | NoticeEvent | GenerationStats
 
-
-# α and τ have one definition each, used for a reply's stats and for the live figures while it
-# streams, so the stats bar and the saved reply agree by construction.
-
-def acceptance(accepted: int, rejections: int) -> float | None:
-    """α: accepted / (accepted + rejections), the MLE for a cut geometric run (a step's kept
-    draft tokens, ended by a rejection or by running out of drafts)."""
-    n = accepted + rejections
-    return accepted / n if n else None
-
-
-def tokens_per_pass(tokens: int, passes: int) -> float | None:
-    """τ: the reply's tokens per target verify pass (None for plain decoding: no steps)."""
-    return tokens / passes if passes else None

@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from specchat.engine.decode.events import (
-    BatchTiming,
-    SpecDetail,
-    StepEvent,
-    acceptance,
-    tokens_per_pass,
-)
+from specchat.engine.decode.events import BatchTiming, SpecDetail, StepEvent
 from specchat.engine.decode.plan import MODEL, TREE
+from specchat.engine.decode.stats import acceptance, acceptance_length, tokens_per_pass
 
 
 class SpecTally:
@@ -28,9 +23,11 @@ class SpecTally:
         # same way wherever they are shown ("ngram", "model").
         self.order = order
         self.steps = 0
+        self.drafting_steps = 0  # steps that proposed at least one token
         self.drafted = 0
         self.accepted = 0
-        self.rejections = 0
+        self.rejections = 0  # steps that ended in a rejection
+        self.rejected_tokens = 0  # draft tokens the rule judged and rejected (StepEvent.rejected)
         self.draft_s = 0.0
         self.verify_s = 0.0
         self.target_forwards = 0
@@ -56,6 +53,11 @@ class SpecTally:
         """τ with the reply at ``generated`` tokens."""
         return tokens_per_pass(generated, self.target_forwards)
 
+    @property
+    def acceptance_length(self) -> float | None:
+        """1 + accepted / steps (vLLM's mean acceptance length), beside τ."""
+        return acceptance_length(self.accepted, self.steps)
+
     def add(self, step: StepEvent, match: tuple[float, ...], forward_s: float, step_s: float,
             llama_s: float) -> None:
         """A step the decoder took, with what only the decoder measures (Σ p·q, the verify
@@ -72,9 +74,11 @@ class SpecTally:
         """What a step tells anyone who reads the events: the stats bar counts a reply with
         this as the decoder does, so the two show the same α and τ."""
         self.steps += 1
+        self.drafting_steps += step.gamma > 0
         self.drafted += step.gamma
         self.accepted += step.accepted
         self.rejections += step.accepted < step.depth
+        self.rejected_tokens += step.rejected
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s
         self.target_forwards += 1

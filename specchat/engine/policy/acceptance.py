@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specchat.engine.decode.events import StepEvent
+from specchat.engine.decode.stats import expected_tokens as expected_tokens  # the planner's name
 from specchat.engine.policy.decay import decay_for
 
 
@@ -160,15 +161,6 @@ class AcceptanceModel:
             raise ValueError("prior α out of range")
         self.prior_alpha = alpha
         self.steps = int(d["steps"])  # type: ignore[call-overload]
-
-
-def expected_tokens(alphas: Sequence[float], gamma: int) -> float:
-    """Tokens a step of ``gamma`` drafts commits on average: 1 + Σ_i Π_{j ≤ i} α_j."""
-    total, run = 1.0, 1.0
-    for a in alphas[:gamma]:
-        run *= a
-        total += run
-    return total
 
 
 # Bin edges of the draft's top-1 probability.

@@ -7,32 +7,30 @@ tokens. Against plain decoding (one target pass per token):
     speedup(γ) = E(γ) / (γ·t_d + T_v(γ+1)) × T_v(1)
 
 It assumes agreements are independent from position to position; real text is burstier, so
-this is a guide for choosing γ, and calibration reports it as a prediction.
+this is a guide for choosing γ, and calibration reports it as a prediction. E(γ) and the
+speed-up are engine.decode.stats' definitions; this module applies them to a calibration's
+cost curve.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specchat.engine.decode import stats
 from specchat.engine.policy.costs import CostCurve
 
 PAYS = 1.05  # below this predicted speed-up, speculation is not worth its memory and setup
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Tokens committed per speculative step (accepted drafts plus the target's own token)."""
-    if gamma <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return float(gamma + 1)
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
-
-
 def predicted_speedup(alpha: float, gamma: int, costs: CostCurve) -> float:
+    """engine.decode.stats' speed-up on a calibration's cost curve."""
     if gamma <= 0:
         return 1.0
-    step = gamma * costs.draft_s + costs.t_verify(gamma + 1)
-    return expected_tokens(alpha, gamma) / step * costs.t_verify(1)
+    s = stats.predicted_speedup(alpha, gamma, costs.draft_s, costs.t_verify(gamma + 1),
+                                costs.t_verify(1))
+    if s is None:
+        raise ValueError("a cost curve whose step costs nothing")
+    return s
 
 
 def speedup_table(alpha: float, costs: CostCurve, gamma_max: int | None = None

@@ -19,7 +19,7 @@ INTRO = ("Speculative decoding: a small draft model guesses the next few tokens;
          "distribution; only the speed changes.")
 
 NUMBERS: tuple[tuple[str, str], ...] = (
-    ("tok/s", "reply tokens per second (live, then for the whole reply)"),
+    ("tok/s", "decode tokens/s, first token left out (live, then whole reply)"),
     ("α", "acceptance: the share of draft tokens the target kept (0.8 = four in five)"),
     ("τ", "tokens per target pass: accepted drafts plus the target's own one; plain is 1.0, "
           "higher is faster"),

@@ -1,5 +1,5 @@
 """One side of the race: a title, the reply streaming in token-fate colours, and its live
-figures (tokens/s, time to first token, elapsed), driven by the replay's events."""
+figures (decode tokens/s, time to first token, elapsed), driven by the replay's events."""
 
 from __future__ import annotations
 
@@ -11,10 +11,32 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from specchat.engine.decode.events import Event, GenerationStats, RejectedEvent, StepEvent, TokenEvent
-from specchat.store import FateTrace
+from specchat.engine.decode.events import Event, GenerationStats, TokenEvent
+from specchat.engine.decode.stats import decode_rate
+from specchat.store.fates import FateFold, FateTrace
 from specchat.textsafe import safe_text
 from specchat.ui.widgets.fate_text import FateText
+
+
+class _Replayed(FateFold):
+    """A side's events as the replay shows them, each at the time it falls due."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.due_t = 0.0  # the replay's time of the events being added
+        self.ttft: float | None = None
+        self.last_token_at: float | None = None
+        self.finished_at: float | None = None
+
+    def on_token(self, ev: TokenEvent) -> None:
+        super().on_token(ev)
+        if self.ttft is None:
+            self.ttft = self.due_t
+        self.last_token_at = self.due_t
+
+    def on_stats(self, ev: GenerationStats) -> None:
+        super().on_stats(ev)
+        self.finished_at = self.due_t
 
 
 class RaceColumn(Vertical):
@@ -25,11 +47,23 @@ class RaceColumn(Vertical):
         self.reset_state()
 
     def reset_state(self) -> None:
-        self.trace = FateTrace()
-        self.tokens = 0
-        self.steps = 0
-        self.ttft: float | None = None
-        self.finished_at: float | None = None
+        self.replayed = _Replayed()
+
+    @property
+    def trace(self) -> FateTrace:
+        return self.replayed.trace
+
+    @property
+    def tokens(self) -> int:
+        return self.replayed.tokens
+
+    @property
+    def ttft(self) -> float | None:
+        return self.replayed.ttft
+
+    @property
+    def finished_at(self) -> float | None:
+        return self.replayed.finished_at
 
     def compose(self) -> ComposeResult:
         yield Static(Text(safe_text(self.title_text)), classes="race-title")
@@ -52,20 +86,10 @@ class RaceColumn(Vertical):
 
     def add(self, due_t: float, events: Iterable[Event]) -> None:
         """Show the events that fell due at ``due_t`` (seconds into the replay)."""
-        segments = []
+        self.replayed.due_t = due_t
         for ev in events:
-            if isinstance(ev, TokenEvent):
-                self.tokens += 1
-                if self.ttft is None:
-                    self.ttft = due_t
-                segments += self.trace.add_token(ev)
-            elif isinstance(ev, RejectedEvent):
-                segments += self.trace.add_rejected(ev)
-            elif isinstance(ev, StepEvent):
-                self.steps += 1
-            elif isinstance(ev, GenerationStats):
-                segments += self.trace.finish()
-                self.finished_at = due_t
+            self.replayed.add(ev)
+        segments = self.replayed.take_shown()
         if segments and self.fate_text.append(segments):
             self.query_one(VerticalScroll).scroll_end(animate=False)
 
@@ -73,13 +97,18 @@ class RaceColumn(Vertical):
         self.query_one(".race-figures", Static).update(self.figures(now))
 
     def figures(self, now: float) -> Text:
-        elapsed = self.finished_at if self.finished_at is not None else now
-        tps = self.tokens / elapsed if elapsed > 0 else 0.0
-        ttft = "–" if self.ttft is None else f"{self.ttft * 1000:.0f} ms"
+        """Decode tokens/s (the tokens after the first, from the first token to the latest, or
+        to ``now`` while the side still runs), the tokens, the time to first token, elapsed."""
+        r = self.replayed
+        elapsed = r.finished_at if r.finished_at is not None else now
+        end = r.last_token_at if r.finished_at is not None else now
+        tps = decode_rate(r.tokens, end - r.ttft) if r.ttft is not None and end is not None \
+            else 0.0
+        ttft = "–" if r.ttft is None else f"{r.ttft * 1000:.0f} ms"
         out = Text()
         out.append(f"{tps:.1f} tok/s", "bold")
-        out.append(f" · {self.tokens} tokens · TTFT {ttft} · {elapsed:.2f} s")
-        if self.finished_at is not None:
+        out.append(f" decode · {r.tokens} tokens · TTFT {ttft} · {elapsed:.2f} s")
+        if r.finished_at is not None:
             out.append(" ✓", "bold")
         return out
 
