@@ -122,6 +122,13 @@ class EventBatcher:
             self._pending.segments += self.trace.finish()
             self._pending.final = ev
 
+    def end_round(self) -> None:
+        """One reply of a tool turn ended (its calls were made): its last rejected drafts are
+        shown, and the next reply's token positions start again from a fresh trace."""
+        self._pending.segments += self.trace.finish()
+        self.trace = FateTrace(keep=False)
+        self._dirty = True
+
     def due(self) -> bool:
         return self._clock() - self._last_flush >= self.interval
 
