@@ -187,22 +187,15 @@ SCHEMA: dict[str, Setting] = {
     "sampling.min_p": Setting(float, 0, 1),
     "sampling.seed": Setting(int, 0, optional=True, why="none = a new one each reply"),
     "sampling.max_tokens": Setting(int, 1, MAX_CTX),
-}
-
-
-# Tool calls and attached files: `ask` has their flags (--max-tool-rounds, --file-limit-kb);
-# the app has none yet: it has no tool calls (issue 57), and it reads file_limit_kb for the
-# files attached to a message from this file only.
-TOOL_SETTINGS: dict[str, Setting] = {
+    # Tool calls and attached files (the app, and `ask --tools` / `ask --file`).
     "max_tool_rounds": Setting(int, 1, 100),
     "file_limit_kb": Setting(int, 1, 1 << 20),
 }
 
 
 def check_setting(name: str, value: Any) -> Any:
-    """The value checked against :data:`SCHEMA` or :data:`TOOL_SETTINGS` (raises ValueError
-    "must be …, not …")."""
-    return (SCHEMA.get(name) or TOOL_SETTINGS[name]).check(value)
+    """The value checked against :data:`SCHEMA` (raises ValueError "must be …, not …")."""
+    return SCHEMA[name].check(value)
 
 
 def _gamma(value: Any) -> GammaSetting:

@@ -49,6 +49,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "target_offload.main_gpu": ("--main-gpu", "--main-gpu auto"),
     "target_offload.flash_attn": ("--flash-attn", "--flash-attn off"),
     "target_offload.kv_type": ("--kv-type", "--kv-type f16"),
+    "max_tool_rounds": ("--max-tool-rounds", "--max-tool-rounds 8"),
+    "file_limit_kb": ("--file-limit-kb", "--file-limit-kb 256"),
 }
 
 
@@ -143,6 +145,19 @@ def test_the_apps_flags_are_this_sessions_and_never_saved(env: Env, tmp_path: Pa
     saved = load_config(env.paths.config_file)
     assert saved.ngram is True and saved.memory_check is True and saved.theme == "gruvbox"
     services.store.close()
+
+
+def test_the_tool_limits_are_app_flags_and_ask_flags(env: Env) -> None:
+    write_config(env, "max_tool_rounds: 5\nfile_limit_kb: 64\n")
+    parse = build_parser().parse_args
+    config = session_config(env, parse(["--max-tool-rounds", "3", "--file-limit-kb", "9"]),
+                            env.config)
+    assert (config.max_tool_rounds, config.file_limit_kb) == (3, 9)
+    assert session_config(env, parse([]), env.config).max_tool_rounds == 5  # the file's
+    # The same options before or after `ask`; ask still reads them itself.
+    for argv in (["--max-tool-rounds", "2", "ask", "q"], ["ask", "q", "--max-tool-rounds", "2"]):
+        assert parse(argv).max_tool_rounds == 2
+    assert parse(["ask", "q", "--file-limit-kb", "7"]).file_limit_kb == 7
 
 
 def specchat(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -93,13 +93,14 @@ def build_services(env: Env, args: argparse.Namespace) -> AppServices:
 
 
 SESSION_KEYS = ("drafter", "ngram", "gamma", "system_prompt", "memory_check", "theme", "sampling",
-                "auto_calibrate")
+                "auto_calibrate", "max_tool_rounds", "file_limit_kb")
 
 
 def session_config(env: Env, args: argparse.Namespace, config: UserConfig) -> UserConfig:
     """The config file's settings with what the command line changed for this session (until
     changed in the app, whose Ctrl+S saves what it then shows): drafter, n-gram, γ, system
-    prompt, sampling, memory check, theme, background calibration."""
+    prompt, sampling, memory check, theme, background calibration, the tool-round cap and
+    the attached-file limit."""
     changes: dict[str, Any] = {}
     if getattr(args, "drafter", None) or getattr(args, "ngram", None) is not None:
         changes.update(drafter=env.drafter_setting(args, config), ngram=False)
@@ -113,6 +114,9 @@ def session_config(env: Env, args: argparse.Namespace, config: UserConfig) -> Us
         changes["theme"] = args.theme
     if getattr(args, "auto_calibrate", None) is not None:
         changes["auto_calibrate"] = bool(args.auto_calibrate)
+    for key in ("max_tool_rounds", "file_limit_kb"):
+        if getattr(args, key, None) is not None:
+            changes[key] = getattr(args, key)
     sampling = sampling_changes(args)
     if sampling:
         try:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.cli.common import Env
+from specchat.cli.common import Env, add_tool_limit_args
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.tool_calls import OPEN
@@ -30,9 +30,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", action="append", default=[], metavar="PATH", dest="files",
                    help="attach a text file (repeatable): the model reads it as a fenced block "
                         "with its path, and a reply that rewrites it drafts from it")
-    p.add_argument("--file-limit-kb", type=int, metavar="N",
-                   help="the largest file --file takes, in KB (default: the config file's "
-                        "file_limit_kb, else 256)")
     p.add_argument("--tools", action="store_true",
                    help="offer the tools of the MCP servers in config.yaml (specchat mcp list); "
                         "a call runs only if --allow names its tool")
@@ -41,9 +38,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "every configured server)")
     p.add_argument("--allow", action="append", default=[], metavar="TOOL",
                    help="with --tools: let the model run this tool (repeatable)")
-    p.add_argument("--max-tool-rounds", type=int, metavar="N",
-                   help="with --tools: replies that call tools before the turn is stopped "
-                        "(default: the config file's max_tool_rounds, else 8)")
+    add_tool_limit_args(
+        p, max_rounds="with --tools: replies that call tools before the turn is stopped "
+                      "(default: the config file's max_tool_rounds, else 8)",
+        file_limit="the largest file --file takes, in KB (default: the config file's "
+                   "file_limit_kb, else 256)")
     p.add_argument("--tool-choice", metavar="auto|required|TOOL",
                    help="with --tools: auto (the default), required (the first reply must call "
                         "a tool) or a tool's name (it must call that one)")

@@ -230,6 +230,19 @@ def add_app_args(p: argparse.ArgumentParser) -> None:
                    help="calibrate a pair that was never calibrated on this machine in the "
                    "background, between replies (default: the config file's auto_calibrate, "
                    "else on)")
+    add_tool_limit_args(p)
+
+
+def add_tool_limit_args(p: argparse.ArgumentParser, max_rounds: str = "",
+                        file_limit: str = "") -> None:
+    """The tool-round cap and the attached-file limit (the app's, and ``ask``'s with its own
+    words: shared, so either side of the subcommand means the same)."""
+    p.add_argument("--max-tool-rounds", type=int, metavar="N",
+                   help=max_rounds or "replies that call tools in one turn before the turn is "
+                   "stopped (default: the config file's max_tool_rounds, else 8)")
+    p.add_argument("--file-limit-kb", type=int, metavar="N",
+                   help=file_limit or "the largest file a message may attach, in KB (default: "
+                   "the config file's file_limit_kb, else 256)")
 
 
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "max_tokens")

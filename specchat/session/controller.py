@@ -35,14 +35,27 @@ from pathlib import Path
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.errors import SpecchatError, StoreError
 from specchat.session.conversation import Conversation, Deletion, Turn
+from specchat.session.tool_reply import (
+    RoundStarted,
+    ToolAnswered,
+    ToolAsked,
+    ToolCalled,
+    ToolJob,
+    TurnNote,
+)
 from specchat.session.views import (
+    CallAsked,
+    CallShown,
     Ended,
     Failed,
     Figures,
+    NewRound,
     Notice,
     Redraw,
+    ResultShown,
     SaveState,
     Streamed,
+    TranscriptNote,
     View,
 )
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyFigures, ReplyJob, ReplyUpdate
@@ -54,8 +67,13 @@ from specchat.store import (
     chat_to_markdown,
     title_from,
 )
+from specchat.store.chat_tools import ChatTools
 from specchat.store.chats import ChatSummary, Owner, StoredMessage
+from specchat.store.tool_parts import CallRecord, ToolPart
+from specchat.textsafe import safe_text
 from specchat.tools.files import files_in
+from specchat.tools.hub import McpHub
+from specchat.tools.turn import DEFAULT_MAX_ROUNDS
 
 CHECKPOINT_S = 1.0  # a streaming reply is written at most this often (and kept on a kill)
 RENEW_S = 30.0  # how often tick() renews the chat's ownership (the store's LEASE_S is 120)
@@ -72,8 +90,14 @@ def failure_text(error: BaseException) -> tuple[str, str]:
 class ChatSession:
     def __init__(self, store: ChatStore, pair_label: str = "",
                  clock: Callable[[], float] = time.monotonic,
-                 checkpoint_s: float = CHECKPOINT_S) -> None:
+                 checkpoint_s: float = CHECKPOINT_S,
+                 hub: Callable[[], McpHub | None] = lambda: None,
+                 max_tool_rounds: int = DEFAULT_MAX_ROUNDS) -> None:
         self.store = store
+        # The configured MCP servers (started when a chat with tools first replies; None when
+        # none are configured), and the cap on a turn's rounds of tool calls.
+        self.hub = hub
+        self.max_tool_rounds = max_tool_rounds
         self.pair_label = pair_label
         self.clock = clock
         self.checkpoint_s = checkpoint_s
@@ -82,6 +106,7 @@ class ChatSession:
         self.job: ReplyJob | None = None
         self.reply: Turn | None = None
         self._shown_before: Turn | None = None  # the alternative a regenerated reply replaced
+        self._tail: Turn | None = None  # a tool turn's last result: the next round follows it
         self._meta = ReplyStats()
         self._jobs = 0
         self._last_checkpoint = 0.0
@@ -185,6 +210,30 @@ class ChatSession:
         if c.chat_id is not None:
             self.store.set_format(c.chat_id, reply_format)
 
+    def set_tools(self, tools: ChatTools) -> None:
+        """Which servers' tools this chat offers from now on (the next reply on), and what it
+        always allows. Kept in memory even if saving it fails (StoreError); a chat not saved
+        yet gets it when its first message is."""
+        c = self.conversation
+        c.tools = tools
+        if c.chat_id is not None:
+            self.store.set_tools(c.chat_id, tools)
+
+    def answer(self, call_id: str, name: str, decision: str) -> list[View]:
+        """The user's answer to a call (once, always, deny), for the reply's worker. "always"
+        is this chat's from now on, saved with it."""
+        job = self.job
+        if job is None or job.tools is None:
+            return []
+        job.tools.approvals.answer(call_id, name, decision)
+        if decision != "always":
+            return []
+        try:
+            self.set_tools(self.conversation.tools.allowing(name))
+        except StoreError as e:
+            return [Notice(f"{e}; {name} is always allowed until this chat is closed", "error")]
+        return []
+
     def summaries(self) -> list[ChatSummary]:
         return self.store.list_chats()
 
@@ -228,11 +277,30 @@ class ChatSession:
         # carries (attached, see session.attachments): the reply's predicted output, whether
         # it is sent, regenerated or edited.
         predicted = tuple(files_in(after.text)) if after.role == "user" else ()
+        tools, notes = self._tool_job()
         self.job = ReplyJob(self._jobs, messages, sampling,
-                            reply_format=self.conversation.reply_format, predicted=predicted)
+                            reply_format=self.conversation.reply_format, predicted=predicted,
+                            tools=tools)
+        self._tail = None
         self._meta = meta or ReplyStats()
         self._last_checkpoint = self.clock()
-        return self.flush()
+        return [*notes, *self.flush()]
+
+    def _tool_job(self) -> tuple[ToolJob | None, list[View]]:
+        """The reply's tools, when the chat offers some (and why not, when it cannot)."""
+        c = self.conversation
+        if not c.tools.on:
+            return None, []
+        if c.reply_format.constrained:
+            return None, [Notice(f"This chat's replies follow its {c.reply_format.label}, "
+                                 "which a tool call cannot: this reply offers no tools (F10 "
+                                 "sets free text).", "warning", "Tools")]
+        hub = self.hub()
+        if hub is None:
+            return None, [Notice("This chat offers tools, but no MCP servers are configured: "
+                                 "add them under mcp_servers: in config.yaml.", "warning",
+                                 "Tools")]
+        return ToolJob(hub, c.tools, self.max_tool_rounds), []
 
     def regenerate(self, reply: Turn | None, system_prompt: str, sampling: SamplerSettings,
                    meta: ReplyStats | None = None) -> list[View]:
@@ -247,7 +315,7 @@ class ChatSession:
             reply = path[-1] if path else None
         if reply is None:
             return [Notice("Nothing to regenerate yet: send a message first.")]
-        if reply.role == "user":
+        if reply.role in ("user", "tool"):  # (a turn that ended on a tool's result)
             return self._start(reply, system_prompt, sampling, meta)
         if reply not in path or reply.parent is None:
             return [Notice("Only a reply in the chat shown can be regenerated.", "warning")]
@@ -327,6 +395,8 @@ class ChatSession:
             return []
         if isinstance(update, ReplyFigures):
             return [Figures(update.stats, busy=True)]
+        if isinstance(update, (ToolCalled, ToolAsked, ToolAnswered, RoundStarted, TurnNote)):
+            return self._tool_update(update, reply)
         if isinstance(update, ReplyChunk):
             views: list[View] = []
             if update.segments:
@@ -351,6 +421,32 @@ class ChatSession:
         status = "cancelled" if s.stop_reason == "cancelled" else "done"
         return [*self._end(status, stats), Figures(update.live, busy=False)]
 
+    def _tool_update(self, update: ToolCalled | ToolAsked | ToolAnswered | RoundStarted | TurnNote,
+                     reply: Turn) -> list[View]:
+        """A tool turn's step: a call joins the reply that made it, a result becomes a
+        ``tool`` turn after it, and the next round's reply follows the last result."""
+        if isinstance(update, ToolCalled):
+            call = CallRecord(update.id, update.name, update.arguments)
+            reply.tool = ToolPart(calls=(*reply.calls, call))
+            reply.status, reply.saved = "done", False  # its text is whole: the calls end it
+            return [*self.flush(), CallShown(reply, call)]
+        if isinstance(update, ToolAsked):
+            return [CallAsked(update.id, update.name, update.server, update.always)]
+        if isinstance(update, ToolAnswered):
+            result = Turn("tool", FateTrace.plain(safe_text(update.text)),
+                          tool=ToolPart(call_id=update.id, name=update.name,
+                                        status=update.status, seconds=update.seconds))
+            self.conversation.attach(result, self._tail or reply)
+            self._tail = result
+            return [*self.flush(), ResultShown(result)]
+        if isinstance(update, RoundStarted):
+            after = self._tail or reply
+            self.reply = Turn("assistant", FateTrace(), status="interrupted")
+            self.conversation.attach(self.reply, after)
+            self._tail = None
+            return [NewRound(reply, self.reply)]
+        return [TranscriptNote(update.text)]
+
     def failed(self, job_id: int, error: BaseException) -> list[View]:
         """The worker raised: end the reply as failed (its text, if any, is kept)."""
         if self.job is None or job_id != self.job.id:
@@ -364,7 +460,8 @@ class ChatSession:
         if reply is None:
             return []
         reply.status, reply.stats, reply.saved = status, stats, False
-        dropped = not reply.text and status != "cancelled"
+        # (a reply whose calls have results after it is never dropped: they follow it)
+        dropped = not reply.text and status != "cancelled" and reply.tool is None
         views: list[View] = []
         if dropped:  # never written: a reply's row exists only once it has text
             self.conversation.remove(reply, show_instead=self._shown_before)
@@ -389,7 +486,8 @@ class ChatSession:
         if turn.saved:
             return False
         # A reply with no text yet has nothing to keep (a cancelled empty one is kept).
-        return bool(turn.text) or turn.role == "user" or turn.status == "cancelled"
+        return (bool(turn.text) or turn.role in ("user", "tool") or turn.status == "cancelled"
+                or turn.tool is not None)
 
     def flush(self) -> list[View]:
         """Write what is not saved yet, in order; stop at the first failure (kept, retried)."""
@@ -430,7 +528,7 @@ class ChatSession:
         if c.chat_id is None:
             c.chat_id = self.store.create_chat(c.title, self.pair_label, preset=c.preset,
                                                system_prompt=c.system_prompt,
-                                               reply_format=c.reply_format)
+                                               reply_format=c.reply_format, tools=c.tools)
             c.pair = self.pair_label
         elif turn.role == "user" and c.pair != self.pair_label:
             # The chat goes on with another pair: the list says which one it is on now.
@@ -447,11 +545,11 @@ class ChatSession:
             turn.message_id = self.store.add_message(c.chat_id, turn.role, turn.text,
                                                      fates=fates, stats=turn.stats,
                                                      status=turn.status, parent_id=parent_id,
-                                                     active=turn.active)
+                                                     active=turn.active, tool=turn.tool)
         else:
             self.store.update_message(turn.message_id, turn.text, fates=fates,
                                       stats=turn.stats, status=turn.status,
-                                      parent_id=parent_id, active=turn.active)
+                                      parent_id=parent_id, active=turn.active, tool=turn.tool)
         turn.saved = True
 
     def _save_state(self) -> SaveState:
@@ -483,7 +581,7 @@ class ChatSession:
             if not any(self._pending(t) for t in c.nodes):
                 continue
             rows = [StoredMessage(0, c.chat_id or 0, i, t.role, t.text, None, t.stats,
-                                  t.status, now) for i, t in enumerate(c.turns)]
+                                  t.status, now, tool=t.tool) for i, t in enumerate(c.turns)]
             chat = ChatSummary(c.chat_id or 0, c.title, self.pair_label, now, now, len(rows))
             parts.append(chat_to_markdown(chat, rows))
         path = folder / time.strftime("unsaved-chat-%Y%m%d-%H%M%S.md")

@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.store import ChatStore, FateTrace, ReplyFormat, ReplyStats, StoredMessage
+from specchat.store.chat_tools import NO_TOOLS, ChatTools
 from specchat.store.reply_format import TEXT
+from specchat.store.tool_parts import CallRecord, ToolPart, prose
 
 
 @dataclass(eq=False)  # a turn is itself: two equal texts are still two turns
 class Turn:
-    role: str  # "user" | "assistant"
+    role: str  # "user" | "assistant" | "tool" (a call's result, as the model read it)
     trace: FateTrace
     stats: ReplyStats | None = None
     status: str = "done"  # done | cancelled | error | interrupted (still streaming, or killed)
@@ -29,10 +31,32 @@ class Turn:
     saved: bool = False  # the row holds what the turn holds now
     parent: Turn | None = field(default=None, repr=False)  # the turn it follows
     active: bool = True  # the shown one among its alternatives
+    # An assistant turn's tool calls; a tool turn's answer (which call, how it ended).
+    tool: ToolPart | None = None
 
     @property
     def text(self) -> str:
         return self.trace.text
+
+    @property
+    def said(self) -> str:
+        """What the turn says in words: a reply that called tools, without its calls."""
+        return prose(self.text, self.tool) if self.role == "assistant" else self.text
+
+    @property
+    def calls(self) -> tuple[CallRecord, ...]:
+        return self.tool.calls if self.tool is not None else ()
+
+    def call(self) -> CallRecord | None:
+        """A tool turn's call: found in the reply that made it, up its branch."""
+        if self.tool is None or self.tool.call_id is None:
+            return None
+        up = self.parent
+        while up is not None and up.role == "tool":
+            up = up.parent
+        if up is None:
+            return None
+        return next((c for c in up.calls if c.id == self.tool.call_id), None)
 
     @classmethod
     def user(cls, text: str) -> Turn:
@@ -42,7 +66,8 @@ class Turn:
     def from_stored(cls, m: StoredMessage) -> Turn:
         trace = FateTrace.decode(m.content, m.fates) if m.role == "assistant" else \
             FateTrace.plain(m.content)
-        return cls(m.role, trace, m.stats, m.status, m.id, saved=True, active=m.active)
+        return cls(m.role, trace, m.stats, m.status, m.id, saved=True, active=m.active,
+                   tool=m.tool)
 
 
 @dataclass(frozen=True)
@@ -64,6 +89,7 @@ class Conversation:
     preset: str | None = None  # the system-prompt preset chosen for this chat, by name
     system_prompt: str | None = None  # this chat's own system prompt (None: the settings')
     reply_format: ReplyFormat = TEXT  # what its replies follow: free text, JSON, a grammar
+    tools: ChatTools = NO_TOOLS  # the servers whose tools it offers; what it always allows
 
     @classmethod
     def load(cls, store: ChatStore, chat_id: int) -> Conversation:
@@ -85,7 +111,7 @@ class Conversation:
             turns[m.id] = turn
             nodes.append(turn)
         return cls(chat.id, chat.title, nodes, chat.pair, chat.preset, chat.system_prompt,
-                   chat.reply_format)
+                   chat.reply_format, chat.tools)
 
     # --- the tree -----------------------------------------------------------------------------
 
@@ -165,11 +191,23 @@ class Conversation:
     def engine_messages(self, system_prompt: str, upto: Turn | None = None) -> list[Message]:
         """The conversation as the model sees it: the shown branch (up to and including
         ``upto``, when given). A stopped reply stays in (the user saw it); a reply that
-        failed with no text is left out."""
+        failed with no text is left out. A reply that called tools is its words and its calls;
+        a tool result answers its call, and one whose call is gone (deleted) is left out."""
         msgs = [Message("system", system_prompt)] if system_prompt.strip() else []
+        unanswered: set[str] = set()  # the calls of the reply before, not answered yet
         for t in self.turns:
-            if not (t.role == "assistant" and not t.text.strip()):
+            if t.role == "tool":
+                call_id = t.tool.call_id if t.tool is not None else None
+                if call_id is not None and call_id in unanswered:
+                    unanswered.discard(call_id)
+                    msgs.append(Message("tool", t.text, tool_call_id=call_id))
+            elif t.role == "assistant" and t.calls:
+                msgs.append(Message("assistant", t.said, tuple(
+                    ToolCall(c.id, c.name, c.arguments) for c in t.calls)))
+                unanswered = {c.id for c in t.calls}
+            elif not (t.role == "assistant" and not t.text.strip()):
                 msgs.append(Message(t.role, t.text))
+                unanswered = set()
             if t is upto:
                 break
         return msgs
@@ -212,7 +250,7 @@ class Conversation:
             what = ("this message" if not n else "this message and its reply" if n == 1
                     else f"this message and its {n} replies (alternatives)")
         else:
-            what = "this reply"
+            what = "this tool result" if turn.role == "tool" else "this reply"
         after = " The messages after it stay." if later else ""
         return Deletion(turn, removed, relinked, f"Delete {what}?{after}")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from specchat.engine.decode.stats import acceptance, decode_rate
-from specchat.store.fates import FateFold, Segment, merge_segments
+from specchat.store.fates import FateFold, FateTrace, Segment, merge_segments
 from specchat.store.stats import ReplyStats
 
 WINDOW_S = 1.0  # rolling window for tokens/s and the sparkline's α
@@ -116,6 +116,13 @@ class EventBatcher(FateFold):
     def on_stats(self, ev: GenerationStats) -> None:
         super().on_stats(ev)
         self._pending.final = ev
+
+    def end_round(self) -> None:
+        """One reply of a tool turn ended (its calls were made): its last rejected drafts are
+        shown, and the next reply's token positions start again from a fresh trace."""
+        self.shown += self.trace.finish()
+        self.trace = FateTrace(keep=False)
+        self._dirty = True
 
     def due(self) -> bool:
         return self._clock() - self._last_flush >= self.interval

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from specchat.session.conversation import Turn
 from specchat.session.live import LiveStats
 from specchat.store import Segment
+from specchat.store.tool_parts import CallRecord
 
 
 @dataclass(frozen=True)
@@ -59,4 +60,46 @@ class Redraw:
     """The shown branch changed (another alternative, a deleted turn): draw it again."""
 
 
-View = Streamed | Figures | Ended | Notice | Failed | SaveState | Redraw
+@dataclass(frozen=True)
+class CallShown:
+    """``turn`` (the reply being written) called a tool: show the call."""
+
+    turn: Turn
+    call: CallRecord
+
+
+@dataclass(frozen=True)
+class CallAsked:
+    """Call ``call_id`` waits for the user's answer (``always`` False), or runs now because
+    the user always allows ``name`` in this chat."""
+
+    call_id: str
+    name: str
+    server: str
+    always: bool
+
+
+@dataclass(frozen=True)
+class ResultShown:
+    """A call's result, a ``tool`` turn (its ``tool.call_id`` names the call)."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True)
+class NewRound:
+    """The reply ``ended`` made calls and is whole; the model replies again in ``turn``."""
+
+    ended: Turn
+    turn: Turn
+
+
+@dataclass(frozen=True)
+class TranscriptNote:
+    """One line for the transcript under the turn (a server that did not start, the cap)."""
+
+    text: str
+
+
+View = (Streamed | Figures | Ended | Notice | Failed | SaveState | Redraw | CallShown
+        | CallAsked | ResultShown | NewRound | TranscriptNote)

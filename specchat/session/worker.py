@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
-from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.events import Event, GenerationStats
 from specchat.engine.decode.fold import missing_stats
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
 from specchat.session.reply_format import reply_sampling
+from specchat.session.tool_reply import TOOL_UPDATES, ToolCalled, ToolJob, ToolUpdate, tool_events
 from specchat.store.fates import Segment
 from specchat.store.reply_format import TEXT, ReplyFormat
 from specchat.tools.turn import prediction_tokens
@@ -57,7 +58,7 @@ class ReplyDone:
     live: LiveStats
 
 
-ReplyUpdate = ReplyChunk | ReplyFigures | ReplyDone
+ReplyUpdate = ReplyChunk | ReplyFigures | ReplyDone | ToolUpdate
 
 
 @dataclass
@@ -72,6 +73,8 @@ class ReplyJob:
     # Texts the reply may copy (the files its message carries): tokenized by run_reply, in its
     # thread, into ``sampling.prediction`` for the prediction drafter.
     predicted: tuple[str, ...] = ()
+    # The chat's tools (session.tool_reply), when it offers some: the reply is a tool turn.
+    tools: ToolJob | None = None
 
 
 def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], object],
@@ -85,7 +88,7 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
     # The chat's grammar, compiled here (a worker thread; cached once the format dialog checked
     # it): a format that does not compile fails the reply before a token, with its reason.
     sampling = reply_sampling(job.sampling, job.reply_format)
-    if job.predicted:
+    if job.predicted and job.tools is None:  # (a tool turn gives the files to each round)
         sampling = sampling.with_(prediction=prediction_tokens(engine.model, job.predicted))
     ctx = engine.decoder.target
     pace = job.pace
@@ -115,9 +118,22 @@ def run_reply(job: ReplyJob, engine: ChatEngine, emit: Callable[[ReplyUpdate], o
 
     ticker = threading.Thread(target=tick, name=f"reply-{job.id}-ticker", daemon=True)
     ticker.start()
+    if job.tools is not None:
+        events: Iterator[Event | ToolUpdate] = tool_events(
+            job.id, job.tools, engine, job.messages, sampling, job.cancel, job.predicted, emit)
+    else:
+        events = engine.reply(job.messages, sampling, job.cancel)
     try:
-        for ev in engine.reply(job.messages, sampling, job.cancel):
-            with lock:  # the ticker takes from the batcher
+        for ev in events:
+            with lock:
+                if isinstance(ev, TOOL_UPDATES):
+                    # In order: the text written before the call first (a call ends the
+                    # model's reply: its last drafts too), then the update.
+                    if isinstance(ev, ToolCalled):
+                        batcher.end_round()
+                    flush()
+                    emit(ev)
+                    continue
                 batcher.add(ev)
                 if batcher.stats is not None:
                     done.set()

@@ -36,11 +36,13 @@ from pathlib import Path
 
 from specchat.errors import StoreError
 from specchat.store.branches import Link, thread
+from specchat.store.chat_tools import NO_TOOLS, ChatTools
 from specchat.store.reply_format import TEXT, ReplyFormat
 from specchat.store.schema import migrate
 from specchat.store.search import SearchHit, ensure_index, index_needs_work, search
 from specchat.store.sqlite_errors import describe_sqlite_error
 from specchat.store.stats import ReplyStats
+from specchat.store.tool_parts import ToolPart
 
 TITLE_CHARS = 48
 BUSY_TIMEOUT_S = 0.5  # another writer's transaction is milliseconds; a lock held longer fails
@@ -58,6 +60,7 @@ class ChatSummary:
     preset: str | None = None  # the system-prompt preset chosen for this chat, by name
     system_prompt: str | None = None  # the chat's own system prompt (None: the app's)
     reply_format: ReplyFormat = TEXT  # what its replies follow: free text, JSON, a grammar
+    tools: ChatTools = NO_TOOLS  # the servers whose tools it offers, what is always allowed
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class StoredMessage:
     created: float
     parent_id: int | None = None  # the message this one follows; None: the chat's first
     active: bool = True  # the one shown among its alternatives (same parent)
+    tool: ToolPart | None = None  # an assistant message's calls; what a tool message answers
 
 
 class _Keep:
@@ -207,14 +211,14 @@ class ChatStore:
 
     def create_chat(self, title: str, pair: str = "", *, preset: str | None = None,
                     system_prompt: str | None = None,
-                    reply_format: ReplyFormat = TEXT) -> int:
+                    reply_format: ReplyFormat = TEXT, tools: ChatTools = NO_TOOLS) -> int:
         now = self.clock()
         with self._write("the chat was not saved") as c:
             cur = c.execute("INSERT INTO chats (title, pair, created, updated, preset, "
-                            "system_prompt, format_kind, format_source) "
-                            "VALUES (?,?,?,?,?,?,?,?)",
+                            "system_prompt, format_kind, format_source, tools) "
+                            "VALUES (?,?,?,?,?,?,?,?,?)",
                             (title or "New chat", pair, now, now, preset, system_prompt,
-                             reply_format.kind, reply_format.source))
+                             reply_format.kind, reply_format.source, tools.to_json()))
             chat_id = int(cur.lastrowid or 0)
             self._own(c, chat_id, now)
         self.owned.add(chat_id)
@@ -266,6 +270,15 @@ class ChatStore:
             self._check_owner(c, chat_id)
             cur = c.execute("UPDATE chats SET format_kind = ?, format_source = ? WHERE id = ?",
                             (reply_format.kind, reply_format.source, chat_id))
+        if cur.rowcount == 0:
+            raise StoreError(f"no chat with id {chat_id}", "missing")
+
+    def set_tools(self, chat_id: int, tools: ChatTools) -> None:
+        """Which servers' tools the chat offers from now on, and what it always allows."""
+        with self._write("the chat's tools were not saved") as c:
+            self._check_owner(c, chat_id)
+            cur = c.execute("UPDATE chats SET tools = ? WHERE id = ?",
+                            (tools.to_json(), chat_id))
         if cur.rowcount == 0:
             raise StoreError(f"no chat with id {chat_id}", "missing")
 
@@ -340,10 +353,12 @@ class ChatStore:
 
     def add_message(self, chat_id: int, role: str, content: str, *, fates: str | None = None,
                     stats: ReplyStats | None = None, status: str = "done",
-                    parent_id: int | str | None = LAST, active: bool = True) -> int:
+                    parent_id: int | str | None = LAST, active: bool = True,
+                    tool: ToolPart | None = None) -> int:
         """A new message after ``parent_id`` (default: the shown branch's last message; None:
         a first message). ``active``: it is the one shown among its alternatives (their own
-        flags are the caller's to change, with :meth:`update_message`)."""
+        flags are the caller's to change, with :meth:`update_message`). ``tool``: an
+        assistant message's calls, or the call a ``tool`` message answers."""
         now = self.clock()
         stats_json = stats.to_json() if stats else None
         with self._write() as c:
@@ -357,9 +372,9 @@ class ChatStore:
             try:
                 cur = c.execute(
                     "INSERT INTO messages (chat_id, seq, role, content, fates, stats, status, "
-                    "created, parent_id, active) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "created, parent_id, active, tool) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (chat_id, seq, role, content, fates, stats_json, status, now, parent_id,
-                     int(active)))
+                     int(active), tool.to_json() if tool else None))
             except sqlite3.IntegrityError as e:
                 raise StoreError(f"cannot save the message: {e}") from None
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
@@ -370,22 +385,24 @@ class ChatStore:
 
     def update_message(self, message_id: int, content: str, *, fates: str | None = None,
                        stats: ReplyStats | None = None, status: str = "done",
-                       parent_id: int | _Keep | None = KEEP, active: bool | None = None) -> None:
+                       parent_id: int | _Keep | None = KEEP, active: bool | None = None,
+                       tool: ToolPart | _Keep | None = KEEP) -> None:
         """Rewrite a message saved earlier (a reply checkpointed while it streamed; another
         alternative shown: ``active``)."""
         now = self.clock()
         with self._write() as c:
-            row = c.execute("SELECT chat_id, parent_id, active FROM messages WHERE id = ?",
-                            (message_id,)).fetchone()
+            row = c.execute("SELECT chat_id, parent_id, active, tool FROM messages "
+                            "WHERE id = ?", (message_id,)).fetchone()
             if row is None:
                 raise StoreError(f"no message with id {message_id}", "missing")
             self._check_owner(c, int(row["chat_id"]))
             parent = row["parent_id"] if isinstance(parent_id, _Keep) else parent_id
             shown = int(row["active"]) if active is None else int(active)
+            part = row["tool"] if isinstance(tool, _Keep) else tool.to_json() if tool else None
             c.execute("UPDATE messages SET content = ?, fates = ?, stats = ?, status = ?, "
-                      "parent_id = ?, active = ? WHERE id = ?",
+                      "parent_id = ?, active = ?, tool = ? WHERE id = ?",
                       (content, fates, stats.to_json() if stats else None, status, parent, shown,
-                       message_id))
+                       part, message_id))
             c.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, row["chat_id"]))
 
     def delete_messages(self, chat_id: int, ids: Sequence[int],
@@ -468,10 +485,13 @@ def _summary(r: sqlite3.Row, shown: int | None = None) -> ChatSummary:
                        r["system_prompt"] if "system_prompt" in keys else None,
                        ReplyFormat.from_columns(
                            r["format_kind"] if "format_kind" in keys else None,
-                           r["format_source"] if "format_source" in keys else None))
+                           r["format_source"] if "format_source" in keys else None),
+                       ChatTools.from_json(r["tools"] if "tools" in keys else None))
 
 
 def _message(r: sqlite3.Row) -> StoredMessage:
     return StoredMessage(r["id"], r["chat_id"], r["seq"], r["role"], r["content"], r["fates"],
                          ReplyStats.from_json(r["stats"]), r["status"], r["created"],
-                         r["parent_id"], bool(r["active"]))
+                         r["parent_id"], bool(r["active"]),
+                         # (a sqlite3.Row's `in` looks at values: its keys, at an older schema)
+                         ToolPart.from_json(r["tool"] if "tool" in r.keys() else None))  # noqa: SIM118

@@ -12,8 +12,9 @@ from pathlib import Path
 from specchat.errors import SpecchatError
 from specchat.paths import AppPaths
 from specchat.store.chats import ChatSummary, StoredMessage
+from specchat.store.tool_parts import pretty_arguments, prose
 
-SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System"}
+SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool result"}
 
 
 def chat_to_markdown(chat: ChatSummary, messages: Sequence[StoredMessage]) -> str:
@@ -24,14 +25,42 @@ def chat_to_markdown(chat: ChatSummary, messages: Sequence[StoredMessage]) -> st
     for m in messages:
         label = SPEAKERS.get(m.role, m.role)
         note = _note(m)
-        body += [f"## {label}" + (f" ({note})" if note else ""), "", m.content.rstrip(), ""]
+        if m.role == "tool" and m.tool is not None and m.tool.name:
+            label += f": {m.tool.name}"
+        body += [f"## {label}" + (f" ({note})" if note else ""), "", *_text(m), ""]
     return "\n".join(head + body).rstrip() + "\n"
+
+
+def _text(m: StoredMessage) -> list[str]:
+    """A message's body: an assistant's words, then each tool call it made (the tool and its
+    arguments as JSON); a tool result in a fence of its own (it is untrusted text, and often
+    code); anything else as written."""
+    part = m.tool
+    if m.role == "tool":
+        return [fenced(m.content, "text")]
+    if part is None or not part.calls:
+        return [m.content.rstrip()]
+    said = prose(m.content, part)
+    out = [said, ""] if said else []
+    for call in part.calls:
+        out += [f"**Tool call:** `{call.name}`", "", fenced(pretty_arguments(call.arguments), "json"),
+                ""]
+    return out[:-1]
+
+
+def fenced(text: str, lang: str) -> str:
+    """``text`` in a code fence longer than any run of backticks inside it."""
+    runs = re.findall(r"`+", text)
+    fence = "`" * max(3, 1 + max((len(r) for r in runs), default=0))
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
 
 
 def _note(m: StoredMessage) -> str:
     parts = []
     if m.status != "done":
         parts.append(m.status)
+    if m.role == "tool" and m.tool is not None and m.tool.status:
+        parts.append(m.tool.status)
     s = m.stats.generation if m.stats else None
     if m.role == "assistant" and s is not None and s.generated_tokens:
         parts.append(f"{s.generated_tokens} tokens")

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import StoreError
+from specchat.store.chat_tools import ChatTools
 from specchat.store.chats import ChatStore, process_alive
 from specchat.store.reply_format import ReplyFormat
+from specchat.store.tool_parts import ToolPart
 
 MAX_GAP = 2000  # consecutive absent rowids after which a row-by-row scan stops
 SIDE_FILES = ("-wal", "-shm")
@@ -159,13 +161,16 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
         try:
             prompt = ch.get("system_prompt")
             fmt = ReplyFormat.from_columns(ch.get("format_kind"), ch.get("format_source"))
+            tools = ChatTools.from_json(ch.get("tools"))
             c.execute("INSERT INTO chats (id, title, pair, created, updated, preset, "
-                      "system_prompt, format_kind, format_source) VALUES (?,?,?,?,?,?,?,?,?)",
+                      "system_prompt, format_kind, format_source, tools) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?)",
                       (int(ch["id"]), str(ch.get("title") or "Recovered chat"),
                        str(ch.get("pair") or ""), float(ch.get("created") or now),
                        float(ch.get("updated") or now),
                        ch.get("preset") if isinstance(ch.get("preset"), str) else None,
-                       prompt if isinstance(prompt, str) else None, fmt.kind, fmt.source))
+                       prompt if isinstance(prompt, str) else None, fmt.kind, fmt.source,
+                       tools.to_json()))
             known.add(int(ch["id"]))
         except (sqlite3.Error, KeyError, TypeError, ValueError):
             continue
@@ -183,12 +188,16 @@ def _write_fresh(store: ChatStore, chats: list[dict[str, Any]],
             # Rows from before branches have no parent: they follow the one before them.
             parent = m["parent_id"] if "parent_id" in m else last.get(chat_id)
             active = int(m.get("active", 1) not in (0, "0"))
+            # A tool part that no longer reads is dropped (the message's text stays).
+            part = ToolPart.from_json(m.get("tool"))
             c.execute("INSERT INTO messages (id, chat_id, seq, role, content, fates, stats, "
-                      "status, created, parent_id, active) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                      "status, created, parent_id, active, tool) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                       (int(m["id"]), chat_id, int(m["seq"]), str(m["role"]),
                        str(m["content"]), m.get("fates"), m.get("stats"), status,
                        float(m.get("created") or now),
-                       int(parent) if isinstance(parent, int) else None, active))
+                       int(parent) if isinstance(parent, int) else None, active,
+                       part.to_json() if part else None))
             last[chat_id] = int(m["id"])
             n += 1
         except (sqlite3.Error, KeyError, TypeError, ValueError):

@@ -40,6 +40,40 @@ def _search_and_prompts(conn: sqlite3.Connection) -> None:
     ensure_index(conn)  # without FTS5 nothing is made: the search falls back to LIKE
 
 
+def _tool_messages(conn: sqlite3.Connection) -> None:
+    """7: tool calls in the chat's tree. ``messages.role`` also takes ``tool`` (a call's
+    result, as the model read it), and ``messages.tool`` keeps an assistant message's calls or
+    what a tool message answers (store/tool_parts.py). SQLite cannot widen a CHECK in place,
+    hence the copy (every row and id kept; the search index's triggers go with the old table
+    and are made again). ``chats.tools``: which servers' tools the chat offers and what the
+    user always allows there (store/chat_tools.py); NULL, as every chat had: no tools."""
+    conn.execute("""
+        CREATE TABLE messages_v3 (
+            id        INTEGER PRIMARY KEY,
+            chat_id   INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+            seq       INTEGER NOT NULL,
+            role      TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+            content   TEXT NOT NULL,
+            fates     TEXT,
+            stats     TEXT,
+            status    TEXT NOT NULL DEFAULT 'done'
+                      CHECK (status IN ('done', 'cancelled', 'error', 'interrupted')),
+            created   REAL NOT NULL,
+            parent_id INTEGER,
+            active    INTEGER NOT NULL DEFAULT 1,
+            tool      TEXT,
+            UNIQUE (chat_id, seq)
+        )""")
+    conn.execute("INSERT INTO messages_v3 (id, chat_id, seq, role, content, fates, stats, "
+                 "status, created, parent_id, active) SELECT id, chat_id, seq, role, content, "
+                 "fates, stats, status, created, parent_id, active FROM messages")
+    conn.execute("DROP TABLE messages")
+    conn.execute("ALTER TABLE messages_v3 RENAME TO messages")
+    conn.execute("CREATE INDEX messages_by_parent ON messages(chat_id, parent_id)")
+    conn.execute("ALTER TABLE chats ADD COLUMN tools TEXT")
+    ensure_index(conn)
+
+
 # Index i upgrades version i to version i + 1. Append, never edit.
 MIGRATIONS: tuple[Migration, ...] = (
     """
@@ -115,6 +149,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         CHECK (format_kind IN ('text', 'json_object', 'json_schema', 'grammar'));
     ALTER TABLE chats ADD COLUMN format_source TEXT;
     """,
+    _tool_messages,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -60,6 +60,8 @@ COMMANDS = (
      "pick_preset"),
     ("Reply format for this chat", "Free text, any JSON object, a JSON schema or a grammar "
      "that every reply follows (F10)", "reply_format"),
+    ("Tools for this chat", "Which MCP servers' tools this chat offers the model (each call "
+     "asks you first), and what it always allows", "chat_tools"),
     ("Attach a file to the message", "A text file the model reads as a fenced block with "
      "its path; a reply that edits it drafts from it (F2)", "attach_file"),
     ("Settings", "System prompt, sampling, γ, n-gram drafting, seed", "settings"),
@@ -330,3 +332,4 @@ class SpecchatApp(App[int]):
         if self.runtime is not None and not dropped:
             self.runtime.close()
             self.runtime = None
+        self.services.close_tools()

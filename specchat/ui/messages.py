@@ -22,6 +22,7 @@ from specchat.session.auto_calibration import Outcome
 from specchat.session.worker import ReplyFigures, ReplyUpdate
 from specchat.store.reply_format import ReplyFormat
 from specchat.tools.files import Fit
+from specchat.tools.hub import ToolInfo
 
 
 @dataclass
@@ -151,3 +152,12 @@ class MessagePrepared(Message, bubble=False):
     typed: str
     outgoing: Outgoing | None
     error: str | None
+
+
+@dataclass
+class ToolsListed(Message, bubble=False):
+    """The configured servers' tools, listed for the tools dialog (``failed``: a line for
+    each server that did not start)."""
+
+    tools: list[ToolInfo]
+    failed: list[str]

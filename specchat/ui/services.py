@@ -22,6 +22,7 @@ from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
 from specchat.runtime import DEFAULT_PAIR_DRAFTERS, Runtime
 from specchat.store import ChatStore
+from specchat.tools.hub import McpHub
 from specchat.ui.chat_settings import ChatSettings
 
 DecoderFactory = Callable[[Runtime, ChatSettings], Decoder]
@@ -92,6 +93,21 @@ class AppServices:
     pair_choices: Callable[[], list[Choice]] = list
     choice_for: Callable[[str], Choice | None] = field(default=lambda label: None)
     open_label: Callable[[str], PairOpener] | None = None
+
+    _hub: McpHub | None = field(default=None, init=False, repr=False)
+
+    def tool_hub(self) -> McpHub | None:
+        """The MCP servers of config.yaml's ``mcp_servers`` (each started when a chat first
+        calls for its tools, stopped by :meth:`close_tools`); None when none are configured."""
+        if self._hub is None and self.config.mcp_servers:
+            self._hub = McpHub(self.config.mcp_servers)
+        return self._hub
+
+    def close_tools(self) -> None:
+        """Stop the MCP servers the app started (the app is quitting)."""
+        hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.close()
 
     def settings(self) -> ChatSettings:
         return ChatSettings.from_config(self.config, self.pair_gamma)

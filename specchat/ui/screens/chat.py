@@ -58,6 +58,7 @@ from specchat.ui.screens.chat_calibration import BackgroundCalibration
 from specchat.ui.screens.chat_history import ChatHistory
 from specchat.ui.screens.chat_messages import MessageActions
 from specchat.ui.screens.chat_search import ChatSearch
+from specchat.ui.screens.chat_tools import ChatToolCalls, topbar_part
 from specchat.ui.screens.dialogs import ErrorDialog
 from specchat.ui.screens.help import HelpScreen
 from specchat.ui.screens.presets import PresetPicker, PromptChoice
@@ -71,6 +72,7 @@ from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 from specchat.ui.widgets.key_footer import NARROW, KeyFooter
 from specchat.ui.widgets.stats_bar import StatsBar
+from specchat.ui.widgets.tool_card import ToolCard
 from specchat.ui.widgets.transcript import AssistantMessage, Transcript
 from specchat.ui.widgets.transfers import TransferList
 
@@ -107,12 +109,15 @@ class ChatScreen(Screen[None]):
         self.settings = services.settings()
         self.engine = ChatEngine(services.make_decoder(runtime, self.settings))
         self._engine_stale = False
-        self.session = ChatSession(services.store, runtime.selection.label)
+        self.session = ChatSession(services.store, runtime.selection.label,
+                                   hub=services.tool_hub,
+                                   max_tool_rounds=services.config.max_tool_rounds)
         self.history = ChatHistory(self, self.session, services, self.when_idle,
                                    self._opened, self._retitled)
         self.messages = MessageActions(self, self.session, self.start_reply)
         self.search = ChatSearch(self, self.session, services, self.history)
         self.files = MessageFiles(self)  # the files attached to the message being written
+        self.tool_calls = ChatToolCalls(self)  # this chat's tools, a reply's calls as cards
         self.calibration = BackgroundCalibration(self, services, runtime, self.session)
         self.view = "markdown"
         self.show_rejected = False
@@ -184,6 +189,9 @@ class ChatScreen(Screen[None]):
             out.append(f"  · prompt: {safe_text(c.preset or 'its own')}", "dim")
         if c.reply_format.constrained:  # why the replies are JSON (F10)
             out.append(f"  · replies: {c.reply_format.label}", "bold")
+        tools = topbar_part(c.tools)
+        if tools is not None:
+            out.append(tools)
         if self.session.owner is not None:
             out.append("  · read-only: open in another specchat", "bold yellow")
         if self.unsaved:
@@ -248,6 +256,8 @@ class ChatScreen(Screen[None]):
 
     def render_views(self, views: list[Any]) -> None:
         for v in views:
+            if self.tool_calls.view(v):  # a tool call's card, its result, the next round
+                continue
             if isinstance(v, Streamed):
                 self._streamed(v)
             elif isinstance(v, Figures):
@@ -740,3 +750,12 @@ class ChatScreen(Screen[None]):
             self.notify(f"This chat's replies {said}{later}.", timeout=4, markup=False)
 
         self.app.push_screen(ReplyFormatScreen(current), chosen)
+
+    # --- this chat's tools and a reply's tool calls (screens/chat_tools.py) -------------------
+
+    def action_chat_tools(self) -> None:
+        self.tool_calls.open()
+
+    @on(ToolCard.Answered)
+    def _tool_answered(self, event: ToolCard.Answered) -> None:
+        self.tool_calls.answered(event)

@@ -114,7 +114,7 @@ class MessageActions:
         if self.session.conversation.position(turn)[1] > 1:
             actions += ["previous", "next"]
         which, of = self.session.conversation.position(turn)
-        who = "You" if turn.role == "user" else "Assistant"
+        who = {"user": "You", "tool": "Tool result"}.get(turn.role, "Assistant")
         alt = f" ({which}/{of})" if of > 1 else ""
         heading = f"{who}{alt}: “{preview(turn.text)}”"
 
@@ -135,8 +135,8 @@ class MessageActions:
         if turn is None:
             self._notify("Nothing to copy yet.")
             return
-        self._to_clipboard(turn.text, "the reply" if turn.role == "assistant"
-                           else "your message")
+        self._to_clipboard(turn.text, {"assistant": "the reply", "tool": "the tool's result"}
+                           .get(turn.role, "your message"))
 
     def copy_code(self) -> None:
         turn = self._target("assistant") or self._target()

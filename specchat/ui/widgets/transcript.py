@@ -25,15 +25,18 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
 from specchat.engine.decode.events import GenerationStats
 from specchat.session.conversation import Turn
 from specchat.store.fates import Segment
 from specchat.store.stats import ReplyStats
+from specchat.store.tool_parts import CallRecord
 from specchat.textsafe import safe_text
 from specchat.tools.files import size_text, split_files
 from specchat.ui.widgets.fate_text import FateText
+from specchat.ui.widgets.tool_card import ToolCard
 
 VIEWS = ("markdown", "tokens")
 Position = tuple[int, int]  # (which alternative, of how many), from 1
@@ -202,14 +205,18 @@ class AssistantMessage(Vertical):
         self._apply_view()
 
     def _apply_view(self) -> None:
-        markdown = self.view == "markdown" and not self.streaming and bool(self.turn.text)
+        # A reply that called tools shows its words here (its calls are cards below it; the
+        # token view shows the call as the model wrote it, fates and all).
+        said = self.turn.said
+        markdown = self.view == "markdown" and not self.streaming and bool(said)
         if markdown and self._markdown is None:
-            self._markdown = Markdown(safe_text(self.turn.text), classes="markdown",
+            self._markdown = Markdown(safe_text(said), classes="markdown",
                                       parser_factory=keep_line_breaks)
             self.mount(self._markdown, after=self._fates)
         if self._markdown is not None:
             self._markdown.display = markdown
-        self._fates.display = not markdown
+        self._fates.display = not markdown and not (
+            self.view == "markdown" and not self.streaming and self.turn.calls and not said)
         self._meta.display = bool(self._meta_text())
 
 
@@ -252,12 +259,23 @@ class Transcript(VerticalScroll):
 
     def show_turns(self, turns: Iterable[Turn]) -> None:
         self.remove_children()
-        widgets = [self._widget(t) for t in turns]
+        shown = list(turns)
+        answered = {t.tool.call_id for t in shown if t.role == "tool" and t.tool is not None}
+        widgets: list[Static | AssistantMessage | ToolCard] = []
+        for t in shown:
+            widgets.append(self._widget(t))
+            # A call the turn never answered (it stopped first) still shows what was asked.
+            widgets += [ToolCard(c, ended=True) for c in t.calls if c.id not in answered]
         if widgets:
             self.mount_all(widgets)
         self._follow(True)
 
-    def _widget(self, turn: Turn) -> Static | AssistantMessage:
+    def _widget(self, turn: Turn) -> Static | AssistantMessage | ToolCard:
+        if turn.role == "tool":
+            call = turn.call()
+            return ToolCard(call or CallRecord(turn.tool.call_id if turn.tool else "",
+                                               turn.tool.name if turn.tool else "?", "{}"),
+                            result=turn)
         if turn.role == "assistant":
             return AssistantMessage(turn, streaming=False, view=self.view,
                                     show_rejected=self.show_rejected,
@@ -275,6 +293,11 @@ class Transcript(VerticalScroll):
         self.mount(widget)
         self._follow(True)
         return widget
+
+    def add(self, widget: Widget) -> None:
+        """Another part of the turn at the end (a tool call's card, a note), followed."""
+        self.mount(widget)
+        self._follow(True)
 
     def append(self, widget: AssistantMessage, segments: Iterable[Segment]) -> None:
         at_bottom = self.is_vertical_scroll_end
