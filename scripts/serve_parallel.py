@@ -298,6 +298,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for n in streams:
         totals: dict[str, float] = {}
+        lines: list[tuple[str, list[Stream], float]] = []
         for name in configs:
             port = free_port()
             server = Server(name, command(name, args, target, draft, port, n), port)
@@ -312,7 +313,9 @@ def main() -> int:
             total = sum(o.tokens for o in outs) / (max(o.end for o in outs)
                                                     - min(o.sent for o in outs))
             totals[name] = total
-            base = totals.get("llama-server")
+            lines.append((name, outs, total))
+        base = totals.get("llama-server")
+        for name, outs, total in lines:
             ratio = f"{total / base:.2f}" if base else "—"
             print(f"| {n} | {name} | {' '.join(f'{o.ttft:.2f}' for o in outs)} | "
                   f"{' '.join(f'{o.rate:.1f}' for o in outs)} | {total:.1f} | {ratio} |",
