@@ -30,6 +30,7 @@ from specchat.engine.llama.memory_plan import (
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ModelSettings
 from specchat.engine.llama.placement import Placement
+from specchat.engine.llama.slots import SlotContext
 from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.gamma import GAMMA_DEFAULT, GammaSetting, parse_gamma
 from specchat.engine.policy.planner import Planner
@@ -57,6 +58,9 @@ from specchat.paths import AppPaths
 # the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
 PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
+# The drafters that run on a slot of a shared context (engine.llama.slots): none reads hidden
+# states or keeps a context of its own beside the target's and the draft model's.
+SLOT_DRAFTERS = ("model", "tree", "ngram", PREDICTION)
 
 
 def prediction_counts(prediction: Sequence[int], reply: Sequence[int]) -> dict[str, int]:
@@ -256,7 +260,8 @@ class Runtime:
                 save_state(path, kind, c.state())
 
     def policy(self, gamma: GammaSetting | int | str | GammaPolicy | None = None,
-               ngram: bool = False) -> GammaPolicy:
+               ngram: bool = False,
+               clock: Callable[[], float] = time.perf_counter) -> GammaPolicy:
         """A γ policy for one decoder. Learning ones (plan, auto) are new each call — one per
         chat session, one per race —, so what a race learns never moves a chat's controller.
         ``gamma`` None is the default setting (the planner)."""
@@ -267,9 +272,9 @@ class Runtime:
         except ValueError as e:
             raise SpecchatError(str(e)) from None
         if setting.kind == "plan":
-            return self.new_planner(ngram=ngram)
+            return self.new_planner(ngram=ngram, clock=clock)
         if setting.kind == "auto":
-            return self.new_auto_gamma()
+            return self.new_auto_gamma(clock=clock)
         if setting.kind == "pair":
             label = "pair" if self.selection.pair is not None else "default"
             return FixedGamma(self.default_gamma, label)
@@ -278,7 +283,8 @@ class Runtime:
     def decoder(self, plain: bool = False,
                 gamma: GammaSetting | int | str | GammaPolicy | None = None,
                 ngram: bool | None = None, drafters: Sequence[str] | None = None,
-                prediction: bool = False) -> Decoder:
+                prediction: bool = False,
+                slot: tuple[SlotContext, SlotContext | None] | None = None) -> Decoder:
         """Speculative when a draft is loaded or a drafter that needs none is asked for, else
         plain.
 
@@ -287,22 +293,34 @@ class Runtime:
         names, tried in turn (see :func:`drafter_names`); ``ngram`` True is the old spelling of
         ``ngram,model``, False takes prompt lookup out of the default. ``prediction``: the
         replies may carry a predicted output (``SamplerSettings.prediction``), which the
-        prediction drafter tries first, with or without a draft model.
+        prediction drafter tries first, with or without a draft model. ``slot``: the decoder
+        runs on one slot of the shared contexts (:func:`engine.llama.slots.share`) instead of
+        the runtime's own, with drafters and a policy of its own, timed on the slot's clock.
         """
         names = drafter_names(drafters, ngram, self.draft_ctx is not None)
         if prediction and not plain and PREDICTION not in names:
             names = (PREDICTION, *names)
+        target = slot[0] if slot is not None else self.target_ctx
         if plain or not names:
-            return PlainDecoder(self.target_ctx)
-        # Built here, so a drafter that lacks something (trained heads, a cut of the target)
-        # says how to get it before anything runs.
-        env = self._drafter_env(thorough=True)
+            return PlainDecoder(target)
+        if slot is not None:
+            other = [n for n in names if n not in SLOT_DRAFTERS]
+            if other:
+                raise SpecchatError(
+                    f"the '{other[0]}' drafter cannot serve requests together: with "
+                    f"--parallel above 1 choose from {', '.join(SLOT_DRAFTERS)}, or serve "
+                    "with --parallel 1")
+            env = DrafterEnv(slot[0], slot[1], target_name=self.selection.target.id)
+        else:
+            # Built here, so a drafter that lacks something (trained heads, a cut of the
+            # target) says how to get it before anything runs.
+            env = self._drafter_env(thorough=True)
         chosen = [build(n, env) for n in names]
-        policy = self.policy(gamma, ngram="ngram" in names)
+        policy = self.policy(gamma, ngram="ngram" in names, clock=target.clock)
         fixed = chosen[0].fixed_gamma if len(chosen) == 1 else None
         if fixed is not None and isinstance(policy, AutoGamma) and not policy.plans_steps:
             policy = FixedGamma(*fixed)  # auto-γ sizes chains only, not the drafter's own step
-        return SpeculativeDecoder(self.target_ctx, self.draft_ctx, policy, chosen)
+        return SpeculativeDecoder(target, env.draft, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:
         """Of ``names``, those that can run with what is loaded (the app keeps one drafter

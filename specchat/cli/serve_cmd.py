@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 from specchat.cli.ask import sampler_from_args
@@ -16,8 +17,10 @@ from specchat.cli.common import (
     gamma_arg,
 )
 from specchat.engine.decode.chat import ChatEngine
+from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.llama.slots import MAX_SEQUENCES, share
 from specchat.engine.policy.in_force import in_force
-from specchat.loading import Selection, select
+from specchat.loading import RuntimeOptions, Selection, select
 from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
 from specchat.runtime import Runtime
@@ -31,6 +34,20 @@ def port_arg(text: str) -> int:
     if text.isdigit() and int(text) <= 65535:
         return int(text)
     raise argparse.ArgumentTypeError(f"'{text}' is not a port number (0 to 65535; 0: any free one)")
+
+
+DEFAULT_PARALLEL = 2
+# Each slot keeps the sequences a token tree needs (ContextSettings.n_seq_max), and a context
+# has at most MAX_SEQUENCES.
+SLOT_SEQUENCES = 16
+MAX_PARALLEL = MAX_SEQUENCES // SLOT_SEQUENCES
+
+
+def parallel_arg(text: str) -> int:
+    if text.strip().isdigit() and 1 <= int(text) <= MAX_PARALLEL:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"'{text}' is not a number of slots (1 to {MAX_PARALLEL}: "
+                                     "how many requests are generated at once)")
 
 
 def megabytes_arg(text: str) -> float:
@@ -72,6 +89,12 @@ def add_parser(sub: Any) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; another "
                    "one lets anyone who can reach it use the models, with no password)")
     p.add_argument("--port", type=port_arg, default=8000, help="port (default 8000)")
+    p.add_argument("--parallel", type=parallel_arg, default=DEFAULT_PARALLEL,
+                   metavar="N",
+                   help=f"requests generated at once (default {DEFAULT_PARALLEL}; at most "
+                   f"{MAX_PARALLEL}): each gets a slot with the whole --ctx-size (the KV cache "
+                   "holds N times it) and the slots' steps run as one batch; more requests "
+                   "wait for a free slot. 1: one at a time")
     p.add_argument("--max-body-mb", type=megabytes_arg, default=8.0, metavar="MB",
                    help="largest request body accepted (default 8; larger: 413)")
     p.add_argument("--alias", type=alias_arg, metavar="NAME",
@@ -119,13 +142,30 @@ def model_names(selection: Selection, alias: str | None) -> tuple[str, tuple[str
     return model_id, tuple(n for n in dict.fromkeys(names) if n != model_id)
 
 
+def slot_options(options: RuntimeOptions, parallel: int) -> RuntimeOptions:
+    """The contexts ``parallel`` slots share: each slot keeps the whole window asked for (the
+    cache holds ``parallel`` times it; llama-server's ``-np`` splits ``-c`` instead) and the
+    sequences a token tree needs. A window of 0 (the model's training length) is split."""
+    if parallel == 1:
+        return options
+
+    def widen(ctx: ContextSettings) -> ContextSettings:
+        return replace(ctx, n_ctx=ctx.n_ctx * parallel,
+                       n_seq_max=SLOT_SEQUENCES * parallel)
+
+    draft = options.draft_context
+    return replace(options, context=widen(options.context),
+                   draft_context=widen(draft) if draft is not None else None)
+
+
 def build(env: Env, args: argparse.Namespace) -> Serving:
     """The server the command line asks for, on its bound socket, not yet started."""
     # Everything that can be wrong with the command is said before the port is taken.
     defaults = sampler_from_args(env, args)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
-    options = env.runtime_options(args)
+    parallel: int = args.parallel
+    options = slot_options(env.runtime_options(args), parallel)
     gamma, ngram, drafters = env.gamma(args), env.ngram(args), env.drafters(args)
     if not is_loopback(args.host):
         sys.stderr.write(f"specchat: warning: listening on {safe_text(args.host)}: anyone who "
@@ -144,15 +184,29 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
             notes = [f"note: {w.message}" for w in runtime.pair_warnings] + runtime.notices()
             # Any request may carry a predicted output: its drafter is always there (it
             # proposes nothing without one, and its steps are then plain ones).
-            decoder = runtime.decoder(plain=args.plain, gamma=gamma, ngram=ngram,
-                                      drafters=drafters, prediction=True)
-            engine = ChatEngine(decoder)
+            if parallel == 1:
+                decoder = runtime.decoder(plain=args.plain, gamma=gamma, ngram=ngram,
+                                          drafters=drafters, prediction=True)
+                return Served(ChatEngine(decoder), in_force(decoder), runtime.close, notes)
+            slots = share(runtime.target_ctx, runtime.draft_ctx, parallel)
+            decoders = [runtime.decoder(plain=args.plain, gamma=gamma, ngram=ngram,
+                                        drafters=drafters, prediction=True, slot=slot)
+                        for slot in slots.contexts]
         except BaseException:
             runtime.close()
             raise
-        return Served(engine, in_force(decoder), runtime.close, notes)
+        engines = [ChatEngine(d) for d in decoders]
+        notes.append(f"{parallel} slots of {engines[0].n_ctx} tokens each (a KV cache of "
+                     f"{runtime.target_ctx.n_ctx} tokens)")
+
+        def close() -> None:
+            slots.close()
+            runtime.close()
+
+        return Served(engines[0], in_force(decoders[0]), close, notes, engines=engines,
+                      member=slots.rendezvous.member, passes=slots.rendezvous.log)
 
     model_id, aliases = model_names(selection, args.alias)
-    host = ModelHost(load, model_id, aliases=aliases, defaults=defaults)
+    host = ModelHost(load, model_id, aliases=aliases, defaults=defaults, parallel=parallel)
     return Serving(host, sock, int(args.max_body_mb * 1024 * 1024), access_log=args.access_log,
                    cors=cors)

@@ -13,6 +13,7 @@ hidden-state capability), so no product code needs a branch for them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -68,6 +69,10 @@ class ScriptedContext:
 
     def row(self, token: int, position: int) -> npt.NDArray[np.float32]:
         return self.table[(token + position * self.stride) % len(self.table)]
+
+    def clock(self) -> float:
+        """Wall time, as a context of its own times its steps (see LlamaContext.clock)."""
+        return time.perf_counter()
 
     # The hidden-state capability (engine.llama.hidden_output.HiddenOutput): the state after
     # token t at position i is the one-hot of its row's index, which determines the next-token

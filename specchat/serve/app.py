@@ -156,9 +156,13 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
         return JSONBody(model_object(name))
 
     async def health(request: Request) -> Response:
-        host.check_ready()
-        return JSONBody({"status": "ok", "model": host.model_id, "queued": host.queued,
-                         **host.counts})
+        served = host.check_ready()
+        body = {"status": "ok", "model": host.model_id, "queued": host.queued, **host.counts,
+                "slots": host.parallel}
+        if served.passes is not None:  # the slots' decodes: passes run, and those shared
+            body["passes"] = served.passes.passes
+            body["shared_passes"] = served.passes.shared
+        return JSONBody(body)
 
     async def chat(request: Request) -> Response:
         return await _generate(request, chat_request)

@@ -1,13 +1,20 @@
-"""The loaded models, the queue of requests and the one thread that runs them.
+"""The loaded models, the queue of requests and the threads that run them.
 
-llama.cpp's context holds one conversation's KV cache, so generations run one at a time, in
-arrival order, on a single worker thread (never on the event loop, which keeps answering other
-clients meanwhile). The load runs first on that same thread, so every llama.cpp call of the
-server happens there. Each request is a :class:`Job`: the thread posts its results into the
-job's asyncio queue through the loop's thread-safe call, and the request's handler reads them;
-the job's ``cancel`` event (set when its client goes away) is the engine's own cancel.
+The server has ``parallel`` slots (``--parallel``) and as many threads: each thread takes the
+queue's next request (in arrival order), runs it in the free slot whose KV cache holds the
+longest start of its prompt, and takes the next (never on the event loop, which keeps
+answering other clients meanwhile). The load runs first on the first thread, which starts the
+others once the models are ready. With one slot that thread alone makes every llama.cpp call of
+the server; with several, each slot decodes on a slot of the shared contexts (its own
+sequences in the KV cache, its own drafters and planner), and the slots' rendezvous lets one
+thread at a time touch llama.cpp and runs their steps as one batch
+(:mod:`specchat.engine.llama.slots`).
+
+Each request is a :class:`Job`: the thread posts its results into the job's asyncio queue
+through the loop's thread-safe call, and the request's handler reads them; the job's
+``cancel`` event (set when its client goes away) is the engine's own cancel, seen at the
+slot's next step, which frees the slot for the next request.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +25,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +37,7 @@ from specchat.engine.decode.generic_tools import generic_messages, generic_schem
 from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CLOSE, call_start
+from specchat.engine.llama.slots import PassLog
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
@@ -42,13 +51,21 @@ DEFAULT_MAX_QUEUE = 64  # waiting requests; more are refused (503) rather than p
 
 @dataclass
 class Served:
-    """What a load hands the server: the engine on the one decoder every request shares (its
-    γ planner keeps learning across requests, as across a chat's turns) and how to close it."""
+    """What a load hands the server: the engine on the decoder requests share (its γ planner
+    keeps learning across requests, as across a chat's turns) and how to close it. With several
+    slots, ``engines`` holds one engine per slot (the first is ``engine``) and ``member`` is
+    the context a slot's request runs in (the slots' rendezvous)."""
 
     engine: ChatEngine
     setup: InForce  # the drafters and γ mode in force, for the responses' extension object
     close: Callable[[], None]
     notices: Sequence[str] = ()  # how the models were loaded (printed once at start)
+    engines: Sequence[ChatEngine] = ()
+    member: Callable[[], AbstractContextManager[None]] | None = None
+    passes: PassLog | None = None  # what the slots' shared passes did
+
+    def slot_engine(self, slot: int) -> ChatEngine:
+        return self.engines[slot] if self.engines else self.engine
 
 
 @dataclass(frozen=True)
@@ -120,8 +137,9 @@ class ModelHost:
     def __init__(self, load: Callable[[], Served], model_id: str, aliases: Sequence[str] = (),
                  defaults: SamplerSettings | None = None,
                  log: Callable[[str], None] = stderr_log,
-                 max_queue: int = DEFAULT_MAX_QUEUE) -> None:
+                 max_queue: int = DEFAULT_MAX_QUEUE, parallel: int = 1) -> None:
         self.model_id = model_id
+        self.parallel = parallel  # slots: requests generated at once
         self.names = {model_id, *aliases}  # what a request's "model" may say
         self.defaults = defaults or SamplerSettings()
         self.log = log
@@ -137,6 +155,10 @@ class ModelHost:
         self._lock = threading.Lock()
         # A daemon: Ctrl-C during a long first download must not wait for it to end.
         self._thread = threading.Thread(target=self._work, name="specchat-generate", daemon=True)
+        self._slot_threads: list[threading.Thread] = []  # threads 1… (the first: _thread)
+        self._free = list(range(parallel))  # the slots no request runs in
+        self._used: dict[int, int] = {}  # slot → when a request last took it
+        self._uses = itertools.count()
 
     # --------------------------------------------------------------- the request side
 
@@ -195,19 +217,30 @@ class ModelHost:
         self.cancel_all()
         if not self._thread.is_alive():
             return
-        if was != "loading":
-            self._tasks.put(self._close_models)
-        self._tasks.put(None)
+        for _ in range(self.parallel):  # one end for each slot's thread
+            self._tasks.put(None)
         if was != "loading":
             self._thread.join(timeout)
 
-    # --------------------------------------------------------------- the worker thread
+    # --------------------------------------------------------------- the slots' threads
 
     def _work(self) -> None:
+        """The first thread: the load, then requests; once every thread has stopped, the
+        models are freed here (the controllers' state is saved there too)."""
+        self._serve()
+        for thread in self._slot_threads:
+            thread.join()
+        self._close_models()
+
+    def _serve(self) -> None:
+        """A thread's loop: the tasks, one after another, until its end (None)."""
         while (task := self._tasks.get()) is not None:
             if isinstance(task, Job):
+                served = self.served
+                together = served.member if served is not None and served.member else nullcontext
                 try:
-                    last = self._run(task)
+                    with together():
+                        last = self._run(task)
                 finally:
                     with self._lock:  # before its last item: a client told it is done sees
                         self._pending.discard(task)  # the queue without it
@@ -232,7 +265,13 @@ class ModelHost:
         self.state = "ready"
         for notice in served.notices:
             self.log(notice)
-        self.log(f"ready: {self.model_id} ({served.setup.line()})")
+        for slot in range(1, self.parallel):
+            thread = threading.Thread(target=self._serve, daemon=True,
+                                      name=f"specchat-generate-{slot}")
+            self._slot_threads.append(thread)
+            thread.start()
+        slots = f"; {self.parallel} requests at once" if self.parallel > 1 else ""
+        self.log(f"ready: {self.model_id} ({served.setup.line()}{slots})")
 
     def _failed(self, message: str) -> None:
         self.error = message
@@ -247,32 +286,37 @@ class ModelHost:
             served.close()
 
     def _run(self, job: Job) -> Finished | Failed:
-        """Generate, posting the tokens; return the last item (posted once the job is off the
-        queue)."""
+        """Generate in a free slot, posting the tokens; return the last item (posted once the
+        job is off the queue)."""
         served = self.served
         if served is None or job.cancel.is_set():  # gone while it waited: nothing to do
             return self._finished(job, GenerationStats(stop_reason="cancelled"))
+        engine = served.engine  # the prompt is the same in every slot's
         try:
-            tokens = prompt_tokens(served.engine, job.request, job.cancel)
+            tokens = prompt_tokens(engine, job.request, job.cancel)
             settings = job.request.settings
             # The field a grammar the model cannot follow is blamed on (a forced call's: tools).
             param = job.request.grammar_param or ("tools" if settings.grammar else None)
-            if generic_tools(served.engine, job.request):  # the reply: JSON, by its grammar
+            if generic_tools(engine, job.request):  # the reply: JSON, by its grammar
                 settings = settings.with_(grammar=generic_grammar(job.request))
                 param = "tools"
             elif tools_offered(job.request) and not job.request.parallel_tool_calls:
                 # One call: the reply ends at the first call's closing tag.
                 settings = settings.with_(stop=(*settings.stop, CLOSE))
             if job.request.prediction is not None:  # drafted from as the target's tokens
-                model = served.engine.model
+                model = engine.model
                 settings = settings.with_(prediction=tuple(model.tokenize(
                     job.request.prediction, add_special=False, parse_special=False)))
-            check_grammar(served.engine, settings.grammar, param)
+            check_grammar(engine, settings.grammar, param)
             job.post(Started(len(tokens)))
+            slot = self._take_slot(served, tokens)
             try:
-                done = generate(served.engine, tokens, job, settings)
+                done = generate(served.slot_engine(slot), tokens, job, settings)
             except GrammarError as e:  # found only as the reply went on
                 raise bad_request(str(e), param, "invalid_grammar") from None
+            finally:
+                with self._lock:
+                    self._free.append(slot)
             self._finished(job, done.stats)
             return done
         except ApiError as e:
@@ -286,6 +330,26 @@ class ModelHost:
             traceback.print_exc()
             return self._fail(job, ApiError(500, f"internal error: {type(e).__name__}: {e}",
                                             type=SERVER_ERROR, code="internal_error"))
+
+    def _take_slot(self, served: Served, tokens: Sequence[int]) -> int:
+        """The free slot whose KV cache holds the longest start of ``tokens`` when that is at
+        least half of them (a chat's next turn goes where its conversation is cached), else
+        the free slot unused longest (so an unrelated request does not push a conversation
+        out), as llama-server picks a slot. There is one: each thread runs one request, and
+        there are as many threads as slots."""
+        with self._lock:
+            free = self._free
+            if len(free) == 1:
+                best = free[0]
+            else:
+                held = {s: served.slot_engine(s).decoder.target.common_prefix(tokens)
+                        for s in free}
+                best = max(free, key=held.__getitem__)
+                if 2 * held[best] < len(tokens):
+                    best = min(free, key=lambda s: self._used.get(s, -1))
+            free.remove(best)
+            self._used[best] = next(self._uses)
+        return best
 
     def _finished(self, job: Job, stats: GenerationStats) -> Finished:
         if stats.stop_reason == "cancelled":

@@ -20,7 +20,6 @@ for the rest of the reply with a notice; the reply goes on with the others, or p
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -187,21 +186,21 @@ class SpeculativeDecoder:
             if cancel.is_set() or len(seq) > tgt.n_ctx:
                 reason = "cancelled" if cancel.is_set() else "context"
                 break
-            t0, llama0, n0 = time.perf_counter(), self._llama_s(), len(seq)
+            t0, llama0, n0 = self.target.clock(), self._llama_s(), len(seq)
             try:  # propose → verify
                 plan = self._plan(seq, settings, reply.n_generated)
                 proposal, notices = self._propose(seq, plan, settings, rng)
-                t1 = time.perf_counter()
+                t1 = self.target.clock()
                 verdict, forward_s = self._verify(seq, proposal, settings, rng)
             except DecodeCancelled:
                 reason = "cancelled"
                 break
-            t3 = time.perf_counter()
+            t3 = self.target.clock()
             position, text_at, now = reply.n_generated, len(reply.text), clock.now()
             out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
             step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
                                     reply.n_generated - position)
-            tally.add(step, verdict.match, forward_s, time.perf_counter() - t0,
+            tally.add(step, verdict.match, forward_s, self.target.clock() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
             self.policy.observe(step)
@@ -232,7 +231,7 @@ class SpeculativeDecoder:
         for c in (self.target, self.draft):
             if c is not None:
                 c.cancel = cancel
-        t0 = time.perf_counter()
+        t0 = self.target.clock()
         try:
             reused = hold_prefix(self.target, seq)
         except DecodeCancelled:
@@ -248,7 +247,7 @@ class SpeculativeDecoder:
         d_size = d.model.size_bytes if d is not None else 0
         self.policy.start_reply(ReplyStart(
             settings.max_tokens,
-            (time.perf_counter() - t0) / read if read >= READ_TIMED else None,
+            (self.target.clock() - t0) / read if read >= READ_TIMED else None,
             d_size / t_size if d_size > 0 and t_size > 0 else None))
         if self.draft is not None:
             # What the draft model must read before it can draft (its cache is brought up
@@ -333,9 +332,9 @@ class SpeculativeDecoder:
         if not proposal.tokens and proposal.side is None and not hidden:
             # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
             # model the general path's Python was a measurable share of the step.
-            t0 = time.perf_counter()
+            t0 = self.target.clock()
             row = masked(tgt.decode((seq[-1],), logits="last")[0], self._grammar)
-            forward_s = time.perf_counter() - t0
+            forward_s = self.target.clock() - t0
             token = greedy_token(row) if settings.greedy else \
                 distribution(row, settings).sample(rng)
             lp = () if settings.logprobs is None else (token_logprobs(row, token, settings),)
@@ -344,7 +343,7 @@ class SpeculativeDecoder:
         # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
         tree = proposal.kind == TREE or proposal.side is not None
         shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
-        t0 = time.perf_counter()
+        t0 = self.target.clock()
         if proposal.side is not None:
             rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
         elif hidden:
@@ -353,7 +352,7 @@ class SpeculativeDecoder:
         else:
             rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
                     else tgt.decode(tokens, logits="all"))
-        forward_s = time.perf_counter() - t0
+        forward_s = self.target.clock() - t0
         p = None
         target = _TargetRows(rows, settings, self._grammar, proposal)
         if settings.greedy:

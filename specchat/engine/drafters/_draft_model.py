@@ -14,7 +14,6 @@ verification rule (:mod:`specchat.engine.decode.verify`) needs to be exact.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -111,7 +110,7 @@ class DraftModel:
             i -= 1  # the last token must be evaluated again for its logits
         dft.truncate(i)
         behind = len(seq) - 1 - i
-        t0 = time.perf_counter()
+        t0 = self.ctx.clock()
         if self.stepwise and i < len(seq) - 1:
             if self._known:  # within a reply: as steps fell, one token at a time
                 for t in seq[i:-1]:
@@ -121,7 +120,7 @@ class DraftModel:
             i = len(seq) - 1
         row = dft.decode(seq[i:], logits="last")[0]
         # A one-token read is a draft step's own (its cost is t_draft's): only a catch-up counts.
-        self.read = (behind, time.perf_counter() - t0) if behind > 0 else (0, 0.0)
+        self.read = (behind, self.ctx.clock() - t0) if behind > 0 else (0, 0.0)
         self._known = len(seq)
         return row[: self.n_shared]
 

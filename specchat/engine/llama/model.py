@@ -201,8 +201,9 @@ class LlamaModel:
 
 
 class LlamaContext(HiddenOutput):
-    """A KV cache (one sequence) over a model, and a reusable batch; hidden states beside the
-    logits on request (:class:`HiddenOutput`)."""
+    """A KV cache (one sequence, and a token tree's) over a model, and a reusable batch;
+    hidden states beside the logits on request (:class:`HiddenOutput`). Several requests share
+    one through its slots (:mod:`.slots`)."""
 
     def __init__(self, model: LlamaModel, settings: ContextSettings = ContextSettings()) -> None:
         self.model = model
@@ -244,20 +245,8 @@ class LlamaContext(HiddenOutput):
         self.n_threads_batch: int = llama_cpp.llama_n_threads_batch(ctx)
         self.mem = llama_cpp.llama_get_memory(ctx)
         self.n_seq_max: int = max(1, settings.n_seq_max)
-        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
-        b = self.batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
-        self._out = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        self._n_seq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
-        self._linear_batch()
-        self.tokens: list[int] = []  # what the KV cache holds, in order (sequence 0)
-        # A token tree beyond ``tokens`` (see decode_tree): its shape, and the sequences
-        # 1..n that its paths other than the first occupy.
-        self._tree_shape: tuple[int, ...] | None = None
-        self._tree_seqs = 0
-        self._tree_paths: list[tuple[int, ...]] = []  # tree_paths(_tree_shape), once per tree
-        self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
+        self.seq_base = 0
+        self._sequence_state()
         self.cancel = threading.Event()  # set from any thread to abort a long decode
         me = weakref.ref(self)  # no reference cycle: the context is freed as soon as it is dropped
         self._abort_cb = llama_cpp.ggml_abort_callback(
@@ -270,9 +259,33 @@ class LlamaContext(HiddenOutput):
         # Called before the context is freed: what was built on it (an MTP context) goes first.
         self.on_close: list[Callable[[], None]] = []
 
+    def _sequence_state(self) -> None:
+        """The batch and the bookkeeping of this context's sequences: sequence ``seq_base`` holds
+        ``tokens``, and a tree's other paths take ``seq_base + 1`` … (the plain context's base
+        is 0; a slot of a shared context, :mod:`.slots`, has a base of its own)."""
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
+        b = self.batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        self._n_seq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._linear_batch()
+        self.tokens: list[int] = []  # what the KV cache holds, in order (sequence seq_base)
+        # A token tree beyond ``tokens`` (see decode_tree): its shape, and the sequences
+        # 1..n that its paths other than the first occupy.
+        self._tree_shape: tuple[int, ...] | None = None
+        self._tree_seqs = 0
+        self._tree_paths: list[tuple[int, ...]] = []  # tree_paths(_tree_shape), once per tree
+        self.decode_s = 0.0  # total seconds spent inside llama_decode (for overhead figures)
+
     @property
     def n_vocab(self) -> int:
         return self.model.n_vocab
+
+    def clock(self) -> float:
+        """Seconds on the clock a decoder times its steps with: wall time here; a slot of a
+        shared context (:mod:`.slots`) leaves out what it waited for other slots' work."""
+        return time.perf_counter()
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> npt.NDArray[np.float32]:
         """Append ``tokens`` to the cache; return logits rows: ``last`` (1 row), ``all``, or
@@ -307,18 +320,22 @@ class LlamaContext(HiddenOutput):
             raise ValueError("logits for every row need the tokens to fit in one batch")
         if rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
+        return self._logits(rows)
+
+    def _logits(self, rows: int) -> npt.NDArray[np.float32]:
+        """The latest batch's first ``rows`` logits rows: a view into llama.cpp's buffer."""
         ptr = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 
     def _linear_batch(self, rows: int | None = None) -> None:
-        """Put the batch's first ``rows`` rows (default: all) back in sequence 0 alone, the
-        layout ``decode`` assumes: after a tree batch only the rows it wrote (a loop over
+        """Put the batch's first ``rows`` rows (default: all) back in the base sequence alone,
+        the layout ``decode`` assumes: after a tree batch only the rows it wrote (a loop over
         every row of a 512-row batch is a measurable share of a small model's step)."""
         n = self.n_batch if rows is None else rows
         self._n_seq[:n] = 1
-        seq_id = self.batch.seq_id
+        seq_id, base = self.batch.seq_id, self.seq_base
         for i in range(n):
-            seq_id[i][0] = 0
+            seq_id[i][0] = base
 
     def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
                     side: SideBranch | None = None) -> npt.NDArray[np.float32]:
@@ -362,10 +379,11 @@ class LlamaContext(HiddenOutput):
         n_all = n_paths + (side.n_seqs if side is not None else 0)
         if n_all > self.n_seq_max:
             raise ValueError(f"a tree of {n_all} sequences needs more than {self.n_seq_max}")
+        base = self.seq_base
         if side is not None or shape != self._tree_shape:
             self.drop_tree()
             for s in range(1, n_all):
-                llama_cpp.llama_memory_seq_cp(self.mem, 0, s, -1, -1)
+                llama_cpp.llama_memory_seq_cp(self.mem, base, base + s, -1, -1)
             self._tree_seqs, self._tree_shape, self._tree_paths = n_all - 1, shape, seqs
         b = self.batch
         for i, (node, tok) in enumerate(zip(nodes, tokens, strict=True)):
@@ -375,7 +393,7 @@ class LlamaContext(HiddenOutput):
                 *seqs[node], *range(n_paths, n_all))
             self._n_seq[i] = len(ids)
             for j, sid in enumerate(ids):
-                b.seq_id[i][j] = sid
+                b.seq_id[i][j] = base + sid
         self._out[:n] = 1
         wanted = sorted(set(side.logits)) if side is not None else []
         if side is not None:
@@ -387,7 +405,7 @@ class LlamaContext(HiddenOutput):
                 self._pos[i] = start + off
                 self._n_seq[i] = len(ids)
                 for j, sid in enumerate(ids):
-                    b.seq_id[i][j] = n_paths + sid
+                    b.seq_id[i][j] = base + n_paths + sid
             for r in wanted:
                 self._out[n + r] = 1
         b.n_tokens = n + n_side
@@ -397,8 +415,7 @@ class LlamaContext(HiddenOutput):
             self._linear_batch(n + n_side)
         if self.on_decode is not None:
             self.on_decode(start, None)
-        ptr = llama_cpp.llama_get_logits(self.ptr)
-        rows = np.ctypeslib.as_array(ptr, shape=(n + len(wanted), self.n_vocab))
+        rows = self._logits(n + len(wanted))
         if side is not None and wanted:
             at = {r: n + k for k, r in enumerate(wanted)}
             side.receive(rows[[at[r] for r in side.logits]])
@@ -416,52 +433,69 @@ class LlamaContext(HiddenOutput):
         # The first path through ``node`` holds its ancestors (the paths as decode_tree found
         # them, when it is the tree decoded).
         paths = self._tree_paths if shape == self._tree_shape else tree_paths(shape)
-        sid = paths[node][0]
+        base = self.seq_base
+        sid = base + paths[node][0]
         if self._tree_seqs:
-            llama_cpp.llama_memory_seq_keep(self.mem, sid)
-            if sid != 0:
-                llama_cpp.llama_memory_seq_cp(self.mem, sid, 0, -1, -1)
+            self._keep_only(sid)
+            if sid != base:
+                llama_cpp.llama_memory_seq_cp(self.mem, sid, base, -1, -1)
                 llama_cpp.llama_memory_seq_rm(self.mem, sid, -1, -1)
         self._tree_seqs, self._tree_shape = 0, None
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, start + len(path_tokens), -1)
+        llama_cpp.llama_memory_seq_rm(self.mem, base, start + len(path_tokens), -1)
         self.tokens.extend(int(t) for t in path_tokens)
+
+    def _keep_only(self, sid: int) -> None:
+        """Of the cache's sequences, keep ``sid`` alone (its cells lose every other id)."""
+        llama_cpp.llama_memory_seq_keep(self.mem, sid)
 
     def drop_tree(self) -> None:
         """Forget any token tree: the cache holds exactly ``tokens`` again."""
         if self._tree_shape is not None:
+            base = self.seq_base
             for s in range(1, self._tree_seqs + 1):
-                llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
-            llama_cpp.llama_memory_seq_rm(self.mem, 0, len(self.tokens), -1)
+                llama_cpp.llama_memory_seq_rm(self.mem, base + s, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, base, len(self.tokens), -1)
             self._tree_seqs, self._tree_shape = 0, None
 
     def _run_batch(self, m: int, start: int) -> None:
+        rc = self.llama_decode(self.batch, m)
+        if rc != 0:
+            self.failed_decode(rc, start)
+
+    def llama_decode(self, batch: llama_cpp.llama_batch, m: int) -> int:
+        """llama.cpp's decode of ``batch`` (``m`` rows) on this context, abortable through
+        ``cancel`` when it is long; its return code (0: done)."""
         abortable = m > ABORTABLE_BATCH
         if abortable != self._abortable:
             cb = self._abort_cb if abortable else _NO_ABORT
             llama_cpp.llama_set_abort_callback(self.ptr, cb, None)
             self._abortable = abortable
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.ptr, self.batch)
+        rc: int = llama_cpp.llama_decode(self.ptr, batch)
         self.decode_s += time.perf_counter() - t0
-        if rc != 0:
-            self._after_failed_decode(start)
-            if rc == 2:
-                raise DecodeCancelled("cancelled")
-            if rc == 1:
-                raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
-            raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
+        return rc
+
+    def failed_decode(self, rc: int, start: int) -> None:
+        """After llama.cpp's decode returned ``rc`` (not 0) for a batch from ``start``: the
+        cache cleaned up, and the error that says why."""
+        self._after_failed_decode(start)
+        if rc == 2:
+            raise DecodeCancelled("cancelled")
+        if rc == 1:
+            raise ContextFullError(f"no room in the KV cache ({self.n_ctx} tokens)")
+        raise SpecchatError(f"llama.cpp decode failed ({rc}): {last_error()}")
 
     def _after_failed_decode(self, committed: int) -> None:
         # A fatal error or abort can leave part of the batch in the cache: drop it.
         del self.tokens[committed:]
         self.drop_tree()
-        llama_cpp.llama_memory_seq_rm(self.mem, 0, committed, -1)
+        llama_cpp.llama_memory_seq_rm(self.mem, self.seq_base, committed, -1)
 
     def truncate(self, n: int) -> None:
         """Roll the cache back so it holds exactly its first ``n`` tokens."""
         self.drop_tree()
         if n < len(self.tokens):
-            llama_cpp.llama_memory_seq_rm(self.mem, 0, n, -1)
+            llama_cpp.llama_memory_seq_rm(self.mem, self.seq_base, n, -1)
             del self.tokens[n:]
 
     def common_prefix(self, tokens: Sequence[int]) -> int:

@@ -1,0 +1,298 @@
+"""Several requests on one llama.cpp context, decoded together: slots of a shared KV cache.
+
+A :class:`SlotContext` is a :class:`LlamaContext` to every decoder and drafter — they cannot
+tell — over a context it shares with the other slots (:func:`share`): slot k's sequences are
+``k × per_slot`` … ``(k + 1) × per_slot − 1`` (its committed tokens in the first, a token
+tree's other paths in the rest), its window is its own share of the cache's cells, and its
+batches hold at most its share of the context's batch. llama.cpp's attention mask keys every
+cache cell on the sequences it belongs to, so no slot's tokens are ever seen by another's.
+
+Its decodes go through the :class:`Rendezvous` the slots share, which runs the slots' threads
+like coroutines. A member (a thread serving one request, :meth:`Rendezvous.member`) holds a
+baton from the start of its job to its end, letting go only while it waits for a decode, so no
+two threads touch llama.cpp at once. A decode waits until every member waits on one; then
+those batches run, one ``llama_decode`` per context with every waiting slot's rows in it, and
+each member gets its own logits rows back (a copy: llama.cpp's buffer belongs to the next
+pass). When members wait on different contexts, the lighter model's pass runs first and the
+heaviest model's batches wait: the slots drafting then reach their verification, so the
+target's verification rows of every slot, and plain rows and prompt reads too, share one pass.
+
+The clock a slot's decoder times its steps with (:meth:`SlotContext.clock`) leaves out what it
+waited for others and counts its share of each pass it rode in (the pass's time × its rows /
+all rows): a planner pricing its steps sees the cost its own rows add to a shared pass, which
+is lower per row than a pass of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from specchat.engine.llama.hidden_output import HiddenStateError
+from specchat.engine.llama.model import LlamaContext
+
+# llama.cpp's bound on a context's sequences (LLAMA_MAX_SEQ).
+MAX_SEQUENCES = 256
+
+
+class SlotClock:
+    """A slot's clock: wall time less what it waited for the other slots."""
+
+    def __init__(self) -> None:
+        self.credit = 0.0  # seconds waited that were other slots' work
+
+    def now(self) -> float:
+        return time.perf_counter() - self.credit
+
+
+@dataclass(eq=False)
+class _Decode:
+    """One slot's batch, waiting to ride in the next pass."""
+
+    view: SlotContext
+    rows: int
+    done: bool = False
+    rc: int = 0
+    logits: npt.NDArray[np.float32] | None = None
+    share: float = 0.0  # seconds of the pass that were this batch's
+    together: int = 1  # slots whose rows shared the pass
+
+
+class _AllCancelled(threading.Event):
+    """Set when every one of ``events`` is: a shared pass is aborted only when every slot in
+    it was cancelled (a single one's cancel is seen at its next step)."""
+
+    def __init__(self, events: Sequence[threading.Event]) -> None:
+        super().__init__()
+        self._events = tuple(events)
+
+    def is_set(self) -> bool:
+        return all(e.is_set() for e in self._events)
+
+
+@dataclass
+class PassLog:
+    """What the shared passes did (for the server's log and tests)."""
+
+    passes: int = 0  # llama_decode calls
+    shared: int = 0  # of those, the ones that carried rows of more than one slot
+    most: int = 0  # the most slots in one pass
+
+
+class Rendezvous:
+    """The slots' meeting point (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()  # its lock is the baton (re-entrant)
+        self._members = 0
+        self._gate = threading.Lock()
+        self._joining = 0  # threads on their way in: a pass waits for their first batch
+        self._pending: list[_Decode] = []
+        self.log = PassLog()
+
+    @contextlib.contextmanager
+    def member(self) -> Iterator[None]:
+        """Take part for the block's length (one request): hold the baton while running."""
+        with self._gate:
+            self._joining += 1
+        try:
+            self._cv.acquire()
+        finally:
+            with self._gate:
+                self._joining -= 1
+        try:
+            self._members += 1
+            try:
+                yield
+            finally:
+                self._members -= 1
+                self._fire_if_ready()  # the others may all be waiting for this one
+        finally:
+            self._cv.release()
+
+    def decode(self, job: _Decode) -> None:
+        """Run ``job``'s batch in the next pass; back when it has run. A request on its way in
+        (its thread waits for the baton) is let in first, so its prompt rides in that pass."""
+        with self._cv:
+            t0 = time.perf_counter()
+            self._pending.append(job)
+            while not job.done:
+                if not self._joining:
+                    self._fire_if_ready()
+                    if job.done:
+                        break
+                self._cv.wait(0.05 if self._joining else None)
+            job.view.slot.credit += max(0.0, time.perf_counter() - t0 - job.share)
+
+    def _fire_if_ready(self) -> None:
+        if not self._pending or len(self._pending) < self._members:
+            return
+        groups: dict[int, list[_Decode]] = {}
+        for j in self._pending:
+            groups.setdefault(id(j.view.base), []).append(j)
+        if len(groups) > 1:
+            # Slots waiting on the heaviest model (the target) wait on, while the others' passes
+            # on lighter ones (a draft model's steps) run: those slots then come to their own
+            # verification, and all of them share the one expensive pass.
+            held = max(groups.values(), key=lambda g: g[0].view.base.model.size_bytes)
+            self._pending = held
+            del groups[id(held[0].view.base)]
+        else:
+            self._pending = []
+        jobs = [j for g in groups.values() for j in g]
+        try:
+            for group in groups.values():
+                self._run(group)
+        finally:
+            for j in jobs:
+                if not j.done:  # a Python error on the way: theirs too, as a failed decode
+                    j.rc, j.done = -1, True
+            self._cv.notify_all()
+
+    def _run(self, group: list[_Decode]) -> None:
+        base = group[0].view.base
+        b = base.batch
+        at = 0
+        outs: list[int] = []
+        for j in group:
+            v, m = j.view, j.rows
+            base._tok[at : at + m] = v._tok[:m]
+            base._pos[at : at + m] = v._pos[:m]
+            base._out[at : at + m] = v._out[:m]
+            base._n_seq[at : at + m] = v._n_seq[:m]
+            src, dst = v.batch.seq_id, b.seq_id
+            for i in range(m):
+                for k in range(int(v._n_seq[i])):
+                    dst[at + i][k] = src[i][k]
+            outs.append(int(np.count_nonzero(v._out[:m])))
+            at += m
+        b.n_tokens = at
+        base.cancel = _AllCancelled([j.view.cancel for j in group])
+        t0 = time.perf_counter()
+        rc = base.llama_decode(b, at)
+        dt = time.perf_counter() - t0
+        log = self.log
+        log.passes += 1
+        if len(group) > 1:
+            log.shared += 1
+        log.most = max(log.most, len(group))
+        n_out = sum(outs)
+        rows = base._logits(n_out) if rc == 0 and n_out > 0 else None
+        o = 0
+        for j, k in zip(group, outs, strict=True):
+            j.rc, j.share, j.together = rc, dt * j.rows / at, len(group)
+            if rows is not None and k:
+                j.logits = np.array(rows[o : o + k])
+            o += k
+            j.done = True
+
+
+class SlotContext(LlamaContext):
+    """One slot of a shared context (see the module's docstring)."""
+
+    def __init__(self, base: LlamaContext, rendezvous: Rendezvous, slot: SlotClock,
+                 index: int, n_slots: int) -> None:
+        # Not LlamaContext.__init__: the llama.cpp context is the base's.
+        self.base = base
+        self.rendezvous = rendezvous
+        self.slot = slot
+        self.index = index
+        self.model = base.model
+        self.settings = base.settings
+        self.ptr = base.ptr
+        self.mem = base.mem
+        self.load_report = base.load_report
+        self.n_ctx = base.n_ctx // n_slots
+        self.n_batch = max(1, base.n_batch // n_slots)
+        self.n_threads = base.n_threads
+        self.n_threads_batch = base.n_threads_batch
+        self.n_seq_max = base.n_seq_max // n_slots
+        self.seq_base = index * self.n_seq_max
+        self._sequence_state()
+        self.cancel = threading.Event()
+        self._abortable = False
+        self.on_decode = None
+        self.on_close = []
+        self._rows: npt.NDArray[np.float32] | None = None
+        self._freed = False
+
+    def clock(self) -> float:
+        return self.slot.now()
+
+    def _run_batch(self, m: int, start: int) -> None:
+        job = _Decode(self, m)
+        self.batch.n_tokens = m
+        self.rendezvous.decode(job)
+        self.decode_s += job.share
+        self._rows = job.logits
+        if job.rc != 0:
+            self.failed_decode(job.rc, start)
+
+    def _logits(self, rows: int) -> npt.NDArray[np.float32]:
+        if self._rows is None or self._rows.shape[0] < rows:
+            raise RuntimeError("a slot's decode returned fewer logits rows than it asked for")
+        return self._rows[:rows]
+
+    def _keep_only(self, sid: int) -> None:
+        # llama_memory_seq_keep would empty the other slots' sequences too: this slot's alone.
+        for s in range(self.seq_base, self.seq_base + self._tree_seqs + 1):
+            if s != sid:
+                llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
+
+    def clear(self) -> None:
+        for s in range(self.seq_base, self.seq_base + self.n_seq_max):
+            llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
+        self.tokens.clear()
+        self._tree_seqs, self._tree_shape = 0, None
+
+    def decode_with_hidden(self, tokens: Sequence[int]
+                           ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        raise HiddenStateError("hidden states are not read from a shared context's slots "
+                               "(serve with --parallel 1 for a drafter that reads them)")
+
+    def decode_tree_with_hidden(self, shape: Sequence[int], nodes: Sequence[int],
+                                tokens: Sequence[int]
+                                ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        raise HiddenStateError("hidden states are not read from a shared context's slots "
+                               "(serve with --parallel 1 for a drafter that reads them)")
+
+    def close(self) -> None:
+        """Free this slot's batch (the context is the base's, freed with it)."""
+        if not self._freed:
+            self._freed = True
+            llama_cpp.llama_batch_free(self.batch)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The slots of a shared target context (and of the draft model's, when one is loaded)."""
+
+    rendezvous: Rendezvous
+    contexts: tuple[tuple[SlotContext, SlotContext | None], ...]
+
+    def close(self) -> None:
+        for target, draft in self.contexts:
+            target.close()
+            if draft is not None:
+                draft.close()
+
+
+def share(target: LlamaContext, draft: LlamaContext | None, n: int) -> Slots:
+    """``n`` slots of ``target`` (and of ``draft``): each gets 1/n of the context's cells, of
+    its batch and of its sequences, so the context needs ``n_seq_max`` a multiple of ``n``."""
+    if n < 1 or target.n_seq_max < n or (draft is not None and draft.n_seq_max < n):
+        raise ValueError(f"{n} slots need at least {n} sequences in the context")
+    rendezvous = Rendezvous()
+    out = []
+    for k in range(n):
+        clock = SlotClock()
+        out.append((SlotContext(target, rendezvous, clock, k, n),
+                    SlotContext(draft, rendezvous, clock, k, n) if draft is not None else None))
+    return Slots(rendezvous, tuple(out))
