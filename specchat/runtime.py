@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.plain import PlainDecoder
@@ -33,6 +34,7 @@ from specchat.engine.llama.placement import Placement
 from specchat.engine.llama.slots import SlotContext
 from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.gamma import GAMMA_DEFAULT, GammaSetting, parse_gamma
+from specchat.engine.policy.learning import LearningPolicy
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.errors import BusyError, SpecchatError
@@ -57,6 +59,7 @@ from specchat.paths import AppPaths
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,
 # the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
+Learner = TypeVar("Learner", bound=LearningPolicy)  # a learning controller (plan, auto)
 PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
 # The drafters that run on a slot of a shared context (engine.llama.slots): none reads hidden
 # states or keeps a context of its own beside the target's and the draft model's.
@@ -94,7 +97,7 @@ class Runtime:
         self.paths: AppPaths | None = None  # where the pair's calibration may be stored
         # The learning controllers handed out (one per decoder: a chat session, a race), whose
         # state is saved for the next process; see save_controllers.
-        self._controllers: list[AutoGamma] = []
+        self._controllers: list[LearningPolicy] = []
         self.resolver: ModelResolver | None = None  # where the drafters' weights are looked for
         # What the drafters found in the stores (models.drafter_sources), kept for the
         # runtime's life, and the cuts of the target they loaded (a layer-skip draft,
@@ -214,7 +217,7 @@ class Runtime:
         except OSError:
             return None
 
-    def _warm(self, controller: AutoGamma) -> AutoGamma:
+    def _warm(self, controller: Learner) -> Learner:
         """Start ``controller`` from what this pair's controllers learnt in earlier processes
         (a state that does not load is ignored: the calibration's seed stands)."""
         from specchat.models.controller_store import UNREADABLE, load_states
@@ -250,7 +253,7 @@ class Runtime:
         path = self._state_file()
         if path is None:
             return
-        best: dict[str, AutoGamma] = {}
+        best: dict[str, LearningPolicy] = {}
         for c in self._controllers:
             kind = type(c).__name__
             if c.learnt() and (kind not in best or c.learnt() > best[kind].learnt()):
@@ -318,7 +321,7 @@ class Runtime:
         chosen = [build(n, env) for n in names]
         policy = self.policy(gamma, ngram="ngram" in names, clock=target.clock)
         fixed = chosen[0].fixed_gamma if len(chosen) == 1 else None
-        if fixed is not None and isinstance(policy, AutoGamma) and not policy.plans_steps:
+        if fixed is not None and isinstance(policy, AutoGamma):
             policy = FixedGamma(*fixed)  # auto-γ sizes chains only, not the drafter's own step
         return SpeculativeDecoder(target, env.draft, policy, chosen)
 

@@ -35,13 +35,13 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.guesses import GuessBook
 from specchat.engine.policy.lookup_estimate import COLD, HOT, HOT_STREAK, LONG, LookupEstimate
 from specchat.engine.policy.planner import Planner
-from specchat.engine.policy.planner_arms import BandedLookup
+from specchat.engine.policy.planner_banded import BandedLookup
 from specchat.engine.policy.planner_settings import PlannerSettings
 
 
 def ngram(p: Planner) -> BandedLookup:
     """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
-    return p.lookups["ngram"]
+    return p.records["ngram"]
 
 N = 100_000
 V = 5

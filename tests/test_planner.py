@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-import specchat.engine.policy.planner as planner_module
+import specchat.engine.policy.planner_chains as planner_module
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
@@ -17,7 +17,8 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
-from specchat.engine.policy.planner_arms import BandedLookup
+from specchat.engine.policy.planner_banded import BandedLookup
+from specchat.engine.policy.planner_draft import catch_up_cost
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.tree_stats import tree_draft_cost
 from specchat.engine.policy.verify_table import TABLE_SIZE, VerifyTable, extend_curve
@@ -25,7 +26,7 @@ from specchat.engine.policy.verify_table import TABLE_SIZE, VerifyTable, extend_
 
 def ngram(p: Planner) -> BandedLookup:
     """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
-    return p.lookups["ngram"]
+    return p.records["ngram"]
 
 
 def ngram_alphas(p: Planner) -> dict[str, list[float]]:
@@ -160,14 +161,14 @@ def test_steps_update_the_table_by_batch_size() -> None:
 
 def test_tree_steps_teach_the_rank_statistics() -> None:
     p = planner(FLAT, 0.7)
-    prior = p.trees.rank_table(p.current.model.position_alphas())[0][1]
+    prior = p.records["tree"].plans.rank_table(p.current.model.position_alphas())[0][1]
     shape = Plan("tree", (-1, -1, 0, 1))
     for _ in range(60):
         p.next_plan(("tree",))
         p.last_plan = shape  # the decoder ran this shape
         # the root's second child was accepted, then its only child
         p.observe(StepEvent(4, 2, 0.003, 0.011, "tree", committed=3, accepted_ranks=(1, 0)))
-    table = p.trees.rank_table(p.current.model.position_alphas())
+    table = p.records["tree"].plans.rank_table(p.current.model.position_alphas())
     assert table[0][1] > prior + 0.2  # rank 2 at depth 1: often the one
     assert p.current.model.position_alphas()[0] < 0.4  # rank 1 at depth 1: never
 
@@ -204,7 +205,8 @@ def test_state_round_trip_through_json() -> None:
     lambda d: d.update(version=99),
     lambda d: d.pop("costs"),
     lambda d: d["costs"].update(sums=[1, 2]),
-    lambda d: d.update(ranks={"offered": [[1.0]], "hits": [[0.0]]}),
+    lambda d: d["arms"].update(tree={"offered": [[1.0]], "hits": [[0.0]]}),
+    lambda d: d["arms"]["ngram"].update(cost=[1.0]),
     lambda d: d.update(topics="nonsense"),
 ])
 def test_a_damaged_state_is_refused_whole(damage) -> None:  # type: ignore[no-untyped-def]
@@ -268,7 +270,7 @@ def test_switching_back_to_the_draft_must_repay_its_catch_up() -> None:
     plan = p.next_plan(("model",))
     assert plan.drafter == "none" and plan.reason == "plain: the draft would first re-read " \
         "20000 tokens"
-    assert p.catch_up_cost(1) == 0.0 < p.catch_up_cost(10) < p.catch_up_cost(100)
+    assert catch_up_cost(p, 1) == 0.0 < catch_up_cost(p, 10) < catch_up_cost(p, 100)
 
 
 def long_reply(p: Planner, verify_s: float = 0.0100) -> None:
@@ -352,8 +354,8 @@ def test_another_chain_drafter_is_timed_by_a_probe_then_judged_on_what_it_showed
             p.observe(StepEvent(g, g, 0.001 * g, 0.0105, "layerskip", committed=g + 1))
         else:
             p.observe(StepEvent(0, 0, 0.0, 0.010, "none", committed=1))
-    assert p.others["layerskip"].model.alpha() > 0.8
-    assert p.others["layerskip"].t(0.01) == pytest.approx(0.001, rel=0.05)
+    assert p.records["layerskip"].model.alpha() > 0.8
+    assert p.records["layerskip"].t(0.01) == pytest.approx(0.001, rel=0.05)
     plan = p.next_plan(("layerskip",))
     assert plan.drafter == "layerskip" and plan.size >= 2 and plan.reason.startswith("layerskip")
 
@@ -640,7 +642,7 @@ def test_a_lookup_uses_every_check_size_a_calibration_timed() -> None:
         p.begin("copy this")
         ngram(p).estimate.streak = LONG_STREAK
         if sizes is not None:
-            p._lookup_sizes = lambda: sizes  # type: ignore[method-assign]
+            p.chains.lookup_sizes = lambda weight: sizes  # type: ignore[method-assign]
         chosen = p.next_plan(("ngram",))
         base, cands = p.candidates(("ngram",), p._alphas, ngram_alphas(p))
         return chosen, cands[0].rate, base.rate

@@ -12,8 +12,11 @@ from specchat.engine.decode.events import StepEvent
 from specchat.engine.policy.auto_gamma import AutoGammaSeed
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.planner_arms import ChainRecord
+from specchat.engine.policy.planner_banded import BandedLookup
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.models.controller_store import load_states
+from tests.test_planner_saved_state import as_version_1
 
 FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
 SAVED = Path(__file__).parent / "fixtures" / "controllers-planner-2026-12.json"
@@ -32,13 +35,13 @@ def test_the_built_in_drafters_declare_their_arms() -> None:
 
 def test_two_lookups_of_one_kind_learn_apart() -> None:
     p = Planner(PlannerSettings(), AutoGammaSeed(FLAT, 0.7), clock=lambda: 0.0, arms=TWO_LOOKUPS)
-    assert set(p.lookups) == {"ngram", "suffix"}
-    assert p.lookups["suffix"].alpha.alpha() < p.lookups["ngram"].alpha.alpha()  # its prior
+    assert {n for n, r in p.records.items() if isinstance(r, BandedLookup)} == {"ngram", "suffix"}
+    assert p.records["suffix"].alpha.alpha() < p.records["ngram"].alpha.alpha()  # its prior
     p.begin("the cat sat")
     for _ in range(20):  # the suffix lookup's steps: every token right
         p.next_plan(("ngram", "suffix"))
         p.observe(StepEvent(4, 4, 0.0002, 0.0102, "suffix", committed=5))
-    suffix, ngram = p.lookups["suffix"], p.lookups["ngram"]
+    suffix, ngram = p.records["suffix"], p.records["ngram"]
     assert suffix.alpha.alpha() > 0.8 and suffix.run == 80 and suffix.t < 1e-4
     assert ngram.steps() == 0 and ngram.run == 0  # the n-gram lookup learnt nothing of them
     assert p.next_plan(("ngram", "suffix")).drafter == "suffix"
@@ -51,15 +54,44 @@ def test_each_lookups_state_is_saved_under_its_name_and_old_states_still_load() 
         p.next_plan(("suffix",))
         p.observe(StepEvent(3, 3, 0.0003, 0.0102, "suffix", committed=4))
     d = json.loads(json.dumps(p.state()))
-    assert {"suffix", "suffix_cold", "suffix_long", "suffix_cost"} <= set(d)
-    assert {"ngram", "ngram_cold", "ngram_long", "ngram_cost"} <= set(d)  # as states always had
+    assert set(d["arms"]["suffix"]) == set(d["arms"]["ngram"]) == {"hot", "cold", "long", "cost"}
     q = Planner(PlannerSettings(), clock=lambda: 0.0, arms=TWO_LOOKUPS)
     q.load_state(d)
-    assert q.state() == d and q.lookups["suffix"].steps() == p.lookups["suffix"].steps() > 0
+    assert q.state() == d and q.records["suffix"].steps() == p.records["suffix"].steps() > 0
     # A state saved before the suffix lookup existed loads whole; the new lookup keeps its prior.
     old = load_states(SAVED)["Planner"]
     r = Planner(PlannerSettings(), clock=lambda: 0.0, arms=TWO_LOOKUPS)
     r.load_state(old)
-    assert r.learnt() == 314 and r.lookups["suffix"].steps() == 0
-    assert r.lookups["suffix"].alpha.alpha() == 0.3
-    assert {k: v for k, v in r.state().items() if not k.startswith("suffix")} == old
+    assert r.learnt() == 314 and r.records["suffix"].steps() == 0
+    assert r.records["suffix"].alpha.alpha() == 0.3
+    now = r.state()
+    fresh = Planner(PlannerSettings(), clock=lambda: 0.0, arms=TWO_LOOKUPS).state()
+    assert now["arms"].pop("suffix") == fresh["arms"]["suffix"]  # type: ignore[attr-defined]
+    assert as_version_1(now) == old
+
+
+def test_a_lookups_and_a_chain_drafters_estimates_are_saved_and_plan_as_before() -> None:
+    """What the planner learnt of a lookup (a predicted output) and of a chain drafter (the
+    layer-skip self-draft) is saved under "arms", by name, and loads back: a chain drafter timed
+    in an earlier process is scored at once, where a fresh planner first probes it."""
+    p = Planner(PlannerSettings(), AutoGammaSeed(FLAT, 0.7), clock=lambda: 0.0)
+    p.begin("the cat sat")
+    for _ in range(6):
+        p.observe(StepEvent(3, 3, 0.003, 0.0102, "layerskip", committed=4))
+        p.observe(StepEvent(4, 1, 0.0002, 0.0102, "prediction", committed=2))
+    d = json.loads(json.dumps(p.state()))
+    # (The banded lookup's and the tree's are always saved; an arm that learnt nothing is not.)
+    assert set(d["arms"]) == {"ngram", "tree", "layerskip", "prediction"}
+    q = Planner(PlannerSettings(), clock=lambda: 0.0)
+    q.load_state(d)
+    assert q.state() == d
+    skip, was = q.records["layerskip"], p.records["layerskip"]
+    assert isinstance(skip, ChainRecord) and isinstance(was, ChainRecord)
+    assert skip.model.alpha() == was.model.alpha() > 0.8 and skip.t(0.01) == was.t(0.01) == 0.001
+    assert q.records["prediction"].learnt() == 6
+    fresh = Planner(PlannerSettings(), AutoGammaSeed(FLAT, 0.7), clock=lambda: 0.0)
+    fresh.begin("the dog ran")
+    q.begin("the dog ran")
+    assert "probe" in fresh.next_plan(("layerskip",)).reason
+    plan = q.next_plan(("layerskip",))
+    assert plan.drafter == "layerskip" and plan.reason == f"layerskip {plan.size}"

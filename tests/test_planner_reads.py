@@ -16,14 +16,15 @@ from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import HOT, HOT_STREAK, LONG, LONG_STREAK
 from specchat.engine.policy.lookup_pauses import LOOKUP_PAUSE_MAX
 from specchat.engine.policy.planner import Planner
-from specchat.engine.policy.planner_arms import BandedLookup
+from specchat.engine.policy.planner_banded import BandedLookup
+from specchat.engine.policy.planner_draft import catch_up_cost
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.engine.policy.reply_length import MIN_PRIOR, ReplyLengths
 
 
 def ngram(p: Planner) -> BandedLookup:
     """The n-gram lookup's record in planner ``p`` (policy.planner_arms)."""
-    return p.lookups["ngram"]
+    return p.records["ngram"]
 
 CALM = PlannerSettings(AutoGammaSettings(explore=False, early_stop=False, warmup=(1, 1)))
 FLAT = CostCurve(0.0015, tuple(0.010 + 0.00005 * n for n in range(1, 33)))
@@ -89,13 +90,13 @@ def test_a_cold_read_is_priced_at_the_targets_not_scaled_by_the_weights() -> Non
 
 def test_a_measured_read_replaces_the_prior() -> None:
     p = cold_planner(0.007, 4096)
-    assert p.read_cost() == pytest.approx(0.007)
-    assert p.catch_up_cost(101) == pytest.approx(100 * 0.007)
+    assert p.reads.per_token() == pytest.approx(0.007)
+    assert catch_up_cost(p, 101) == pytest.approx(100 * 0.007)
     p.observe(StepEvent(2, 2, 0.30, 0.06, "model", committed=3, read_tokens=100, read_s=0.25))
-    assert p.read_cost() == pytest.approx(0.0025)
+    assert p.reads.per_token() == pytest.approx(0.0025)
     # a catch-up of a few tokens is a draft step's own cost, not a read to learn from
     p.observe(StepEvent(2, 2, 0.30, 0.06, "model", committed=3, read_tokens=3, read_s=0.2))
-    assert p.read_cost() == pytest.approx(0.0025)
+    assert p.reads.per_token() == pytest.approx(0.0025)
 
 
 def test_switching_back_to_the_draft_is_priced_against_the_tokens_still_to_come() -> None:
@@ -151,7 +152,7 @@ def test_state_keeps_reads_and_reply_lengths() -> None:
     p.begin("next")
     q = Planner(replace(CALM), clock=lambda: 0.0)
     q.load_state(p.state())
-    assert q.read_cost() == pytest.approx(0.0025)
+    assert q.reads.per_token() == pytest.approx(0.0025)
     assert q.lengths.lengths == [3]
 
 

@@ -18,7 +18,8 @@ import contextlib
 import threading
 from dataclasses import dataclass, field, replace
 
-from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed
+from specchat.engine.policy.auto_gamma import AutoGammaSeed
+from specchat.engine.policy.learning import LearningPolicy
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.calibration import (
     CalibrationOptions,
@@ -224,7 +225,7 @@ def progress_text(label: str, p: Progress) -> Progress:
 def reseed(policy: object, seed: AutoGammaSeed | None) -> bool:
     """Give a running chat's γ controller the calibration (a planner or auto-γ; a fixed γ or
     plain decoding has nothing to learn from it). True if it took it."""
-    if seed is None or not isinstance(policy, AutoGamma):
+    if seed is None or not isinstance(policy, LearningPolicy):
         return False
     policy.reseed(seed)
     return True

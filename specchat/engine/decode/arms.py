@@ -3,7 +3,10 @@
 
 The planner (:mod:`specchat.engine.policy.planner`) scores every arm against a plain step on
 the measured costs, knowing no drafter by name; an arm's kind says which estimate of its
-acceptance applies, how a step of it is priced, and when it is probed or warmed up:
+acceptance applies, how a step of it is priced, when it is probed or warmed up, and what of it
+is saved. The policy plays each kind through a record made for it
+(:mod:`specchat.engine.policy.planner_arms`), so a drafter that declares a kind here is planned
+with no other edit:
 
 - a lookup (``ArmKind.LOOKUP``, :func:`lookup`) proposes from text already there (the prompt,
   a predicted output, a bigram table): it reads nothing and costs a list slice, priced per
@@ -14,14 +17,15 @@ acceptance applies, how a step of it is priced, and when it is probed or warmed 
   (``Drafter.free_guesses``), learns its acceptance from them on every step. A ``banded``
   lookup (the n-gram lookup) keeps its acceptance per band of how long its guesses have been
   right in a row (:mod:`specchat.engine.policy.lookup_estimate`): its chains are at most twice
-  that run, it is warmed up and its longer checks timed only inside a repeated passage, it
-  needs a wider margin outside a long run, and its estimate is saved with the planner's state.
+  that run, it is warmed up and its longer checks timed only inside a repeated passage, and it
+  needs a wider margin outside a long run. Every lookup's and chain's estimates are saved with
+  the planner's state.
 - a chain (``ArmKind.CHAIN``, :func:`chain`) has costs of its own (the layer-skip self-draft,
   Kangaroo, MTP): one short probe times it, then its acceptance per position and its seconds
   per drafted token are learnt from its own steps. A module that declares no ``ARM`` is
   planned as one (:data:`CHAIN`).
 - the draft model's chain (``ArmKind.DRAFT_CHAIN``, :func:`draft_chain`): the draft model's
-  per-position α, per topic (:mod:`specchat.engine.policy.auto_gamma`'s estimates), priced at
+  per-position α, per topic (:mod:`specchat.engine.policy.learning`'s estimates), priced at
   the draft model's measured seconds per token plus, after steps it did not draft, the catch-up
   read of what they committed; warmed up and probed while that read is cheap; its steps may
   stop early on the draft's confidence.

@@ -44,7 +44,7 @@ class PlannerSettings:
     # this × plain: trying is how estimates recover, but not at any price.
     explore_floor: float = 0.97
     probe_backoff: int = 8  # probes that found nothing stretch the wait up to this × probe_every
-    # After plain (or n-gram) steps the draft model must first read what they committed: a
+    # After plain (or lookup) steps the draft model must first read what they committed: a
     # switch to it must pay that back within this many tokens, and a probe with it may cost at
     # most probe_budget × the plain time since: a draft's read is not free on a CPU, and a
     # probe would pay it on every skipped token (figures: docs/performance.md).
@@ -58,7 +58,7 @@ class PlannerSettings:
     probe_budget: float = 0.05
     # A warm-up step with the draft model (its cost and α not known yet) may first read what
     # the draft missed only if that costs at most this share of the plain time the rest of the
-    # reply is expected to take (see Planner.expected_remaining).
+    # reply is expected to take (see ReplyLengths.remaining).
     warmup_read_share: float = 0.1
     tree_budget: int = TABLE_SIZE  # largest verify batch (root included) a tree may use
     tree_depth: int = 8

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import MODEL, NONE
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
-from specchat.engine.policy.auto_gamma import AutoGamma
-from specchat.engine.policy.planner import Planner
+from specchat.engine.policy.learning import LearningPolicy
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,7 @@ def replay_turn(policy: GammaPolicy, turn: TurnTrace, costs: ReplayCosts,
         out.seconds += draft_s + verify_s + costs.overhead_s
         out.drafted.append(drafted)
         out.accepted.append(accepted)
-        out.planned.append(policy.planned if isinstance(policy, (AutoGamma, Planner)) else gamma)
+        out.planned.append(policy.planned if isinstance(policy, LearningPolicy) else gamma)
         out.labels.append(label)
         pos += committed
     return out

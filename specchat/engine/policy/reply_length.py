@@ -19,8 +19,26 @@ MIN_PRIOR = 32
 
 
 class ReplyLengths:
+    """The lengths of earlier replies, and the reply in progress."""
+
     def __init__(self) -> None:
         self.lengths: list[int] = []  # oldest first
+        self.tokens: int | None = None  # this reply's so far (None: no reply begun)
+        self.budget: int | None = None  # this reply's token budget (None: unknown)
+
+    def begin(self) -> None:
+        """A reply starts: the last one's length counts."""
+        if self.tokens:
+            self.add(self.tokens)
+        self.tokens = 0
+
+    def committed(self, tokens: int) -> None:
+        if self.tokens is not None:
+            self.tokens += tokens
+
+    def remaining(self) -> float:
+        """Tokens the reply in progress is still expected to write, within its budget."""
+        return self.expected_remaining(self.tokens or 0, self.budget)
 
     def add(self, length: int) -> None:
         if length > 0:
@@ -41,10 +59,17 @@ class ReplyLengths:
         return max(est, 0.0)
 
     def state(self) -> dict[str, object]:
-        return {"reply_lengths": list(self.lengths)}
+        """The lengths, the reply in progress (or the last one) counted."""
+        now = self.tokens or 0
+        return {"reply_lengths": [*self.lengths[-(KEEP - 1):], now] if now else list(self.lengths)}
 
-    def load_state(self, d: Mapping[str, object]) -> None:
+    @staticmethod
+    def read_state(d: Mapping[str, object]) -> list[int]:
+        """Saved lengths, checked (ValueError: another shape); older states have none."""
         raw = d.get("reply_lengths", [])
         if not isinstance(raw, list) or not all(isinstance(v, int) and v >= 0 for v in raw):
             raise ValueError("reply lengths of another shape")
-        self.lengths = [int(v) for v in raw][-KEEP:]
+        return [int(v) for v in raw][-KEEP:]
+
+    def load_state(self, d: Mapping[str, object]) -> None:
+        self.lengths = self.read_state(d)
