@@ -59,8 +59,13 @@ async def send(pilot: Any, chat: ChatScreen, text: str) -> None:
 
 async def card(pilot: Any, chat: ChatScreen, n: int = 1, asking: bool = True) -> ToolCard:
     """The ``n``-th card, once it is there (and, ``asking``, puts its question)."""
-    await wait_for(pilot, lambda: len(chat.query(ToolCard)) >= n
-                   and (not asking or list(chat.query(ToolCard))[n - 1].asking), timeout=120)
+    def there() -> bool:
+        cards = list(chat.query(ToolCard))
+        # Its parts drawn (a card can be told things before its children mount), and asking.
+        return (len(cards) >= n and bool(cards[n - 1].query(".tool-state"))
+                and bool(cards[n - 1].query("#tool-deny"))
+                and (not asking or cards[n - 1].asking))
+    await wait_for(pilot, there, timeout=120)
     return list(chat.query(ToolCard))[n - 1]
 
 

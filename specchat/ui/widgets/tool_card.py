@@ -141,8 +141,9 @@ class ToolCard(Vertical, can_focus=True):
 
     def focus_question(self) -> None:
         """Focus "Allow once" while the question is open (Enter then allows once)."""
-        if self.asking and self.is_mounted:
-            self.query_one("#tool-once", Button).focus()
+        # (A card asked the moment it is mounted may not have its buttons yet: then no focus.)
+        for button in self.query("#tool-once").results(Button) if self.asking else ():
+            button.focus()
 
     def answered(self, decision: str) -> None:
         self.asking = False
