@@ -36,7 +36,10 @@ def port_arg(text: str) -> int:
     raise argparse.ArgumentTypeError(f"'{text}' is not a port number (0 to 65535; 0: any free one)")
 
 
-DEFAULT_PARALLEL = 2
+# One slot unless asked: a lone client on the slots' shared path ran at 0.65-0.71x llama-server
+# plain where one slot runs at 0.95-1.10x (qwen-coder, 2 CPU threads; docs/performance.md), and
+# specchat is never slower by default. --parallel N serves N requests together.
+DEFAULT_PARALLEL = 1
 # Each slot keeps the sequences a token tree needs (ContextSettings.n_seq_max), and a context
 # has at most MAX_SEQUENCES.
 SLOT_SEQUENCES = 16
