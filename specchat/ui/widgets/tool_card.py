@@ -139,11 +139,17 @@ class ToolCard(Vertical, can_focus=True):
         self._answers.display = True
         self._state.update(self._state_text())
 
-    def focus_question(self) -> None:
-        """Focus "Allow once" while the question is open (Enter then allows once)."""
-        # (A card asked the moment it is mounted may not have its buttons yet: then no focus.)
-        for button in self.query("#tool-once").results(Button) if self.asking else ():
-            button.focus()
+    def focus_question(self, tries: int = 20) -> None:
+        """Focus "Allow once" while the question is open (Enter then allows once). A card
+        asked the moment it is mounted may not have its buttons yet: it tries again after
+        the next refreshes (a bounded few, so a card never mounted does not loop)."""
+        if not self.asking:
+            return
+        buttons = list(self.query("#tool-once").results(Button))
+        if buttons:
+            buttons[0].focus()
+        elif tries > 0:
+            self.call_after_refresh(self.focus_question, tries - 1)
 
     def answered(self, decision: str) -> None:
         self.asking = False

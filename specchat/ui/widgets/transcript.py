@@ -204,11 +204,17 @@ class AssistantMessage(Vertical):
         self.view = view
         self._apply_view()
 
-    def _apply_view(self) -> None:
+    def _apply_view(self, tries: int = 20) -> None:
         # A reply that called tools shows its words here (its calls are cards below it; the
         # token view shows the call as the model wrote it, fates and all).
         said = self.turn.said
         markdown = self.view == "markdown" and not self.streaming and bool(said)
+        if markdown and self._markdown is None and self._fates.parent is None:
+            # A reply that ended before its parts were mounted (a short one after a tool's
+            # result, on a busy machine): the Markdown goes after them once they are.
+            if tries > 0:
+                self.call_after_refresh(self._apply_view, tries - 1)
+            return
         if markdown and self._markdown is None:
             self._markdown = Markdown(safe_text(said), classes="markdown",
                                       parser_factory=keep_line_breaks)
