@@ -22,7 +22,6 @@ It fetches nothing but what npx has cached: the model files must be in ``--model
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -32,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from default_vs_plain import read_ask_json
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "scripts" / "data" / "charts.py"
@@ -73,21 +73,9 @@ def run(way: str, plain: bool, models: Path, target: str, draft: str, threads: i
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if out.returncode != 0:
             raise SystemExit(f"specchat ask failed: {out.stderr.strip()[-600:]}")
-        tokens: list[int] = []
-        stats: dict[str, object] = {}
-        calls: list[str] = []
-        for line in out.stdout.splitlines():
-            if not line.startswith("{"):
-                continue
-            ev = json.loads(line)
-            if ev.get("type") == "token":
-                tokens.append(int(ev["id"]))
-            elif ev.get("type") == "stats":
-                stats = ev
-            elif ev.get("type") == "tool_result":
-                calls.append(f"{ev.get('name')}:{ev.get('status')}")
-        stats["tokens"] = tokens
-        stats["calls"] = calls
+        stats = read_ask_json(out.stdout)
+        stats["calls"] = [f"{r['name']}:{r['status']}"  # type: ignore[index]
+                          for r in stats["tool_results"]]  # type: ignore[attr-defined]
         return stats
     finally:
         shutil.rmtree(home, ignore_errors=True)

@@ -78,24 +78,27 @@ def ask(prompt: str, model: Path, draft: Path, max_tokens: int, threads: int, pl
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         if out.returncode != 0:
             raise SystemExit(f"specchat ask failed: {out.stderr.strip()[-400:]}")
-        tokens: list[int] = []
-        stats: dict[str, object] = {}
-        steps: list[dict[str, object]] = []
-        for line in out.stdout.splitlines():
-            if not line.startswith("{"):
-                continue
-            ev = json.loads(line)
-            if ev.get("type") == "token":
-                tokens.append(int(ev["id"]))
-            elif ev.get("type") == "stats":
-                stats = ev
-            elif ev.get("type") == "step":
-                steps.append(ev)
-        stats["tokens"] = tokens
-        stats["steps_trace"] = steps
-        return stats
+        return read_ask_json(out.stdout)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def read_ask_json(stdout: str) -> dict[str, object]:
+    """``specchat ask --json``'s stats line, with its tokens' ids (``tokens``), its step lines
+    (``steps_trace``) and the results of its tool calls (``tool_results``) added."""
+    found: dict[str, list[object]] = {"token": [], "step": [], "tool_result": []}
+    stats: dict[str, object] = {}
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        ev = json.loads(line)
+        if ev.get("type") == "stats":
+            stats = ev
+        elif ev.get("type") in found:
+            found[ev["type"]].append(int(ev["id"]) if ev["type"] == "token" else ev)
+    stats.update(tokens=found["token"], steps_trace=found["step"],
+                 tool_results=found["tool_result"])
+    return stats
 
 
 # Plain steps a default run needs for its speed to stand for the process's: a copy's few are
