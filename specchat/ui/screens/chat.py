@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.text import Text
 from textual import events, on, work
@@ -93,6 +93,8 @@ def pair_names(target: str, draft: str) -> str:
         n += 1
     return f"{' '.join(t)} ← {' '.join(d[n:])}"
 
+
+T = TypeVar("T")  # a chat setting a dialog chose
 
 class ChatScreen(Screen[None]):
     BINDINGS = bindings(CHAT_KEYS)
@@ -731,19 +733,31 @@ class ChatScreen(Screen[None]):
 
     # --- this chat's reply format (screens/reply_format.py) ---------------------------------
 
+    def apply_chat_setting(self, value: T | None, current: T, save: Callable[[T], object],
+                           what: str) -> bool:
+        """A chat dialog's answer (None: cancelled): back to the message box; a changed value
+        saved with the chat (kept for this chat if the store fails, said once), the top bar
+        redrawn. Whether it changed."""
+        self.query_one(ChatInput).focus()
+        if value is None or value == current:
+            return False
+        try:
+            save(value)
+        except SpecchatError as e:
+            self.notify(f"{e}; the {what} apply until this chat is closed"
+                        if what.endswith("s") else
+                        f"{e}; the {what} applies until this chat is closed",
+                        severity="error", timeout=10, markup=False)
+        self._retitled()
+        return True
+
     def action_reply_format(self) -> None:
         current = self.conversation.reply_format
 
         def chosen(fmt: ReplyFormat | None) -> None:
-            self.query_one(ChatInput).focus()
-            if fmt is None or fmt == current:
+            if not self.apply_chat_setting(fmt, current, self.session.set_format, "format"):
                 return
-            try:
-                self.session.set_format(fmt)
-            except SpecchatError as e:
-                self.notify(f"{e}; the format applies until this chat is closed",
-                            severity="error", timeout=10, markup=False)
-            self._retitled()
+            assert fmt is not None
             said = {"text": "are free text", "json_object": "are JSON objects"}.get(
                 fmt.kind, f"follow its {fmt.label}")
             later = " from the next reply on" if self.session.job is not None else ""

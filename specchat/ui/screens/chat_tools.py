@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.text import Text
 
-from specchat.errors import SpecchatError
 from specchat.session.tool_reply import NO_TOOL_FORMAT
 from specchat.session.views import (
     CallAsked,
@@ -99,15 +98,9 @@ class ChatToolCalls:
         current: ChatTools = s.conversation.tools
 
         def chosen(tools: ChatTools | None) -> None:
-            s.query_one(ChatInput).focus()
-            if tools is None or tools == current:
+            if not s.apply_chat_setting(tools, current, s.session.set_tools, "tools"):
                 return
-            try:
-                s.session.set_tools(tools)
-            except SpecchatError as e:
-                s.notify(f"{e}; the tools apply until this chat is closed", severity="error",
-                         timeout=10, markup=False)
-            s._retitled()
+            assert tools is not None
             if tools.on and not s.engine.template.takes_tools:
                 s.notify(NO_TOOL_FORMAT[0].upper() + NO_TOOL_FORMAT[1:] + ".",
                          title="Tools", severity="warning", timeout=15, markup=False)
