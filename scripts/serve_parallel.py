@@ -13,8 +13,10 @@ its first 32 chunks a short fill-in-the-middle request (``/infill``, 16 tokens) 
 prints that request's time to first token, alone and during the chat, and during the chat in
 the chat's steps (a step: the median gap between the chat's bursts of chunks before the FIM
 request came; chunks less than 2 ms apart are one burst, since llama-server sends the tokens
-a speculative step keeps one chunk each). A model without FIM tokens (the demo pair) gets a
-short chat request there instead, and the script says so.
+a speculative step keeps one chunk each), and the chat's steps that ran between the request
+and its first token (the pass that brought that token counted, when the chat rode in it). A
+model without FIM tokens (the demo pair) gets a short chat request there instead, and the
+script says so.
 
 It fetches nothing: the pair must be in the specchat home already
 (``SPECCHAT_HOME=DIR python -m specchat models pull PAIR``). llama-server: ``--llama-server
@@ -217,12 +219,18 @@ def fim_request(server: Server, fim: bool, out: Stream) -> None:
         _sse(server, "/v1/chat/completions", chat_body(server, "Name a colour.", 16), out)
 
 
-def step_time(chunks: Sequence[float]) -> float | None:
-    """The median gap between bursts of chunks (see the module's docstring)."""
+def burst_times(chunks: Sequence[float]) -> list[float]:
+    """When each burst of chunks (a step's) began."""
     bursts: list[float] = []
     for t in chunks:
         if not bursts or t - bursts[-1] > BURST_S:
             bursts.append(t)
+    return bursts
+
+
+def step_time(chunks: Sequence[float]) -> float | None:
+    """The median gap between bursts of chunks (see the module's docstring)."""
+    bursts = burst_times(chunks)
     gaps = [b - a for a, b in itertools.pairwise(bursts)]
     return statistics.median(gaps) if gaps else None
 
@@ -247,6 +255,10 @@ def fim_case(server: Server, args: argparse.Namespace) -> dict[str, object]:
     return {"fim": fim, "alone_ms": alone.ttft * 1000, "during_ms": short.ttft * 1000,
             "step_ms": step * 1000 if step else None,
             "steps": short.ttft / step if step else None,
+            # The chat's steps, as they ran, that ended between the request and its first
+            # token (the shared pass that brought it, if the chat's rows rode in it, included).
+            "waited": sum(short.sent < b <= (short.first or short.end)
+                          for b in burst_times(chat_out.chunks)),
             "chat_done_first": chat_out.end < (short.first or short.end),
             "error": short.error}
 
@@ -325,8 +337,8 @@ def main() -> int:
     print(f"\nA short request arriving after {args.fim_after} chunks of a "
           f"{args.fim_chat_tokens}-token chat reply (2 slots):")
     print("\n| server | request | TTFT alone ms | TTFT during the chat ms | chat step ms | "
-          "in chat steps |")
-    print("|---|---|---|---|---|---|")
+          "in chat steps | chat steps that ran meanwhile |")
+    print("|---|---|---|---|---|---|---|")
     for name in configs:
         port = free_port()
         server = Server(name, command(name, args, target, draft, port, 2), port)
@@ -339,7 +351,7 @@ def main() -> int:
         steps = f"{r['steps']:.1f}" if r["steps"] is not None else "—"
         late = " (after the chat ended)" if r["chat_done_first"] else ""
         print(f"| {name} | {what} | {r['alone_ms']:.0f} | {r['during_ms']:.0f}{late} | "
-              f"{step} | {steps} |", flush=True)
+              f"{step} | {steps} | {r['waited']} |", flush=True)
     return 0
 
 

@@ -34,6 +34,13 @@ when its own sample equals it, specchat with probability min(1, p/q).
 ``--configs "specchat plain,specchat"`` runs only those servers (and llama-server plain, the
 base), so more rounds fit the same time; with both specchat ones it also prints the defaults'
 ratio to specchat's own plain decoding.
+
+``--together`` starts the chosen servers once, side by side, and sends each prompt to each of
+them in turn (the order rotating by round and prompt), so a pair of requests is seconds apart:
+this box's speed drifts by ±10 % over seconds, and pairing by request, not by round, takes most
+of that drift out of the ratios. Each round's prompts carry the round's number, so no server
+answers from its prompt cache; the servers' planners stay warm from round to round, as a
+server's do.
 """
 
 from __future__ import annotations
@@ -138,7 +145,7 @@ class Server:
 
 
 CONFIGS = ("llama-server", "llama-server draft", "llama-server ngram", "specchat plain",
-           "specchat", "specchat ngram")
+           "specchat", "specchat ngram", "specchat plain np2", "specchat np2")
 
 
 def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
@@ -155,6 +162,9 @@ def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
         return cmd
     cmd = [sys.executable, "-m", "specchat", "serve", "--model", str(target), "--threads",
            threads, "--ctx-size", ctx, "--port", str(port), "--no-access-log"]
+    if name.endswith(" np2"):  # two slots (--parallel 2), for what a lone client pays for them
+        cmd += ["--parallel", "2"]
+        name = name.removesuffix(" np2")
     if name == "specchat plain":
         return [*cmd, "--plain"]
     if name == "specchat ngram":
@@ -165,7 +175,7 @@ def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
 def chosen_configs(text: str) -> tuple[str, ...]:
     """The servers to run, in CONFIGS' order; llama-server plain always (the base)."""
     if not text:
-        return CONFIGS
+        return CONFIGS[:6]  # the two-slot ones only when asked for
     want = {c.strip() for c in text.split(",") if c.strip()}
     unknown = want - set(CONFIGS)
     if unknown:
@@ -188,17 +198,45 @@ def ask_timed(api: OpenAI, model: str, text: str, max_tokens: int, temperature: 
     return r.usage.completion_tokens, secs, r.choices[0].message.content or "", drafts
 
 
+def together(args: argparse.Namespace, target: Path, draft: Path,
+             prompts: Sequence[tuple[str, str]], configs: Sequence[str],
+             rates: dict[tuple[str, str], list[float]], texts: dict[tuple[str, str], str]) -> None:
+    """All servers up at once; each prompt to each in a rotating order (see the docstring)."""
+    servers = []
+    try:
+        for name in configs:
+            port = free_port()
+            servers.append(Server(name, six_ways(name, args, target, draft, port), port))
+        for s in servers:
+            s.start()
+        for r in range(args.rounds):
+            for i, (cat, text) in enumerate(prompts):
+                k = (r + i) % len(servers)
+                for s in servers[k:] + servers[:k]:
+                    n, secs, reply, _ = ask_timed(s.api, s.model, f"({r + 1}) {text}",
+                                                  args.max_tokens, 0.0)
+                    rates.setdefault((s.name, cat), []).append(n / secs)
+                    texts.setdefault((s.name, cat), reply)
+            print(f"  round {r + 1} done", flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) -> int:
     prompts = [(q.category, q.text) for q in load_prompts(per_category=1)] + list(EXTRA.items())
     if args.only:
         keep = {c.strip() for c in args.only.split(",")}
         prompts = [p for p in prompts if p[0] in keep]
     print(f"{target.name} + {draft.name}: {len(prompts)} prompts × {args.rounds} rounds, "
-          f"greedy, max_tokens {args.max_tokens}, {args.threads} threads, one server at a time")
+          f"greedy, max_tokens {args.max_tokens}, {args.threads} threads, "
+          + ("servers side by side, requests paired" if args.together else "one server at a time"))
     configs = chosen_configs(args.configs)
     rates: dict[tuple[str, str], list[float]] = {}
     texts: dict[tuple[str, str], str] = {}
-    for r in range(args.rounds):
+    if args.together:
+        together(args, target, draft, prompts, configs, rates, texts)
+    for r in range(0 if args.together else args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for name in order:
             port = free_port()
@@ -296,6 +334,8 @@ def main() -> int:
     p.add_argument("--configs", default="",
                    help="with --llama-server: these servers only, comma-separated (of: "
                         + ", ".join(CONFIGS) + "; llama-server plain always runs)")
+    p.add_argument("--together", action="store_true",
+                   help="with --llama-server: all servers up at once, requests paired (see above)")
     p.add_argument("--sampled-rounds", type=int, default=2,
                    help="with --llama-server: rounds of the T 0.8 acceptance comparison (0: none)")
     p.add_argument("--sampled-prompts", type=int, default=5)
