@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from specchat.bench.chi2 import chi_square
 from specchat.engine.decode import speculative, verify
-from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.decoding import FinishedRun, run_to_end
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.llama.model import LlamaContext, LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
-from specchat.engine.llama.slots import PassLog, Rendezvous, _Decode, share
+from specchat.engine.llama.slots import PassLog, Rendezvous, SlotContext, _Decode, share
 from tests.test_prove import sqrt_rule
 from tests.test_speculative import exact_joint, prompt_of
 
@@ -256,3 +257,130 @@ def test_sampling_beside_a_busy_slot_is_the_targets_distribution(
     else:
         assert not result.ok, f"{result}, p = {result.p_value:.3g}; {tally}"
 
+
+# ------------------------------------------------------------------------ cancellation
+
+# F32 KV cache without flash attention: a slot's row then matches a lone context's to ~1e-6,
+# so a cache left wrong by a stopped pass (an O(1e-2) difference) cannot pass for rounding.
+EXACT_KV = {"flash_attn": "off", "type_k": "f32", "type_v": "f32"}
+LONG = [5 + (i * 7) % 40 for i in range(1000)]  # four chunks of a 2-slot context's 256
+
+
+WRITER = SamplerSettings(temperature=0.0, max_tokens=40)
+
+
+def _lone_row(model: LlamaModel, tokens: list[int]) -> np.ndarray:
+    """The logits after ``tokens`` in a lone context with an exact cache."""
+    ctx = LlamaContext(model, ContextSettings(n_ctx=512, n_threads=1, **EXACT_KV))
+    try:
+        ctx.decode(tokens[:-1], logits="none")
+        return np.array(ctx.decode(tokens[-1:], logits="last")[0])
+    finally:
+        ctx.close()
+
+
+def _read_beside_a_busy_slot(model: LlamaModel, arm: Callable[[LlamaContext, SlotContext,
+                                                              threading.Event], None]
+                             ) -> tuple[FinishedRun, list[int], PassLog]:
+    """Slot 0 writes a greedy reply while slot 1 reads LONG, whose cancel ``arm`` sets up.
+    Slot 0's reply must be its lone reply and its cache what a lone context holds. Returns
+    slot 1's run and what its cache kept, and the passes."""
+    base = LlamaContext(model, ContextSettings(n_ctx=4096, n_seq_max=32, n_threads=1,
+                                               **EXACT_KV))
+    slots = share(base, None, 2)
+    (a, _), (b, _) = slots.contexts
+    stop, running, started = threading.Event(), threading.Event(), threading.Event()
+    out: dict[str, Any] = {}
+
+    def writer() -> None:  # replies, one after another, until the reader is done
+        with slots.rendezvous.member():
+            running.set()
+            started.wait(60)  # its steps begin with the reader on its way in
+            out["a"] = []
+            while not out["a"] or "b" not in out:
+                out["a"].append(run_to_end(PlainDecoder(a), [5, 6, 7, 8], WRITER).tokens)
+
+    def reader() -> None:
+        started.set()
+        with slots.rendezvous.member():
+            out["kept"] = []
+            out["b"] = run_to_end(PlainDecoder(b), LONG, WRITER, stop)
+            out["kept"] = list(b.tokens)
+
+    arm(base, b, stop)
+    ta, tb = threading.Thread(target=writer), threading.Thread(target=reader)
+    try:
+        ta.start()
+        assert running.wait(60)
+        tb.start()
+        ta.join(120)
+        tb.join(120)
+        assert "a" in out and "b" in out, out
+        lone_ctx = LlamaContext(model, ContextSettings(n_ctx=512, n_threads=1))
+        lone = run_to_end(PlainDecoder(lone_ctx), [5, 6, 7, 8], WRITER).tokens
+        lone_ctx.close()
+        assert out["a"] and all(r == lone for r in out["a"]), (out["a"], lone)
+        row = np.array(a.decode([11], logits="last")[0])
+        want = _lone_row(model, [*a.tokens])
+        assert np.allclose(row, want, atol=1e-4), np.abs(row - want).max()
+        return out["b"], out["kept"], slots.rendezvous.log
+    finally:
+        slots.close()
+        base.close()
+
+
+def test_a_cancelled_prompt_read_queues_no_further_chunk(model: LlamaModel) -> None:
+    """Cancelled after its first chunk (its client went away), a long prompt read beside a
+    busy slot stops there: the next chunks are not read, and the other slot goes on whole."""
+    def after_the_first_chunk(base: LlamaContext, b: SlotContext,
+                              stop: threading.Event) -> None:
+        b.on_decode = lambda start, chunk: stop.set()
+
+    run, kept, log = _read_beside_a_busy_slot(model, after_the_first_chunk)
+    assert run.stats.stop_reason == "cancelled" and run.tokens == []
+    assert len(kept) <= 256, len(kept)  # one chunk of four, not the whole prompt
+    assert log.shared > 0 and log.stopped == 0, log
+
+
+def test_a_cancel_stops_a_shared_pass_holding_the_prompt_read(model: LlamaModel) -> None:
+    """Cancelled while its first chunk rides in a pass with the other slot's step, the read
+    stops mid-pass: that pass is stopped and the other slot's rows run again without it,
+    so its reply and its cache are what they are alone, and nothing of the read is kept."""
+    def during_the_first_chunk(base: LlamaContext, b: SlotContext,
+                               stop: threading.Event) -> None:
+        real = base.llama_decode
+
+        def cancel_as_it_runs(batch: Any, m: int) -> int:
+            if m > 200:  # the read's chunk, with the other slot's row
+                stop.set()
+            return real(batch, m)
+
+        base.llama_decode = cancel_as_it_runs  # type: ignore[method-assign]
+
+    run, kept, log = _read_beside_a_busy_slot(model, during_the_first_chunk)
+    assert run.stats.stop_reason == "cancelled" and run.tokens == [] and kept == []
+    assert log.stopped == 1, log
+
+
+def test_a_stopped_pass_is_cut_back_in_each_sequence_it_wrote(model: LlamaModel) -> None:
+    """What a stopped pass wrote is taken out of every sequence it wrote, from where the pass
+    began in it (llama.cpp itself takes out only the micro-batch it stopped in): a slot that
+    then reads on sees no stale cell, and the other slot's cache is untouched."""
+    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32, n_threads=1,
+                                               **EXACT_KV))
+    slots = share(base, None, 2)
+    (a, _), (b, _) = slots.contexts
+    try:
+        a.decode([5, 6, 7, 8, 9], logits="none")
+        b.decode([20, 21, 22], logits="none")
+        # As if a stopped pass had written 8 and 9 at positions 3 and 4 of a's sequence:
+        a._pos[:2] = [3, 4]
+        Rendezvous._forget([_Decode(a, 2)])
+        del a.tokens[3:]
+        row = np.array(a.decode([8], logits="last")[0])
+        assert np.allclose(row, _lone_row(model, [5, 6, 7, 8]), atol=1e-4)
+        row_b = np.array(b.decode([23], logits="last")[0])
+        assert np.allclose(row_b, _lone_row(model, [20, 21, 22, 23]), atol=1e-4)
+    finally:
+        slots.close()
+        base.close()
