@@ -16,7 +16,8 @@ import pytest
 
 from specchat.devtools.tiny_models import TOOLS_TEMPLATE, TinySpec, json_vocabulary, write_tiny_model
 from specchat.engine.decode.chat_template import Message
-from specchat.serve.responses_api import ResponseStore
+from specchat.engine.decode.events import TokenEvent, TokenOrigin
+from specchat.serve.responses_api import ResponseStore, TextTokens
 from specchat.serve.server import Serving
 from tests.serve_helpers import cli_server, client, raw
 
@@ -156,7 +157,91 @@ def test_a_function_call_round_trip(api: openai.OpenAI, server: Serving) -> None
     assert by_items.usage.input_tokens == by_id.usage.input_tokens > alone.usage.input_tokens + 10
 
 
+LOGPROBS = ["message.output_text.logprobs"]
+
+
+def _entries(logprobs: Any) -> list[tuple[Any, ...]]:
+    """Log-probabilities as comparable tuples (figures to 1e-3: llama.cpp's rounding)."""
+    return [(e.token, e.bytes, round(e.logprob, 3),
+             [(t.token, t.bytes, round(t.logprob, 3)) for t in e.top_logprobs])
+            for e in logprobs]
+
+
+def test_logprobs_ride_on_the_output_text_as_chat_computes_them(api: openai.OpenAI,
+                                                                 server: Serving) -> None:
+    """``include: ["message.output_text.logprobs"]`` and ``top_logprobs``: each token of the
+    output text with its alternatives, the very figures chat completions gives for the same
+    reply; streamed, each delta carries its own tokens' and the done events all of them."""
+    model = server.host.model_id
+    kw: dict[str, Any] = dict(model=model, input="hello there", max_output_tokens=10,
+                              temperature=0)
+    r = api.responses.create(**kw, include=LOGPROBS, top_logprobs=3)  # type: ignore[arg-type]
+    chat = api.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello there"}], max_tokens=10,
+        temperature=0, logprobs=True, top_logprobs=3)
+    (part,) = r.output[0].content  # type: ignore[union-attr]
+    assert part.type == "output_text" and part.logprobs is not None
+    want = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert want is not None and len(part.logprobs) == len(want) == 10
+    assert _entries(part.logprobs) == _entries(want)
+    assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in part.logprobs)
+    assert b"".join(bytes(e.bytes) for e in part.logprobs).decode() == part.text
+    assert r.top_logprobs == 3
+    # top_logprobs alone asks for nothing (as OpenAI answers it): echoed, no logprobs.
+    alone = api.responses.create(**kw, top_logprobs=3)
+    assert alone.output[0].content[0].logprobs == [] and alone.top_logprobs == 3  # type: ignore[union-attr]
+    # Streamed: the deltas' logprobs are their own tokens', the done event's and the final
+    # response's all of them (through the SDK's stream helper; cut at max_output_tokens, the
+    # reply ends with response.incomplete, whose response is the final one).
+    with api.responses.stream(**kw, include=LOGPROBS, top_logprobs=3) as stream:  # type: ignore[arg-type]
+        events = list(stream)
+    assert events[-1].type == "response.incomplete"
+    final = events[-1].response
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert len(deltas) > 1 and all(e.logprobs for e in deltas if e.delta)
+    for e in deltas:
+        assert "".join(lp.token for lp in e.logprobs) == e.delta
+    flat = [lp for e in deltas for lp in e.logprobs]
+    assert [(lp.token, round(lp.logprob, 3)) for lp in flat] == [
+        (lp.token, round(lp.logprob, 3)) for lp in part.logprobs]
+    (done,) = [e for e in events if e.type == "response.output_text.done"]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in part.logprobs]
+    assert _entries(final.output[0].content[0].logprobs) == _entries(part.logprobs)  # type: ignore[union-attr]
+
+
+def test_an_output_text_carries_its_own_tokens_logprobs_not_a_calls() -> None:
+    """With tools, the tokens matched to the output text are those that wrote it, in order,
+    up to the first that wrote something else (a call's tag): a streamed reply whose text
+    comes in other pieces than its tokens gets the same tokens as the whole reply."""
+    def tok(text: str) -> TokenEvent:
+        return TokenEvent(1, text, TokenOrigin.PLAIN, 0, 0.0)
+
+    tokens = [tok("Let"), tok(" me"), tok(""), tok(" look"), tok(".\n<tool"), tok("_call>")]
+    whole = TextTokens()
+    whole.add(tokens)
+    # The fifth token also began the call: the text's last characters have none.
+    assert [t.text for t in whole.show("Let me look.\n")] == ["Let", " me", "", " look"]
+    stream = TextTokens()
+    got = []
+    for i, piece in enumerate(["Le", "t m", "e look", ".\n"]):
+        stream.add(tokens[2 * i:2 * i + 2] if i < 3 else [])
+        got += [t.text for t in stream.show(piece)]
+    assert got == ["Let", " me", "", " look"]
+    stream.end()  # the call's deltas came
+    stream.add(tokens[4:])
+    assert stream.show("after") == [] and stream.held == []
+    # A token whose text is not the text's next part ends the matching at once.
+    other = TextTokens()
+    other.add([tok("{"), tok("x")])
+    assert other.show("x") == [] and other.ended
+
+
 @pytest.mark.parametrize(("body", "param"), [
+    ({"input": "x", "include": ["message.output_text.logprob"]}, "include[0]"),
+    ({"input": "x", "include": "message.output_text.logprobs"}, "include"),
+    ({"input": "x", "top_logprobs": 21}, "top_logprobs"),
+    ({"input": "x", "include": LOGPROBS, "top_logprobs": -1}, "top_logprobs"),
+    ({"input": "x", "include": LOGPROBS, "top_logprobs": True}, "top_logprobs"),
     ({}, "input"),
     ({"input": 5}, "input"),
     ({"input": []}, "input"),

@@ -357,6 +357,56 @@ def test_a_generic_text_answer_streams_as_its_string_is_written() -> None:
     assert stream.feed('e9"}')[0] == "é" and stream.finish() == ("", [])
 
 
+GENERIC_CALLS = ('{"tool_calls":[{"name":"weather","arguments":{"city":"pa]}\\"r,is",'
+                 '"n":[1,{"x":null}],"t":true}},{"name":"clock","arguments":{}},'
+                 '{"name":"weather","arguments":"as \\"text\\""},'
+                 '{"name":"clock","arguments":12}]}')
+
+
+def test_generic_calls_stream_as_they_are_written() -> None:
+    """A compact generic reply's calls stream as OpenAI's do: a call's id and name once its
+    name is written, then its arguments' text as it comes, held back nowhere (its end is
+    found by brackets, strings and escapes); the calls are the same whatever the pieces, the
+    same as the whole reply's, and a reply cut anywhere gives the calls as far as written."""
+    names = frozenset({"weather", "clock"})
+    args = ['{"city":"pa]}\\"r,is","n":[1,{"x":null}],"t":true}', "{}", '"as \\"text\\""', "12"]
+    _, whole = read_generic(GENERIC_CALLS, names)
+    assert [(c.name, c.arguments) for c in whole] == list(
+        zip(["weather", "clock", "weather", "clock"], args, strict=True))
+    json.loads(whole[0].arguments)
+    for cut in range(len('{"tool_calls":['), len(GENERIC_CALLS) + 1):
+        text = GENERIC_CALLS[:cut]
+        for size in (1, 3, 7):
+            stream = GenericCallStream(names)
+            deltas: list[CallDelta] = []
+            for i in range(0, len(text), size):
+                content, more = stream.feed(text[i:i + size])
+                assert content == ""
+                deltas += more
+            rest, last = stream.finish()
+            got = [(c.name, c.arguments) for c in stream.calls]
+            assert rest == "" and got == [(c.name, c.arguments)
+                                          for c in read_generic(text, names)[1]], (cut, size)
+            if deltas:  # given as it came: nothing was left for the end
+                assert last == []
+                heads = [d for d in deltas if d.id is not None]
+                assert [(d.index, d.name, d.arguments) for d in heads] == [
+                    (i, c[0], "") for i, c in enumerate(got)]
+                for i, (_, a) in enumerate(got):
+                    assert "".join(d.arguments for d in deltas if d.index == i) == a
+            # Every fragment is out as soon as it is written: the arguments so far, whole.
+            if cut == len(GENERIC_CALLS) and size == 1:
+                assert len([d for d in deltas if d.id is None]) == sum(map(len, args))
+    # Another form (spaces, keys in another order): read whole at the end.
+    spaced = '{"tool_calls": [{"arguments": {"city": "x"}, "name": "weather"}]}'
+    stream = GenericCallStream(names)
+    assert stream.feed(spaced) == ("", [])
+    _, last = stream.finish()
+    assert [(d.name, json.loads(d.arguments)) for d in last] == [("weather", {"city": "x"})]
+    # A tool not offered is no call: the reply is text, as before.
+    assert read_generic('{"tool_calls":[{"name":"other","arguments":{}}]}', names)[1] == []
+
+
 def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) -> None:
     """A template with no tool format: the tools go in the system message and the reply is
     constrained to {"tool_calls": [...]} or {"content": ...} (llama.cpp's generic handler);
@@ -383,13 +433,27 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
         assert forced.choices[0].finish_reason == "tool_calls"
         assert forced.choices[0].message.content is None
         assert forced.specchat["drafted"] > 0  # type: ignore[attr-defined]
-        # Streamed: the same call in OpenAI's deltas (given once its JSON is whole).
+        # Streamed: the same call in OpenAI's deltas, its arguments in fragments as written.
         chunks = list(api.chat.completions.create(
             **kw, stream=True, tool_choice={"type": "function", "function": {"name": "weather"}}))
         deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
         assert deltas[0].function.name == "weather" and deltas[0].id
+        assert deltas[0].function.arguments == "" and len(deltas) > 2
+        assert all(d.id is None and d.function.name is None for d in deltas[1:])
         assert "".join(d.function.arguments or "" for d in deltas) == calls[0].function.arguments
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        # The SDK's stream helper: argument deltas fire as they come, the final call is whole.
+        with api.chat.completions.stream(
+                **kw, tool_choice={"type": "function", "function": {"name": "weather"}}) as st:
+            events = list(st)
+            final = st.get_final_completion()
+        kinds = [e.type for e in events]
+        assert kinds.count("tool_calls.function.arguments.delta") > 1, kinds
+        (done,) = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+        assert done.name == "weather" and done.arguments == calls[0].function.arguments
+        got = final.choices[0].message.tool_calls
+        assert got and got[0].function.arguments == calls[0].function.arguments
+        assert final.choices[0].finish_reason == "tool_calls"
         # The Responses API on the same model: the same call, as a function_call item.
         flat = [{"type": "function", **t["function"]} for t in (CITY, TIME)]
         r = api.responses.create(model=model, input=msgs[0]["content"], tools=flat,
@@ -398,6 +462,15 @@ def test_a_template_without_tools_gets_the_generic_json_calls(tmp_path: Path) ->
         (item,) = r.output
         assert item.type == "function_call" and item.name == "weather"
         assert item.arguments == calls[0].function.arguments
+        with api.responses.stream(model=model, input=msgs[0]["content"], tools=flat,
+                                  tool_choice={"type": "function", "name": "weather"},
+                                  temperature=0, max_output_tokens=120) as rs:
+            r_events = list(rs)
+            r_final = rs.get_final_response()
+        r_kinds = [e.type for e in r_events]
+        assert r_kinds.count("response.function_call_arguments.delta") > 1, r_kinds
+        (r_item,) = r_final.output
+        assert r_item.type == "function_call" and r_item.arguments == item.arguments
         # Sampled with auto: each reply is a valid call or a text answer, never broken JSON.
         answered: tuple[int, str] | None = None
         for seed in range(6):

@@ -160,9 +160,11 @@ RESPONSES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "background": st.sampled_from([False, True, None]),
     "conversation": st.sampled_from([None, "conv_1"]),
     "reasoning": st.sampled_from([None, {"effort": "low"}]),
-    "include": st.sampled_from([[], None]),
+    "include": st.sampled_from([[], None, ["message.output_text.logprobs"],
+                                ["reasoning.encrypted_content", "message.output_text.logprobs"],
+                                ["output_text"], "message.output_text.logprobs", [3]]),
     "metadata": st.sampled_from([{}, {"k": "v"}, None]),
-    "top_logprobs": st.sampled_from([0, 2, None]),
+    "top_logprobs": st.sampled_from([0, 2, 20, 21, -1, None, "3", True]),
     "specchat": st.fixed_dictionaries({}, optional={"fates": st.booleans()}),
 }
 
@@ -424,7 +426,24 @@ def _response_problems(doc: Any) -> list[str]:
     usage = doc.get("usage") or {}
     if not isinstance(usage.get("output_tokens"), int):
         return [f"a response without usage: {str(doc)[:300]}"]
+    for o in output:
+        for part in o.get("content") or []:
+            if not _logprobs_ok(part.get("logprobs") if isinstance(part, dict) else None):
+                return [f"an output text's logprobs out of shape: {str(part)[:300]}"]
     return []
+
+
+def _logprobs_ok(entries: Any) -> bool:
+    """An output text's ``logprobs``: each token's text, bytes, log-probability (≤ 0) and its
+    alternatives in the same shape."""
+    def one(e: Any) -> bool:
+        return (isinstance(e, dict) and isinstance(e.get("token"), str)
+                and isinstance(e.get("logprob"), (int, float)) and e["logprob"] <= 0
+                and isinstance(e.get("bytes"), list))
+
+    return isinstance(entries, list) and all(
+        one(e) and isinstance(e.get("top_logprobs"), list) and all(map(one, e["top_logprobs"]))
+        for e in entries)
 
 
 def _event_problems(body: bytes) -> list[str]:

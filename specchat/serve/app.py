@@ -182,7 +182,7 @@ def build_app(host: ModelHost, max_body: int = DEFAULT_MAX_BODY,
             generic = generic_tools(served.engine, req)
             return ResponsesWriter(asked, host.model_id, served.setup, kept,
                                    tools=tool_names(req), reply_start=reply_start(req, generic),
-                                   with_fates=req.fates, generic=generic)
+                                   with_fates=req.fates, generic=generic, pieces=pieces)
 
         return await _run(request, asked.generation, writer)
 

@@ -180,6 +180,11 @@ def _alternatives(value: Any, param: str) -> int:
     return value
 
 
+def check_top_logprobs(value: Any) -> int:
+    """``top_logprobs``: how many alternatives per token, 0 to 20."""
+    return _alternatives(value, "top_logprobs")
+
+
 def logprobs(doc: Mapping[str, Any], kind: str) -> int | None:
     """The sampler's ``logprobs``: None for none, else how many alternatives per token.
     Chat: ``logprobs: true`` and ``top_logprobs: N``; a completion: ``logprobs: N``;

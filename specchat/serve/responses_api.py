@@ -4,10 +4,12 @@ reply written as a response object or its typed stream events.
 What is served: ``input`` as a string or a list of items (messages with text parts,
 ``function_call`` and ``function_call_output``), ``instructions``, function ``tools`` and
 ``tool_choice``, ``text.format`` (``json_schema``/``json_object``, masked as chat's
-``response_format`` is), ``max_output_tokens``, ``temperature``, ``top_p``, ``stream`` and
-``previous_response_id``. A request is checked here, then turned into the equivalent chat
-completion body and read by chat's own parser, so both routes follow the same rules; an error
-found there is said with this API's field names.
+``response_format`` is), ``max_output_tokens``, ``temperature``, ``top_p``, ``stream``,
+``previous_response_id``, and the output text's log-probabilities (``include:
+["message.output_text.logprobs"]`` with ``top_logprobs``, written as chat writes them, on the
+``output_text`` parts and their delta and done events). A request is checked here, then
+turned into the equivalent chat completion body and read by chat's own parser, so both routes
+follow the same rules; an error found there is said with this API's field names.
 
 Earlier responses are kept in this process's memory only, the last :data:`MAX_KEPT` of them
 (least recently used dropped first), for ``previous_response_id``: a restart forgets them. What
@@ -34,15 +36,26 @@ from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_ca
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type
-from specchat.serve.parse import GenerationRequest, chat_request, content_text
-from specchat.serve.replies import call_stream, extension, split_deltas, timings
+from specchat.serve.parse import (
+    GenerationRequest,
+    chat_request,
+    check_top_logprobs,
+    content_text,
+)
+from specchat.serve.replies import call_stream, chat_logprobs, extension, split_deltas, timings
 from specchat.serve.worker import Finished
 
 MAX_KEPT = 256  # earlier responses kept for previous_response_id (a count: each is a chat)
 ROLES = ("user", "system", "developer", "assistant")
 # Fields whose any value other than these asks for what this server does not do.
-REFUSED = {"background": (None, False), "conversation": (None,), "prompt": (None,),
-           "top_logprobs": (None, 0)}
+REFUSED = {"background": (None, False), "conversation": (None,), "prompt": (None,)}
+LOGPROBS = "message.output_text.logprobs"  # the ``include`` item that asks for them
+# What else ``include`` may name: the outputs of what this server never makes (built-in tools,
+# reasoning, image inputs), so there is nothing more to include (agents send some by default).
+INCLUDABLE = (LOGPROBS, "reasoning.encrypted_content", "file_search_call.results",
+              "web_search_call.results", "web_search_call.action.sources",
+              "message.input_image.image_url", "computer_call_output.output.image_url",
+              "code_interpreter_call.outputs")
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,23 @@ def _tool_choice(value: Any) -> Any:
     return {"type": "function", "function": {"name": value.get("name")}}
 
 
+def _logprobs(doc: Mapping[str, Any]) -> tuple[bool, Any]:
+    """Whether ``include`` asks for the output text's log-probabilities, and ``top_logprobs``
+    (checked with chat's rules when they are asked for; without them it is only echoed, as
+    OpenAI does)."""
+    include, top = doc.get("include"), doc.get("top_logprobs")
+    if include is None:
+        include = []
+    if not isinstance(include, list):
+        raise wrong_type("include", "an array of strings", include)
+    for i, item in enumerate(include):
+        if item not in INCLUDABLE:
+            listed = ", ".join(INCLUDABLE)
+            raise bad_request(f"'include[{i}]' must be one of {listed}, not {shown(item)!r}",
+                              f"include[{i}]")
+    return LOGPROBS in include, top
+
+
 def _format(text: Any) -> dict[str, Any] | None:
     """``text.format`` as chat's ``response_format``."""
     if text is None:
@@ -260,6 +290,13 @@ def responses_request(doc: Mapping[str, Any], defaults: SamplerSettings,
     fmt = _format(doc.get("text"))
     if fmt is not None:
         chat["response_format"] = fmt
+    with_logprobs, top = _logprobs(doc)
+    if top is not None:  # checked as chat checks it, asked for or not
+        check_top_logprobs(top)
+    if with_logprobs:
+        chat["logprobs"] = True
+        if top is not None:
+            chat["top_logprobs"] = top
     try:
         generation = chat_request(chat, defaults)
     except ApiError as e:
@@ -267,7 +304,7 @@ def responses_request(doc: Mapping[str, Any], defaults: SamplerSettings,
     generation = replace(generation, messages=(*system, *conversation))
     echo = {"instructions": instructions, "max_output_tokens": doc.get("max_output_tokens"),
             "previous_response_id": previous, "temperature": generation.settings.temperature,
-            "top_p": generation.settings.top_p, "parallel_tool_calls":
+            "top_p": generation.settings.top_p, "top_logprobs": top, "parallel_tool_calls":
             generation.parallel_tool_calls, "tool_choice": doc.get("tool_choice") or (
                 "auto" if tools else "none"),
             "tools": list(doc.get("tools") or []), "text": doc.get("text") or {
@@ -290,6 +327,42 @@ class _Open:
     text: list[str] = field(default_factory=list)
     call_id: str = ""
     name: str = ""
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # a message's, so far
+
+
+@dataclass
+class TextTokens:
+    """The tokens whose log-probabilities an output text carries: the reply's tokens in order,
+    each once the text given out holds its text as the next part, until the first token
+    whose text is not (a call's, which no output text shows): from there on, none. A reply
+    without calls thus gives every token's; whole and streamed replies give the same."""
+
+    held: list[TokenEvent] = field(default_factory=list)
+    shown: str = ""  # the output text given out so far
+    at: int = 0  # how much of it the matched tokens wrote
+    ended: bool = False
+
+    def add(self, tokens: Sequence[TokenEvent]) -> None:
+        if not self.ended:
+            self.held += tokens
+
+    def show(self, text: str) -> list[TokenEvent]:
+        """``text`` given out: the tokens that wrote it (and any before it still held)."""
+        self.shown += text
+        out: list[TokenEvent] = []
+        while self.held and not self.ended:
+            t = self.held[0]
+            if self.shown.startswith(t.text, self.at):
+                out.append(self.held.pop(0))
+                self.at += len(t.text)
+            elif not t.text.startswith(self.shown[self.at:]):
+                self.end()
+            else:  # its text is not all given out yet
+                break
+        return out
+
+    def end(self) -> None:
+        self.ended, self.held = True, []
 
 
 @dataclass
@@ -305,6 +378,9 @@ class ResponsesWriter:
     reply_start: str = ""
     with_fates: bool = False
     generic: bool = False  # the calls are the generic JSON reply (engine/decode/generic_tools)
+    # ``include`` asked for log-probabilities: the tokens' bytes to write them with (the
+    # job's). A generic JSON reply's text is read out of the JSON its tokens wrote: none there.
+    pieces: Mapping[int, bytes] | None = None
     id: str = field(default_factory=lambda: _new_id("resp_"))
     created: int = field(default_factory=lambda: int(time.time()))
     ends_with_done = False
@@ -314,10 +390,16 @@ class ResponsesWriter:
     _items: list[dict[str, Any]] = field(default_factory=list)  # the finished output items
     _open: _Open | None = None
     _calls: ToolCallStream | GenericCallStream | None = None
+    _tokens: TextTokens | None = None
 
     def __post_init__(self) -> None:
         if self.tools is not None:
             self._calls = call_stream(self.tools, self.generic)
+        if self.pieces is not None and not self.generic:
+            self._tokens = TextTokens()
+
+    def _logprobs(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
+        return chat_logprobs(tokens, self.pieces) if self.pieces is not None else []
 
     # ------------------------------------------------------------------ the object
 
@@ -344,10 +426,11 @@ class ResponsesWriter:
         return doc
 
     @staticmethod
-    def _message(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    def _message(item_id: str, text: str, status: str = "completed",
+                 logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return {"id": item_id, "type": "message", "status": status, "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": [],
-                             "logprobs": []}]}
+                             "logprobs": logprobs or []}]}
 
     @staticmethod
     def _call(item_id: str, call: ToolCall, status: str = "completed") -> dict[str, Any]:
@@ -367,7 +450,11 @@ class ResponsesWriter:
                            read_calls(self.reply_start + text, self.tools))
         output = []
         if text.strip() or not calls:
-            output.append(self._message(_new_id("msg_"), text))
+            logprobs: list[dict[str, Any]] = []
+            if self._tokens is not None:
+                self._tokens.add(tokens)
+                logprobs = self._logprobs(self._tokens.show(text))
+            output.append(self._message(_new_id("msg_"), text, logprobs=logprobs))
         output += [self._call(_new_id("fc_"), c) for c in calls]
         self._keep(text, calls)
         doc = self._object("completed", output, done)
@@ -395,11 +482,11 @@ class ResponsesWriter:
             return []
         if o.kind == "message":
             text = "".join(o.text)
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            item = self._message(o.id, text)
+            item = self._message(o.id, text, logprobs=o.logprobs)
+            part = item["content"][0]
             events = [self._event("response.output_text.done", item_id=o.id,
                                   output_index=o.index, content_index=0, text=text,
-                                  logprobs=[]),
+                                  logprobs=o.logprobs),
                       self._event("response.content_part.done", item_id=o.id,
                                   output_index=o.index, content_index=0, part=part)]
         else:
@@ -424,12 +511,16 @@ class ResponsesWriter:
                                    part={"type": "output_text", "text": "",
                                          "annotations": [], "logprobs": []})]
         self._open.text.append(text)
+        logprobs = self._logprobs(self._tokens.show(text)) if self._tokens is not None else []
+        self._open.logprobs += logprobs
         return [*events, self._event("response.output_text.delta", item_id=self._open.id,
                                      output_index=self._open.index, content_index=0,
-                                     delta=text, logprobs=[])]
+                                     delta=text, logprobs=logprobs)]
 
     def _deltas(self, deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
         events = []
+        if deltas and self._tokens is not None:  # a call's tokens: no output text's
+            self._tokens.end()
         for d in split_deltas(deltas):
             if d.id is not None:
                 events += self._close()
@@ -455,6 +546,8 @@ class ResponsesWriter:
         return (self._text(content) if content else []) + self._deltas(deltas)
 
     def chunks(self, tokens: Sequence[TokenEvent]) -> list[dict[str, Any]]:
+        if self._tokens is not None:
+            self._tokens.add(tokens)
         return self._read("".join(t.text for t in tokens))
 
     def final_chunks(self, done: Finished) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@ thread at a time touch llama.cpp and runs their steps as one batch
 Each request is a :class:`Job`: the thread posts its results into the job's asyncio queue
 through the loop's thread-safe call, and the request's handler reads them; the job's
 ``cancel`` event (set when its client goes away) is the engine's own cancel, seen at the
-slot's next step, which frees the slot for the next request.
+slot's next step (a prompt read stops at once, even in a pass shared with other slots), which
+frees the slot for the next request.
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ tools or ``{"content": "…"}`` to answer.
 Earlier turns are written in the same JSON (an assistant's calls) or as a user's
 ``{"tool_response": …}`` (a tool's result), since such a template takes neither tool calls nor
 tool messages. :class:`GenericCallStream` reads the reply: a text answer streams as its
-string is written, calls come at the end (a reply cut short by the token limit gives the
-answer so far, or the calls written whole)."""
+string is written, and a call as OpenAI streams one, its id and name then its arguments' text
+as it is written (a reply cut short by the token limit gives the answer so far, or the calls
+as far as they were written)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,19 @@ def generic_schema(tools: Sequence[Mapping[str, Any]], choice: str,
 
 
 def read_generic(text: str, names: frozenset[str]) -> tuple[str, list[ToolCall]]:
-    """A whole reply's content and calls."""
+    """A whole reply's content and calls: the calls as :class:`GenericCallStream` gives them
+    (their arguments as written) when the reply is the compact form the grammar makes,
+    else read as any JSON."""
+    if text.startswith(CALLS_HEAD):
+        reader = _CompactCalls(names)
+        reader.read(text)
+        if reader.calls:
+            return "", reader.tool_calls()
+    return _read_json(text, names)
+
+
+def _read_json(text: str, names: frozenset[str]) -> tuple[str, list[ToolCall]]:
+    """The reply read as a JSON document (completed when cut short in its answer's string)."""
     doc = None
     for ending in ("", '"}', "}"):  # a reply cut short in its content's string
         try:
@@ -129,20 +142,163 @@ def read_generic(text: str, names: frozenset[str]) -> tuple[str, list[ToolCall]]
     return content, []
 
 
+_NAME_HEAD = '{"name":"'  # a call's opening in the compact form, up to its name
+_ARGS_HEAD = '","arguments":'  # from the name's closing quote to its arguments
+
+
+def _call_head(text: str) -> tuple[str, int] | bool:
+    """A compact call's name and where its arguments begin in ``text`` (which starts where the
+    call does); True: not all written yet; False: not a compact call's head."""
+    if not text.startswith(_NAME_HEAD):
+        return _NAME_HEAD.startswith(text)
+    i = len(_NAME_HEAD)
+    while i < len(text) and text[i] != '"':
+        i += 2 if text[i] == "\\" else 1
+    rest = text[i:]
+    if not rest.startswith(_ARGS_HEAD):
+        return i >= len(text) or _ARGS_HEAD.startswith(rest)
+    try:
+        name = json.loads(text[len(_NAME_HEAD) - 1:i + 1])
+    except ValueError:
+        return False
+    return (name, i + len(_ARGS_HEAD)) if isinstance(name, str) else False
+
+
+@dataclass
+class _Written:
+    """A call as it is written: its name, and its arguments' text so far."""
+
+    index: int
+    id: str
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _CompactCalls:
+    """The calls of a reply in the compact form its grammar makes the model write,
+    ``{"tool_calls":[{"name":…,"arguments":…},…]}``, read as they are written: each call's
+    id and name once its name is whole, then its arguments' text as it comes. The arguments'
+    end is found by the JSON's own structure (brackets, strings and their escapes), so no text
+    is held back. Text in another form (spaces, other keys, a tool not offered) stops the
+    reading (``broken``): the calls already read stay, as written."""
+
+    names: frozenset[str]
+    calls: list[_Written] = field(default_factory=list)
+    broken: bool = False
+    _at: int = len(CALLS_HEAD)  # how far the text is read
+    _state: str = "item"  # item | args | close | next | end
+    _kind: str = ""  # the arguments' JSON value: "" (not begun) | container | string | scalar
+    _depth: int = 0
+    _in_string: bool = False
+    _escape: bool = False
+
+    def read(self, text: str) -> list[CallDelta]:
+        """The deltas of what ``text`` (the reply so far, which starts with CALLS_HEAD) adds."""
+        out: list[CallDelta] = []
+        while self._at < len(text) and not self.broken and self._state != "end":
+            if self._state == "item":
+                head = _call_head(text[self._at:])
+                if head is True:
+                    break
+                if head is False or isinstance(head, bool) or head[0] not in self.names:
+                    self.broken = True
+                    break
+                name, length = head
+                call = _Written(len(self.calls), new_call_id(), name)
+                self.calls.append(call)
+                out.append(CallDelta(call.index, call.id, name))
+                self._at += length
+                self._state, self._kind, self._depth = "args", "", 0
+                self._in_string = self._escape = False
+            elif self._state == "args":
+                start = self._at
+                self._at = self._value(text)
+                if self._at > start:
+                    piece = text[start:self._at]
+                    self.calls[-1].arguments.append(piece)
+                    out.append(CallDelta(self.calls[-1].index, arguments=piece))
+            else:
+                c = text[self._at]
+                self._at += 1
+                if self._state == "close" and c == "}":
+                    self._state = "next"
+                elif self._state == "next" and c in ",]":
+                    self._state = "item" if c == "," else "end"
+                else:
+                    self.broken = True
+        return out
+
+    def _value(self, text: str) -> int:
+        """Read on through the arguments' JSON value; where its text read so far ends (the
+        state becomes "close" once the value is whole)."""
+        i = self._at
+        while i < len(text):
+            c = text[i]
+            if not self._kind:
+                if c in " \t\n\r":
+                    pass  # (not in the compact form; harmless before the value)
+                elif c in "{[":
+                    self._kind, self._depth = "container", 1
+                elif c == '"':
+                    self._kind, self._in_string = "string", True
+                elif c in "}],":
+                    self.broken = True
+                    return i
+                else:
+                    self._kind = "scalar"
+            elif self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif c == "\\":
+                    self._escape = True
+                elif c == '"':
+                    self._in_string = False
+                    if self._kind == "string":
+                        self._state = "close"
+                        return i + 1
+            elif self._kind == "scalar":
+                if c in "}],":  # a number, true, false or null ends where its call does
+                    self._state = "close"
+                    return i
+            elif c == '"':
+                self._in_string = True
+            elif c in "{[":
+                self._depth += 1
+            elif c in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self._state = "close"
+                    return i + 1
+            i += 1
+        return i
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall(c.id, c.name, "".join(c.arguments)) for c in self.calls]
+
+
 @dataclass
 class GenericCallStream:
     """:class:`~specchat.engine.decode.tool_calls.ToolCallStream`'s interface for the JSON
     reply. A text answer (``{"content": "…"}``) streams as its string is written, each
-    escape once whole; calls come out at :meth:`finish`, once their JSON is whole."""
+    escape once whole; calls stream as OpenAI's do — a call's id and name once its name is
+    written, then its arguments' text as it comes (the reply in the compact form its grammar
+    makes; in any other form the calls come out at :meth:`finish`, once their JSON is whole).
+    Fed the whole reply at once it gives what :func:`read_generic` reads."""
 
     names: frozenset[str] = frozenset()
     calls: list[ToolCall] = field(default_factory=list)
-    _text: list[str] = field(default_factory=list)
+    _raw: str = ""
     _sent: str = ""  # the answer's text given out so far
+    _compact: _CompactCalls | None = None
 
     def feed(self, text: str) -> tuple[str, list[CallDelta]]:
-        self._text.append(text)
-        raw = "".join(self._text)
+        self._raw += text
+        raw = self._raw
+        if raw.startswith(CALLS_HEAD):
+            if self._compact is None:
+                self._compact = _CompactCalls(self.names)
+            return "", self._compact.read(raw)
         if not raw.startswith(CONTENT_HEAD):
             return "", []
         decoded = _string_prefix(raw[len(CONTENT_HEAD):])
@@ -151,8 +307,11 @@ class GenericCallStream:
         return out, []
 
     def finish(self) -> tuple[str, list[CallDelta]]:
-        content, self.calls = read_generic("".join(self._text), self.names)
-        self._text = []
+        raw, self._raw = self._raw, ""
+        if self._compact is not None and self._compact.calls:  # given out as they came
+            self.calls = self._compact.tool_calls()
+            return "", []
+        content, self.calls = _read_json(raw, self.names)
         # What was given out is the answer's start (both are read from the same text).
         rest = content[len(self._sent):] if content.startswith(self._sent) else ""
         return rest, [CallDelta(i, c.id, c.name, c.arguments) for i, c in enumerate(self.calls)]

@@ -26,6 +26,11 @@ The clock a slot's decoder times its steps with (:meth:`SlotContext.clock`) leav
 waited for others and counts its share of each pass it rode in (the pass's time × its rows /
 all rows): a planner pricing its steps sees the cost its own rows add to a shared pass, which
 is lower per row than a pass of its own.
+
+A cancelled slot (its client went away) stops at once where it reads a prompt: a pass that
+holds its prompt chunk is stopped (llama.cpp's abort callback) and the other slots' rows run
+again without it, and its next chunk is not queued; a generation step, short, runs to its end
+and the cancel is seen at the slot's next step.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.llama.hidden_output import HiddenStateError
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.model import ABORTABLE_BATCH, LlamaContext
 
 # llama.cpp's bound on a context's sequences (LLAMA_MAX_SEQ).
 MAX_SEQUENCES = 256
@@ -71,16 +76,19 @@ class _Decode:
     together: int = 1  # slots whose rows shared the pass
 
 
-class _AllCancelled(threading.Event):
-    """Set when every one of ``events`` is: a shared pass is aborted only when every slot in
-    it was cancelled (a single one's cancel is seen at its next step)."""
+class _PassStop(threading.Event):
+    """When a shared pass stops (llama.cpp's abort callback asks it): every slot in it was
+    cancelled, or one whose batch is a prompt read (more than ``ABORTABLE_BATCH`` rows) was —
+    the others' rows then run again without it. A cancelled slot's generation step, short,
+    is not worth the others' repeat: its cancel is seen at its next step."""
 
-    def __init__(self, events: Sequence[threading.Event]) -> None:
+    def __init__(self, group: Sequence[_Decode]) -> None:
         super().__init__()
-        self._events = tuple(events)
+        self._all = tuple(j.view.cancel for j in group)
+        self._reads = tuple(j.view.cancel for j in group if j.rows > ABORTABLE_BATCH)
 
     def is_set(self) -> bool:
-        return all(e.is_set() for e in self._events)
+        return any(e.is_set() for e in self._reads) or all(e.is_set() for e in self._all)
 
 
 @dataclass
@@ -90,6 +98,7 @@ class PassLog:
     passes: int = 0  # llama_decode calls
     shared: int = 0  # of those, the ones that carried rows of more than one slot
     most: int = 0  # the most slots in one pass
+    stopped: int = 0  # shared passes stopped for a cancelled prompt read, run again without it
 
 
 class Rendezvous:
@@ -186,7 +195,7 @@ class Rendezvous:
             outs.append(int(np.count_nonzero(v._out[:m])))
             at += m
         b.n_tokens = at
-        base.cancel = _AllCancelled([j.view.cancel for j in group])
+        base.cancel = _PassStop(group)
         t0 = time.perf_counter()
         rc = base.llama_decode(b, at)
         dt = time.perf_counter() - t0
@@ -195,6 +204,15 @@ class Rendezvous:
         if len(group) > 1:
             log.shared += 1
         log.most = max(log.most, len(group))
+        kept = [j for j in group if not j.view.cancel.is_set()]
+        if rc == 2 and 0 < len(kept) < len(group):  # stopped for a cancelled prompt read
+            log.stopped += 1
+            self._forget(group)
+            for j in group:
+                if j not in kept:
+                    j.rc, j.done = rc, True
+            self._run(kept)
+            return
         n_out = sum(outs)
         rows = base._logits(n_out) if rc == 0 and n_out > 0 else None
         o = 0
@@ -204,6 +222,25 @@ class Rendezvous:
                 j.logits = np.array(rows[o : o + k])
             o += k
             j.done = True
+
+    @staticmethod
+    def _forget(group: list[_Decode]) -> None:
+        """What a stopped pass left in the cache, taken out: each sequence the pass wrote is
+        cut back to where the pass began in it. (llama.cpp takes out the cells of the
+        micro-batch it stopped in, not those of micro-batches before it; a pass is one
+        micro-batch today, n_ubatch being n_batch, but need not stay so.)"""
+        mem = group[0].view.mem
+        first: dict[int, int] = {}
+        for j in group:
+            v = j.view
+            seq_id = v.batch.seq_id
+            for i in range(j.rows):
+                pos = int(v._pos[i])
+                for k in range(int(v._n_seq[i])):
+                    s = int(seq_id[i][k])
+                    first[s] = min(first.get(s, pos), pos)
+        for s, pos in first.items():
+            llama_cpp.llama_memory_seq_rm(mem, s, pos, -1)
 
 
 class SlotContext(LlamaContext):
@@ -239,6 +276,9 @@ class SlotContext(LlamaContext):
         return self.slot.now()
 
     def _run_batch(self, m: int, start: int) -> None:
+        if m > ABORTABLE_BATCH and self.cancel.is_set():
+            # A prompt read goes no further once cancelled: its next chunk is not queued.
+            self.failed_decode(2, start)
         job = _Decode(self, m)
         self.batch.n_tokens = m
         self.rendezvous.decode(job)
