@@ -110,7 +110,6 @@ class LearningPolicy(PolicyBase):
         self.current = self._topic("chat")
         self._pending: str | None = None  # a topic switch to apply after the step's observe
         self._warmup_left = 0 if self.seeded else len(s.warmup)
-        self._plain_run = 0
         self._t_prev: float | None = None
         self._step_s = 0.0  # draft + verify time of the last observed step
         self._alphas: list[float] = []

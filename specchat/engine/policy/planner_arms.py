@@ -237,7 +237,7 @@ class ArmRecord:
     def reseed(self, seed: AutoGammaSeed) -> None:
         """A calibration arrived."""
 
-    # saved state (the planner's state holds each arm's under its name: see Planner.state)
+    # saved state (the planner's state holds each arm's under its name: planner_state)
     def state(self) -> object | None:
         """What it learnt, JSON-able; None: nothing to keep."""
         return None
@@ -251,7 +251,8 @@ class ArmRecord:
         """What :meth:`read` returned, once the whole state has been read."""
 
     def old_state(self, d: Mapping[str, object]) -> object | None:
-        """Its state as a version-1 planner state held it (see :func:`migrate`); None: none."""
+        """Its state as a version-1 planner state held it (see
+        :func:`specchat.engine.policy.planner_state.migrate`); None: none."""
         return None
 
     def learnt(self) -> int:
@@ -431,14 +432,3 @@ class OwnRecord(ArmRecord):
         # By the plan, not the step's drafter: a Lookahead step whose pool had nothing still
         # paid for its window (its drafter then reads "none").
         self.measured.observe(step)
-
-
-def migrate(d: Mapping[str, object], records: Sequence[ArmRecord]) -> Mapping[str, object]:
-    """A planner state in today's format (version 2: each arm's state in ``arms``, under its
-    name). Version 1, saved before the arms kept their states apart, held the banded lookup's
-    estimates at the top level, under its name (``name``, ``name_cold``, ``name_long``,
-    ``name_cost``), and the tree's rank counts as ``ranks``; the other arms' were not saved."""
-    if d.get("version") != 1:
-        return d
-    arms = {r.name: old for r in records if (old := r.old_state(d)) is not None}
-    return {**d, "version": 2, "arms": arms}
