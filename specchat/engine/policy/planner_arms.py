@@ -17,7 +17,8 @@ warmed up, timed and probed, what its steps and guesses teach, and its saved sta
 - :class:`OwnRecord` — a drafter that plans its own shape (Lookahead's window, Medusa's tree:
   ``own_plan()``, registered by the decoder). No prior predicts what such a step yields and its
   batch is its own, so it is scored on what its steps *did*: decayed tokens committed per step
-  over decayed seconds per step. Its first few steps measure it; afterwards it runs only while
+  over decayed seconds per step. Its first few steps measure it (unless a saved state holds
+  those figures: they are saved like the other arms' estimates); afterwards it runs only while
   it beats plain by the margin, and is probed again now and then while it loses.
 
 The base :class:`ArmRecord` answers as an arm that is never planned (a plain step's).
@@ -362,6 +363,20 @@ class MeasuredDrafter:
             return None
         return self.tokens / self.count, self.seconds / self.count
 
+    def state(self) -> dict[str, float]:
+        return {"tokens": self.tokens, "seconds": self.seconds, "count": self.count}
+
+    @classmethod
+    def read(cls, saved: object) -> MeasuredDrafter:
+        """A saved :meth:`state`, checked (ValueError: another shape). Its steps start at 0:
+        the first step of a process pays its one-off costs again and is not counted."""
+        got = cls()
+        sums = {k: float(saved[k]) for k in ("tokens", "seconds", "count")}  # type: ignore[index]
+        if min(sums.values()) < 0 or (sums["count"] > 0) != (sums["seconds"] > 0):
+            raise ValueError("measured steps of another shape")
+        got.tokens, got.seconds, got.count = sums["tokens"], sums["seconds"], sums["count"]
+        return got
+
 
 def _no_plan() -> Plan:
     return Plan(NONE)
@@ -432,3 +447,17 @@ class OwnRecord(ArmRecord):
         # By the plan, not the step's drafter: a Lookahead step whose pool had nothing still
         # paid for its window (its drafter then reads "none").
         self.measured.observe(step)
+
+    def state(self) -> object | None:
+        return self.measured.state() if self.measured.count > 0 else None
+
+    def read(self, saved: object) -> object:
+        return MeasuredDrafter.read(saved)
+
+    def take(self, got: object) -> None:
+        self.measured = got  # type: ignore[assignment]
+        if self.measured.count > 0:
+            self.tried = max(self.tried, MEASURE_STEPS)  # measured in an earlier process
+
+    def learnt(self) -> int:
+        return self.measured.steps

@@ -1,7 +1,7 @@
 """The planner's records of its arms, by drafter: each made for the kind the drafter's module
-declares (:mod:`specchat.engine.decode.arms`; a drafter that declares none is a chain), or,
-for a drafter the decoder registers as planning its own step, a self-planning one
-(:mod:`specchat.engine.policy.planner_arms`). What they learnt is saved with the planner's state,
+declares (:mod:`specchat.engine.decode.arms`; a drafter that declares none is a chain, until the
+decoder registers it as planning its own step: then it is a self-planning one,
+:mod:`specchat.engine.policy.planner_arms`). What they learnt is saved with the planner's state,
 each arm's under its name (:mod:`specchat.engine.policy.planner_state`).
 """
 
@@ -25,7 +25,7 @@ from specchat.engine.policy.planner_settings import PlannerSettings
 
 KINDS: dict[ArmKind, type[ArmRecord]] = {
     ArmKind.LOOKUP: LookupRecord, ArmKind.CHAIN: ChainRecord,
-    ArmKind.DRAFT_CHAIN: DraftChain, ArmKind.DRAFT_TREE: DraftTree}
+    ArmKind.DRAFT_CHAIN: DraftChain, ArmKind.DRAFT_TREE: DraftTree, ArmKind.OWN_STEP: OwnRecord}
 
 
 class Records(dict[str, ArmRecord]):
@@ -51,7 +51,8 @@ class Records(dict[str, ArmRecord]):
         return got
 
     def own(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
-        """The drafters that plan their own step, with how to ask each for it."""
+        """The drafters that plan their own step, with how to ask each for it (a drafter whose
+        module declares no own-step arm gets its record now, with nothing learnt)."""
         for name, ask in plans.items():
             got = self.get(name)
             if not isinstance(got, OwnRecord):
