@@ -284,15 +284,16 @@ class Planner(LearningPolicy):
         self.reads.start_reply(info)
 
     def draft_lag(self, tokens: int) -> None:
-        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
-        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        """A first draft step pays for reading these, as after plain steps."""
         self.reads.lag(tokens)
 
     def drafter_lags(self, lags: dict[str, int]) -> None:
-        """What each drafter with a cache of its own lacks of the prompt: one that would first
-        read more than ``warmup_max_lag`` tokens is not probed this reply (on a CPU that read
-        costs more than a short reply gains)."""
+        """One that would first read more than ``warmup_max_lag`` tokens is not probed this
+        reply (on a CPU that read costs more than a short reply gains)."""
         self._lags = dict(lags)
+
+    def forecast(self) -> float | None:
+        return self.prediction.tok_s
 
     def describe(self) -> str:
         return f"{super().describe()}{''.join(r.describe() for r in self.records.values())}" \
