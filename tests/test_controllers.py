@@ -46,6 +46,11 @@ def test_a_race_does_not_train_the_chats_controller(tiny_target: Path, tiny_draf
         assert json.dumps(_planner(chat).state()) == before  # the chat's did not move
         other = runtime.decoder(gamma="plan")  # and the CLI's path gives a fresh one too
         assert _planner(other) is not _planner(chat)
+        # Each decoder's controller, as the runtime handed it out (the race reads its forecast).
+        for dec in (chat, race_dec, other):
+            assert runtime.controller(dec) is _planner(dec)
+        assert runtime.controller(runtime.decoder(gamma=3)) is None  # a fixed γ learns nothing
+        assert runtime.controller(runtime.decoder(plain=True)) is None
     finally:
         runtime.close()
 

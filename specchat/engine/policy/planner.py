@@ -239,12 +239,10 @@ class Planner(LearningPolicy):
 
     def score_guesses(self, committed: Sequence[int], ran: str,
                       guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
-        """The decoder, after each step: ``committed`` are the tokens it added, ``ran`` the
-        drafter that proposed them ("none": a plain step), ``guessers`` what the drafters whose
-        proposals cost nothing would propose now (``k`` tokens at most). Their acceptance is
-        learnt from these guesses on every step, not only from their own steps and probes
-        (:mod:`specchat.engine.policy.guesses`): a lookup's prior alone never pays on a steep
-        CPU curve, so a predicted output the reply followed would never be tried."""
+        """The free drafters' acceptance is learnt from their guesses on every step, not only
+        from their own steps and probes (:mod:`specchat.engine.policy.guesses`): a lookup's
+        prior alone never pays on a steep CPU curve, so a predicted output the reply followed
+        would never be tried."""
         self.guessed.update(guessers)
         self.records.score_guesses(committed, ran, guessers, self.settings.gamma_max)
 
