@@ -245,6 +245,12 @@ class Runtime:
         self._warm(planner)
         return planner
 
+    def reseed(self, seed: AutoGammaSeed) -> None:
+        """A calibration of this pair ended while its controllers were in use (the app
+        calibrates in the background): every learning controller handed out takes it in."""
+        for c in self._controllers:
+            c.reseed(seed)
+
     def save_controllers(self) -> None:
         """Keep, per kind, the state of the controller that learnt the most this process (a
         fresh process starts from it); a disk that refuses is not the user's problem now."""
