@@ -33,8 +33,8 @@ from specchat.engine.llama.model_settings import ModelSettings
 from specchat.engine.llama.placement import Placement
 from specchat.engine.llama.slots import SlotContext
 from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
+from specchat.engine.policy.controller import Controller
 from specchat.engine.policy.gamma import GAMMA_DEFAULT, GammaSetting, parse_gamma
-from specchat.engine.policy.learning import LearningPolicy
 from specchat.engine.policy.planner import Planner
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.errors import BusyError, SpecchatError
@@ -59,7 +59,7 @@ from specchat.paths import AppPaths
 # pauses it when it keeps being rejected), and the draft model where its measured costs pay,
 # the planner choosing per step.
 DEFAULT_PAIR_DRAFTERS = ("ngram", "model")
-Learner = TypeVar("Learner", bound=LearningPolicy)  # a learning controller (plan, auto)
+Learner = TypeVar("Learner", bound=Controller)  # a learning controller (plan, auto)
 PREDICTION = "prediction"  # engine/drafters/prediction.py: drafts from a predicted output
 # The drafters that run on a slot of a shared context (engine.llama.slots): none reads hidden
 # states or keeps a context of its own beside the target's and the draft model's.
@@ -97,7 +97,7 @@ class Runtime:
         self.paths: AppPaths | None = None  # where the pair's calibration may be stored
         # The learning controllers handed out (one per decoder: a chat session, a race), whose
         # state is saved for the next process; see save_controllers.
-        self._controllers: list[LearningPolicy] = []
+        self._controllers: list[Controller] = []
         self.resolver: ModelResolver | None = None  # where the drafters' weights are looked for
         # What the drafters found in the stores (models.drafter_sources), kept for the
         # runtime's life, and the cuts of the target they loaded (a layer-skip draft,
@@ -245,6 +245,12 @@ class Runtime:
         self._warm(planner)
         return planner
 
+    def reseed(self, seed: AutoGammaSeed) -> None:
+        """A calibration of this pair ended while its controllers were in use (the app
+        calibrates in the background): every learning controller handed out takes it in."""
+        for c in self._controllers:
+            c.reseed(seed)
+
     def save_controllers(self) -> None:
         """Keep, per kind, the state of the controller that learnt the most this process (a
         fresh process starts from it); a disk that refuses is not the user's problem now."""
@@ -253,7 +259,7 @@ class Runtime:
         path = self._state_file()
         if path is None:
             return
-        best: dict[str, LearningPolicy] = {}
+        best: dict[str, Controller] = {}
         for c in self._controllers:
             kind = type(c).__name__
             if c.learnt() and (kind not in best or c.learnt() > best[kind].learnt()):
@@ -262,12 +268,21 @@ class Runtime:
             with contextlib.suppress(OSError, BusyError):
                 save_state(path, kind, c.state())
 
+    def controller(self, decoder: Decoder) -> Controller | None:
+        """The learning controller this runtime handed to ``decoder`` (None: plain decoding,
+        a fixed γ, or a policy of the caller's own)."""
+        policy = decoder.policy if isinstance(decoder, SpeculativeDecoder) else None
+        return next((c for c in self._controllers if c is policy), None)
+
     def policy(self, gamma: GammaSetting | int | str | GammaPolicy | None = None,
                ngram: bool = False,
-               clock: Callable[[], float] = time.perf_counter) -> GammaPolicy:
+               clock: Callable[[], float] = time.perf_counter,
+               fixed: tuple[int, str] | None = None) -> GammaPolicy:
         """A γ policy for one decoder. Learning ones (plan, auto) are new each call — one per
         chat session, one per race —, so what a race learns never moves a chat's controller.
-        ``gamma`` None is the default setting (the planner)."""
+        ``gamma`` None is the default setting (the planner). ``fixed``: the γ and label of a
+        drafter that drafts alone with a step of its own, which auto-γ (it sizes chains only,
+        not a drafter's own step) gives way to."""
         if gamma is not None and not isinstance(gamma, (GammaSetting, int, str)):
             return gamma
         try:
@@ -277,7 +292,7 @@ class Runtime:
         if setting.kind == "plan":
             return self.new_planner(ngram=ngram, clock=clock)
         if setting.kind == "auto":
-            return self.new_auto_gamma(clock=clock)
+            return FixedGamma(*fixed) if fixed is not None else self.new_auto_gamma(clock=clock)
         if setting.kind == "pair":
             label = "pair" if self.selection.pair is not None else "default"
             return FixedGamma(self.default_gamma, label)
@@ -319,10 +334,8 @@ class Runtime:
             # target) says how to get it before anything runs.
             env = self._drafter_env(thorough=True)
         chosen = [build(n, env) for n in names]
-        policy = self.policy(gamma, ngram="ngram" in names, clock=target.clock)
         fixed = chosen[0].fixed_gamma if len(chosen) == 1 else None
-        if fixed is not None and isinstance(policy, AutoGamma):
-            policy = FixedGamma(*fixed)  # auto-γ sizes chains only, not the drafter's own step
+        policy = self.policy(gamma, ngram="ngram" in names, clock=target.clock, fixed=fixed)
         return SpeculativeDecoder(target, env.draft, policy, chosen)
 
     def usable_drafters(self, names: Sequence[str]) -> tuple[str, ...]:

@@ -44,8 +44,16 @@ def test_a_race_does_not_train_the_chats_controller(tiny_target: Path, tiny_draf
         assert result.spec.steps and _planner(race_dec).overall.steps + \
             _planner(race_dec).costs._n_verify > 0  # the race's controller did learn
         assert json.dumps(_planner(chat).state()) == before  # the chat's did not move
+        # Each run is set beside what its planner forecast for it (read through the runtime).
+        forecast = _planner(race_dec).forecast()
+        assert forecast is not None and result.spec_runs[-1].predicted_tok_s == forecast
         other = runtime.decoder(gamma="plan")  # and the CLI's path gives a fresh one too
         assert _planner(other) is not _planner(chat)
+        # Each decoder's controller, as the runtime handed it out (the race reads its forecast).
+        for dec in (chat, race_dec, other):
+            assert runtime.controller(dec) is _planner(dec)
+        assert runtime.controller(runtime.decoder(gamma=3)) is None  # a fixed γ learns nothing
+        assert runtime.controller(runtime.decoder(plain=True)) is None
     finally:
         runtime.close()
 

@@ -11,7 +11,7 @@ import pytest
 import specchat.engine.policy.planner_chains as planner_module
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import Plan
-from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
+from specchat.engine.policy.auto_gamma import AutoGamma, AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.lookup_estimate import LONG_STREAK
@@ -327,8 +327,10 @@ def test_the_planner_keeps_its_forecast_for_the_reply() -> None:
     assert p.prediction.seconds == pytest.approx(3 * (g * ngram(p).t + table[g] + o))
     p.next_plan(())  # a plain step: one token in T(1) + o
     assert p.prediction.steps == 4
+    assert p.forecast() == p.prediction.tok_s == p.prediction.tokens / p.prediction.seconds
     p.begin("next turn")
-    assert p.prediction.steps == 0 and p.prediction.tok_s is None
+    assert p.prediction.steps == 0 and p.prediction.tok_s is None and p.forecast() is None
+    assert AutoGamma().forecast() is None  # auto-γ forecasts nothing
 
 
 def test_warm_up_steps_are_not_forecasts() -> None:
@@ -384,10 +386,10 @@ def test_a_drafter_that_would_first_read_a_long_prompt_is_not_probed() -> None:
 
 
 def test_a_probe_that_found_nothing_to_propose_is_not_repeated_at_once() -> None:
-    p = planner(QWEN_CPU, 0.5)
-    assert p.next_plan(("lookahead",)).reason == "probe"
+    p = planner(QWEN_CPU, 0.5)  # (a chain drafter: Lookahead, which this named, plans its own)
+    assert p.next_plan(("layerskip",)).reason == "probe"
     p.observe(StepEvent(0, 0, 0.0, 0.043, "none", committed=1))  # it had nothing to offer
-    assert p.next_plan(("lookahead",)).reason != "probe"
+    assert p.next_plan(("layerskip",)).reason != "probe"
 
 
 def test_ngram_probes_that_keep_missing_slow_down_but_never_stop() -> None:

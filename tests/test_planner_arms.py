@@ -31,6 +31,7 @@ def test_the_built_in_drafters_declare_their_arms() -> None:
     assert got["ngram"].kind is arms.ArmKind.LOOKUP and got["ngram"].banded
     assert got["prediction"].kind is arms.ArmKind.LOOKUP and not got["prediction"].banded
     assert {got[n].kind for n in ("layerskip", "kangaroo", "mtp")} == {arms.ArmKind.CHAIN}
+    assert {got[n].kind for n in ("lookahead", "medusa")} == {arms.ArmKind.OWN_STEP}
 
 
 def test_two_lookups_of_one_kind_learn_apart() -> None:

@@ -36,7 +36,6 @@ from specchat.cli.grammar_args import add_grammar_args, grammar_from_args, read_
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
-    Event,
     GenerationStats,
     NoticeEvent,
     RejectedEvent,
@@ -179,40 +178,85 @@ def read_prediction(path: str) -> str:
     return read_text("--prediction", path)
 
 
+class _Printed(EventFold):
+    """``ask``'s output of a reply's engine events as they come (the fold's hooks): JSON lines
+    (``as_json``: the exact text, escaped by JSON, C1 and DEL by safe_json), or the reply's
+    text on stdout and its notices on stderr. ``predicted``: the predicted output's tokens,
+    whose tokens the reply kept are counted at its end; ``turn``: a turn with tools, whose text
+    comes as its content (``ReplyText``), not token by token, and whose calls are counted."""
+
+    def __init__(self, as_json: bool, setup: InForce, predicted: Sequence[int] | None,
+                 turn: bool) -> None:
+        super().__init__()
+        self.as_json, self.setup, self.predicted, self.turn = as_json, setup, predicted, turn
+        self.calls = 0  # the tool calls of a turn (counted by _stream)
+
+    def line(self, doc: dict[str, Any]) -> None:
+        sys.stdout.write(json_line(doc) + "\n")
+
+    def on_token(self, ev: TokenEvent) -> None:
+        if self.as_json:
+            doc = {"type": "token", "id": ev.token_id, "text": ev.text,
+                   "origin": ev.origin.value, "position": ev.position, "t": round(ev.t, 6)}
+            if ev.logprob is not None:  # ids, not texts: the vocabulary is the reader's to map
+                doc.update(logprob=ev.logprob.logprob,
+                           top_logprobs=[{"id": i, "logprob": lp} for i, lp in ev.logprob.top])
+            self.line(doc)
+        elif not self.turn:
+            sys.stdout.write(safe_text(ev.text))
+
+    def on_rejected(self, ev: RejectedEvent) -> None:
+        if self.as_json:
+            self.line({"type": "rejected", "id": ev.token_id, "text": ev.text,
+                       "position": ev.position, "p": ev.p, "q": ev.q, "branch": ev.branch})
+
+    def on_step(self, ev: StepEvent) -> None:
+        if self.as_json:
+            self.line({"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
+                       "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
+                       "position": ev.position, "committed": ev.committed,
+                       "overlap": list(ev.overlap), "mode": ev.mode, "kind": ev.kind,
+                       "depth": ev.depth, "plan_size": ev.plan_size,
+                       "accepted_ranks": list(ev.accepted_ranks), "reason": ev.reason})
+
+    def on_notice(self, ev: NoticeEvent) -> None:
+        if self.as_json:
+            self.line({"type": "notice", "message": ev.message})
+        else:
+            sys.stderr.write(f"[{safe_text(ev.message)}]\n")
+
+    def on_stats(self, ev: GenerationStats) -> None:
+        if self.as_json:  # with what ran: the drafters and the γ mode
+            doc: dict[str, Any] = {"type": "stats", **ev.as_dict(), **self.setup.as_dict()}
+            if self.predicted is not None:
+                doc.update(prediction_counts(self.predicted, self.token_ids))
+            if self.turn:
+                doc["tool_calls"] = self.calls
+            self.line(doc)
+
+
 def _stream(events: Any, as_json: bool, setup: InForce,
             predicted: Sequence[int] | None = None, turn: bool = False) -> GenerationStats | None:
-    """Print a reply's events. ``predicted``: the predicted output's tokens, whose tokens the
-    reply kept are counted at its end; ``turn``: a turn with tools, whose text is its content
-    (the calls go to stderr, or to the JSON lines as tool_call and tool_result events)."""
+    """Print a reply's events (see :class:`_Printed`); a tool turn's calls and results go to
+    stderr, or to the JSON lines as tool_call and tool_result events."""
     out = sys.stdout
-    fold = EventFold()  # the reply's token ids and its stats
-    reply = fold.token_ids
-    calls = 0
+    fold = _Printed(as_json, setup, predicted, turn)
     for ev in events:
-        fold.add(ev)
-        if isinstance(ev, ToolCallEvent):
-            calls += 1
-        if as_json:  # the exact text, escaped by JSON (C1 and DEL by safe_json)
-            if isinstance(ev, ReplyText):
-                continue  # the tokens carry it
-            doc = (tool_event_json(ev) if isinstance(ev, (ToolCallEvent, ToolResultEvent))
-                   else event_json(ev))
-            if isinstance(ev, GenerationStats):  # what ran: the drafters and the γ mode
-                doc.update(setup.as_dict())
-                if predicted is not None:
-                    doc.update(prediction_counts(predicted, reply))
-                if turn:
-                    doc["tool_calls"] = calls
-            out.write(json_line(doc) + "\n")
-        elif isinstance(ev, ReplyText) or (isinstance(ev, TokenEvent) and not turn):
-            out.write(safe_text(ev.text))
-        elif isinstance(ev, (ToolCallEvent, ToolResultEvent)):
-            out.flush()
-            sys.stderr.write(tool_event_line(ev) + "\n")
-        elif isinstance(ev, NoticeEvent):
-            sys.stderr.write(f"[{safe_text(ev.message)}]\n")
+        if isinstance(ev, (ToolCallEvent, ToolResultEvent)):  # the tool turn's own events
+            if isinstance(ev, ToolCallEvent):
+                fold.calls += 1
+            if as_json:
+                fold.line(tool_event_json(ev))
+            else:
+                out.flush()
+                sys.stderr.write(tool_event_line(ev) + "\n")
+        elif isinstance(ev, ReplyText):
+            if not as_json:  # (in JSON the tokens carry it)
+                out.write(safe_text(ev.text))
+        else:
+            fold.add(ev)
         out.flush()
-    stats = fold.stats
+    stats, reply, calls = fold.stats, fold.token_ids, fold.calls
     if stats and not as_json:
         out.write("\n")
         line = summary(stats, setup)
@@ -241,26 +285,3 @@ def summary(s: GenerationStats, setup: InForce | None = None) -> str:
     if s.stop_reason != "eos":
         parts.append(f"stopped: {s.stop_reason}")
     return "[" + " · ".join(parts) + "]"
-
-
-def event_json(ev: Event) -> dict[str, Any]:
-    if isinstance(ev, TokenEvent):
-        doc = {"type": "token", "id": ev.token_id, "text": ev.text, "origin": ev.origin.value,
-               "position": ev.position, "t": round(ev.t, 6)}
-        if ev.logprob is not None:  # ids, not texts: the vocabulary is the reader's to map
-            doc.update(logprob=ev.logprob.logprob,
-                       top_logprobs=[{"id": i, "logprob": lp} for i, lp in ev.logprob.top])
-        return doc
-    if isinstance(ev, RejectedEvent):
-        return {"type": "rejected", "id": ev.token_id, "text": ev.text, "position": ev.position,
-                "p": ev.p, "q": ev.q, "branch": ev.branch}
-    if isinstance(ev, StepEvent):
-        return {"type": "step", "gamma": ev.gamma, "accepted": ev.accepted,
-                "draft_s": ev.draft_s, "verify_s": ev.verify_s, "drafter": ev.drafter,
-                "position": ev.position, "committed": ev.committed,
-                "overlap": list(ev.overlap), "mode": ev.mode, "kind": ev.kind,
-                "depth": ev.depth, "plan_size": ev.plan_size,
-                "accepted_ranks": list(ev.accepted_ranks), "reason": ev.reason}
-    if isinstance(ev, NoticeEvent):
-        return {"type": "notice", "message": ev.message}
-    return {"type": "stats", **ev.as_dict()}

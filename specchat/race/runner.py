@@ -22,7 +22,6 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import batch_rounding
 from specchat.engine.llama.machine_load import LoadWatch
 from specchat.engine.policy.gamma import GammaSetting
-from specchat.engine.policy.planner_settings import Prediction
 from specchat.errors import SpecchatError
 from specchat.models.calibration import CalibrationResult
 from specchat.models.calibration_store import load_calibration
@@ -106,7 +105,7 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
             if label == "plain":
                 plains.append(timeline)
             elif label == "speculative":
-                specs.append(replace(timeline, predicted_tok_s=_predicted(decoder)))
+                specs.append(replace(timeline, predicted_tok_s=_predicted(runtime, decoder)))
             bar.add(w)
     load = watch.done()
     runtime.clear_caches()
@@ -126,10 +125,11 @@ def run_race(runtime: Runtime, setup: RaceSetup, spec: Decoder, plain: Decoder |
     return result
 
 
-def _predicted(decoder: Decoder) -> float | None:
-    """The planner's forecast for the reply it just planned (None without a planner)."""
-    prediction = getattr(getattr(decoder, "policy", None), "prediction", None)
-    return prediction.tok_s if isinstance(prediction, Prediction) else None
+def _predicted(runtime: Runtime, decoder: Decoder) -> float | None:
+    """The forecast of ``decoder``'s controller for the reply it just planned (None without a
+    controller that makes one: only the planner does)."""
+    controller = runtime.controller(decoder)
+    return controller.forecast() if controller is not None else None
 
 
 def _median(runs: list[RaceTimeline]) -> RaceTimeline:

@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from specchat.engine.policy.auto_gamma import AutoGammaSeed
-from specchat.engine.policy.learning import LearningPolicy
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.calibration import (
     CalibrationOptions,
@@ -222,12 +221,13 @@ def progress_text(label: str, p: Progress) -> Progress:
                     finished=p.finished, failed=p.failed)
 
 
-def reseed(policy: object, seed: AutoGammaSeed | None) -> bool:
-    """Give a running chat's γ controller the calibration (a planner or auto-γ; a fixed γ or
-    plain decoding has nothing to learn from it). True if it took it."""
-    if seed is None or not isinstance(policy, LearningPolicy):
+def reseed(runtime: Runtime, seed: AutoGammaSeed | None) -> bool:
+    """Give the running chat's learning γ controller the calibration: every one ``runtime``
+    handed out (``Runtime.reseed``; a fixed γ or plain decoding has none, nothing to learn from
+    it). True if there was a calibration to give."""
+    if seed is None:
         return False
-    policy.reseed(seed)
+    runtime.reseed(seed)
     return True
 
 

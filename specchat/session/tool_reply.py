@@ -29,6 +29,7 @@ from specchat.engine.decode.events import (
     StepEvent,
     TokenEvent,
 )
+from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import OPEN
 from specchat.errors import Cancelled
@@ -206,7 +207,7 @@ def tool_events(job_id: int, tools: ToolJob, engine: ChatEngine, messages: Seque
 
     turn = ToolTurn(engine, tools.hub, toolset, approve, tools.max_rounds)
     result = TurnResult()
-    new_round = False
+    relay = _Relayed()
     for ev in turn.run(messages, settings, cancel, choice, predicted, result):
         if isinstance(ev, ReplyText):
             continue  # the tokens carry the text (and their fates)
@@ -219,16 +220,44 @@ def tool_events(job_id: int, tools: ToolJob, engine: ChatEngine, messages: Seque
             if asked.get(ev.id):  # Esc before it was allowed: not the user's "no"
                 text, status = CANCELLED_BEFORE, "cancelled"
             yield ToolAnswered(job_id, ev.id, ev.name, safe_text(text), status, ev.seconds)
-            new_round = True
+            relay.new_round = True
             continue
-        if new_round and isinstance(ev, (TokenEvent, RejectedEvent, StepEvent)):
-            new_round = False
+        relay.add(ev)
+        if relay.take_started():
             yield RoundStarted(job_id, result.rounds)
-        if isinstance(ev, GenerationStats) and result.stopped == "max_rounds":
+        if ev is relay.stats and result.stopped == "max_rounds":
             # (before the turn's stats: they end the worker's reading)
             yield TurnNote(job_id, f"stopped after {tools.max_rounds} rounds of tool calls "
                            "(max_tool_rounds): the model was still calling tools")
         yield ev
+
+
+class _Relayed(EventFold):
+    """The turn's engine events as the relay passes them on: after a tool's result
+    (``new_round``), the reply's next output — a token, a rejected draft or a step — starts a
+    new round (:meth:`take_started` says so once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new_round = False
+        self._started = False
+
+    def _output(self) -> None:
+        if self.new_round:
+            self.new_round, self._started = False, True
+
+    def on_token(self, ev: TokenEvent) -> None:
+        self._output()
+
+    def on_rejected(self, ev: RejectedEvent) -> None:
+        self._output()
+
+    def on_step(self, ev: StepEvent) -> None:
+        self._output()
+
+    def take_started(self) -> bool:
+        got, self._started = self._started, False
+        return got
 
 
 def _plain(engine: ChatEngine, messages: Sequence[Message], settings: SamplerSettings,

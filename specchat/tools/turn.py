@@ -94,6 +94,27 @@ def add_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
                    ttft_s=a.ttft_s if a.generated_tokens else b.ttft_s)
 
 
+class _Round(EventFold):
+    """One round's engine events, its text fed, token by token, to the reader of the calls
+    (``stream``; None: no tools offered, all of it is content); what each token added to the
+    reply's content waits for :meth:`take`."""
+
+    def __init__(self, stream: ToolCallStream | None) -> None:
+        super().__init__()
+        self.stream = stream
+        self.text: list[str] = []  # every token's text
+        self._content = ""
+
+    def on_token(self, ev: TokenEvent) -> None:
+        self.text.append(ev.text)
+        self._content = self.stream.feed(ev.text)[0] if self.stream is not None else ev.text
+
+    def take(self) -> str:
+        """The content the last token added (once: "" until another token adds some)."""
+        got, self._content = self._content, ""
+        return got
+
+
 class ToolTurn:
     """Runs turns on ``engine`` with ``tools`` from ``hub``."""
 
@@ -128,20 +149,18 @@ class ToolTurn:
             stream = ToolCallStream(names=self.tools.names if offered else frozenset())
             if start:
                 stream.feed(start)
-            text: list[str] = []
-            round_ = EventFold()
+            round_ = _Round(stream if offered else None)
             for ev in round_.through(self.engine.reply(history, round_settings, cancel,
                                                        tools=offered or None,
                                                        reply_start=start),
                                      self.engine.decoder.name):
                 if ev is round_.stats:
                     break  # the turn's sum goes out at its end
-                if isinstance(ev, TokenEvent):
-                    text.append(ev.text)
-                    content, _ = stream.feed(ev.text) if offered else (ev.text, [])
-                    if content:
-                        yield ReplyText(content)
+                content = round_.take()
+                if content:
+                    yield ReplyText(content)
                 yield ev
+            text = round_.text
             stats = round_.stats
             assert stats is not None  # through() ends at the stats or raises
             content, _ = stream.finish() if offered else ("", [])

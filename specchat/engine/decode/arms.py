@@ -32,9 +32,13 @@ with no other edit:
 - the draft model's tree (``ArmKind.DRAFT_TREE``, :func:`draft_tree`): the same α at rank 1,
   lower ranks learnt from its trees' accepted ranks, priced one batched draft pass per level.
 
-A drafter that plans its own step (Lookahead, Medusa) declares that on the drafter itself
-(``Drafter.plans_own_step`` and ``own_plan``); the decoder registers it and the planner scores
-it on what its steps did (:class:`specchat.engine.policy.planner_arms.MeasuredDrafter`).
+- a drafter that plans its own step (``ArmKind.OWN_STEP``, :func:`own_step`: Lookahead's window,
+  Medusa's tree): no prior predicts what such a step yields, so it is scored on what its steps
+  did, decayed tokens and seconds per step
+  (:class:`specchat.engine.policy.planner_arms.MeasuredDrafter`), saved with the planner's state
+  like the other arms' estimates. The drafter itself says it plans its step
+  (``Drafter.plans_own_step`` and ``own_plan``), and the decoder registers it with the planner;
+  one that declares no such arm is still measured and planned so, but afresh in each process.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class ArmKind(Enum):
     CHAIN = "chain"
     DRAFT_CHAIN = "draft_chain"
     DRAFT_TREE = "draft_tree"
+    OWN_STEP = "own_step"
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,11 @@ def draft_chain() -> Arm:
 def draft_tree() -> Arm:
     """The draft model's token tree (see the module's docstring)."""
     return Arm(ArmKind.DRAFT_TREE, 0.0, 0.0)
+
+
+def own_step() -> Arm:
+    """A drafter that plans its own step (see the module's docstring): measured, no priors."""
+    return Arm(ArmKind.OWN_STEP, 0.0, 0.0)
 
 
 LOOKUP = lookup()

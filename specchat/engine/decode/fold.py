@@ -1,12 +1,14 @@
 """One reading of a reply's event stream: what every reader of the events needs, counted once.
 
-The decoder's callers — ``run_to_end``, the live view, ``prove``, the race, the server and
-``ask`` — each read the same stream of :mod:`~specchat.engine.decode.events`. An
+The decoder's callers — ``run_to_end``, the live view, ``prove``, the race, the server,
+``ask``, and a tool turn with its relay to the app — each read the same stream of
+:mod:`~specchat.engine.decode.events`. An
 :class:`EventFold` reads it for all of them: the reply's token ids and their fates, the steps
 (counted by the decoder's own :class:`SpecTally`, so α and τ are the decoder's), the notices
 and the closing ``GenerationStats``. A reader that must act on an event as it comes (post a
-token, draw a segment) overrides the hook for its kind; one that only needs the totals reads
-them after :meth:`EventFold.run`.
+token, draw a segment, print a JSON line) overrides the hook for its kind; one that only needs
+the totals reads them after :meth:`EventFold.run`. :meth:`EventFold.add` is the one place that
+tells the engine's event types apart: readers hold no ``isinstance`` chains of their own.
 
 A decoder's stream always ends with its ``GenerationStats``; one that does not is a bug in the
 decoder, reported by :func:`missing_stats` in one wording wherever it is caught.

@@ -14,6 +14,10 @@ step, what the drafters with free guesses would have proposed (``score_guesses``
 declared here and :class:`PolicyBase` gives each a default, so a policy writes only what it
 uses. The policies live in :mod:`specchat.engine.policy`; the decoder knows only this interface
 and the fixed length.
+
+:class:`GammaPolicy` is what the speculative decoder calls, and the decoder calls every member
+of it. What the rest of the app asks of a learning controller (its saved state, a calibration
+taken in, its forecast) is another protocol, :class:`specchat.engine.policy.controller.Controller`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ReplyStart:
 
 
 class GammaPolicy(Protocol):
+    """What the speculative decoder calls on its γ policy (see the module's docstring)."""
+
     # Declared (PolicyBase: False): ``next_plan`` chooses each step. The decoder then works
     # out which drafters can propose (``Drafter.can_propose``) for it, which a policy that
     # gives only a length does not need.

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, Need
@@ -55,6 +56,7 @@ from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import SpecchatError
 
 NAME = "lookahead"
+ARM = arms.own_step()  # measured by its steps; the figures saved with the planner's state
 SETTINGS: Need[LookaheadSettings] = Need(NAME)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import (
     DrafterBase,
     DraftFailed,
@@ -51,6 +52,7 @@ from specchat.engine.llama.model import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "medusa"
+ARM = arms.own_step()  # measured by its steps; the figures saved with the planner's state
 LOADER: Need[Callable[[], MedusaHeads]] = Need(NAME)  # the target's heads, on first use
 
 # P(a head's k-th best candidate is the target's token | its parent was): a prior for the

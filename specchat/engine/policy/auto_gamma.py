@@ -35,6 +35,8 @@ MODEL_DRAFTERS = ("draft", MODEL)  # a draft-model chain, as StepEvent names it 
 class AutoGamma(LearningPolicy):
     """The draft model's chain length, each step (see the module's docstring)."""
 
+    _plain_run = 0  # plain steps in a row (each controller counts its own): a probe at probe_every
+
     def next_gamma(self) -> int:
         self._step_starts()
         s = self.settings

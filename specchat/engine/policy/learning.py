@@ -1,6 +1,7 @@
 """A learning γ controller's common part: what auto-γ (:mod:`specchat.engine.policy.auto_gamma`)
-and the planner (:mod:`specchat.engine.policy.planner`) both learn and keep, and the hooks a
-runtime uses on either (``reseed``, ``state``, ``load_state``, ``learnt``, ``planned``).
+and the planner (:mod:`specchat.engine.policy.planner`) both learn and keep, and what the app
+asks of either (:class:`~specchat.engine.policy.controller.Controller`: ``reseed``, ``state``,
+``load_state``, ``learnt``, ``forecast``).
 
 It learns the verify costs and the draft model's costs (:class:`OnlineCostModel`) and the draft
 model's acceptance per position (:class:`AcceptanceModel`), per topic: the request's guessed
@@ -110,7 +111,6 @@ class LearningPolicy(PolicyBase):
         self.current = self._topic("chat")
         self._pending: str | None = None  # a topic switch to apply after the step's observe
         self._warmup_left = 0 if self.seeded else len(s.warmup)
-        self._plain_run = 0
         self._t_prev: float | None = None
         self._step_s = 0.0  # draft + verify time of the last observed step
         self._alphas: list[float] = []
@@ -277,6 +277,10 @@ class LearningPolicy(PolicyBase):
     def learnt(self) -> int:
         """How much this controller learnt (what a saved state of it is worth): its steps."""
         return self.overall.steps
+
+    def forecast(self) -> float | None:
+        """The tok/s it expected of the reply it last planned: auto-γ forecasts none."""
+        return None
 
     def _costs_usable(self, costs: OnlineCostModel) -> bool:
         """Whether a saved state's costs can replace the warm-up (auto-γ needs the draft's)."""

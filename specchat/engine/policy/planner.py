@@ -14,7 +14,8 @@ its arm (:mod:`specchat.engine.decode.arms`), and the record made for the arm's 
 warm-up, timing and probe rules, what its steps teach and its saved state. The loop is
 candidates → rate → choose against plain: speculation must beat plain by a margin (estimates
 are noisy; losing to plain is the one outcome the planner must not risk), a plain answer is
-held for a few steps, and a probe now and then asks whether drafting has started to pay.
+held for a few steps, and a probe now and then asks whether drafting has started to pay
+(:mod:`specchat.engine.policy.planner_plain`).
 
 What it learns of the draft model (costs, α per topic, confidences) is
 :class:`~specchat.engine.policy.learning.LearningPolicy`'s, which auto-γ shares.
@@ -32,6 +33,7 @@ from specchat.engine.decode.arms import Arm, ArmKind
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import NONE, Plan, plain
 from specchat.engine.decode.step_policy import ReplyStart
+from specchat.engine.policy import planner_state
 from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.draft_reads import DraftReads
 from specchat.engine.policy.learning import AutoGammaSeed, LearningPolicy
@@ -39,21 +41,16 @@ from specchat.engine.policy.lookup_pauses import LookupPauses
 from specchat.engine.policy.planner_arms import ArmRecord, Scoring
 from specchat.engine.policy.planner_chains import ChainScorer
 from specchat.engine.policy.planner_draft import plain_reason
+from specchat.engine.policy.planner_plain import PlainRun
 from specchat.engine.policy.planner_records import Records
 from specchat.engine.policy.planner_settings import Candidate, PlannerSettings, Prediction
 from specchat.engine.policy.planner_unscored import Step, unscored
 from specchat.engine.policy.reply_length import ReplyLengths
 
-REPLAN_EVERY = 4  # after a plain answer, score again every this many plain steps
-# ... or every REPLAN_FAR when the best speculative step rates below NEAR_PLAIN × plain: plain
-# steps then teach little, and scoring costs a sizeable share of a small model's plain step.
-NEAR_PLAIN = 0.85
-REPLAN_FAR = 16
-
 
 class Planner(LearningPolicy):
     skip_first_shapes = True
-    state_version = 2  # each arm's state apart, by name (planner_arms.migrate reads version 1)
+    state_version = planner_state.STATE_VERSION  # (planner_state.migrate reads version 1)
     plans_steps = True  # next_plan chooses every step (see step_policy)
 
     def __init__(self, settings: PlannerSettings = PlannerSettings(),
@@ -70,12 +67,8 @@ class Planner(LearningPolicy):
         self.records = Records(arms, self.settings, settings, seed)
         self.chains = ChainScorer(self.settings.gamma_max, settings.lookup_depth)
         self._lags: dict[str, int] = {}  # tokens each drafter's own cache lacks at the reply's start
-        # (plain steps left unscored, the drafters available, the topic, each lookup's band)
-        self._hold: tuple[int, tuple[str, ...], int, tuple[int, ...]] = (0, (), 0, ())
-        self._held_step = (1.0, 0.0)  # a plain step's (tokens, seconds) when the hold was set
+        self.plain = PlainRun(self.settings, settings)  # plain answers held, and probes
         self.last_plan: Plan = plain()
-        self._probe_wait = settings.auto.probe_every  # plain steps before the next probe
-        self._probed = ""  # the drafter of the last speculative step when it was a probe
         self.reason = "warm-up" if self._warmup_left else ""
         self.label = "plan · warm-up" if self._warmup_left else "plan"
         self.prediction = Prediction()  # this reply's, against which its speed is judged
@@ -143,39 +136,30 @@ class Planner(LearningPolicy):
         step = Step(self.pauses.unpaused(available, self.records.hot()), self.lengths.tokens)
         got = unscored(self, step)
         if got is None:
-            return self._keep_hold(step) or self._scored(step)
+            held = self.plain.keep(step.available, id(self.current), self.records.bands())
+            # A held plain answer is predicted on the costs of the scoring that chose it.
+            return self._chosen(plain(self.reason), got=held) if held is not None \
+                else self._scored(step)
         if got.warm is not None:
             self._warmup_left -= 1
             self.planned = got.warm
         if got.tries is not None:
             got.tries.tried += 1
-            self._plain_run = 0
+            self.plain.run = 0
         return self._chosen(got.plan, scored=got.scored)
-
-    def _keep_hold(self, step: Step) -> Plan | None:
-        """A plain answer held for a few steps (see _plain_or_probe), while nothing changed:
-        a lookup that entered a repeated passage (or went deeper) since scores again."""
-        left, held, topic, band = self._hold
-        self._hold = (0, (), 0, ())
-        if left > 0 and held == step.available and topic == id(self.current) \
-                and all(b >= now for b, now in zip(band, self.records.bands(), strict=True)) \
-                and self._plain_run + 1 < self._probe_wait:
-            self._hold = (left - 1, held, topic, band)
-            self._plain_run += 1
-            # Predicted on the costs of the scoring that chose it.
-            return self._chosen(plain(self.reason), got=self._held_step)
-        return None
 
     def _scored(self, step: Step) -> Plan:
         """Every candidate scored; then the best, plain, or a probe."""
         base, cands, chosen, sampled_best = self._choose(step.available)
         why = self.record(chosen.plan.drafter).holds_back(self, base, chosen)
         if why is not None:
-            self._plain_run += 1
+            self.plain.run += 1
             return self._chosen(plain(why))
         if chosen.plan.drafter == NONE:
-            return self._plain_or_probe(step, base, cands, sampled_best)
-        self._plain_run, self._probed, self._probe_wait = 0, "", self.settings.probe_every
+            plan, held = self.plain.plain_or_probe(self, step, id(self.current), base, cands,
+                                                   sampled_best, lambda: self._plain_reason(cands))
+            return self._chosen(plan, got=held)
+        self.plain.speculated()
         arm = self.record(chosen.plan.drafter)
         arm.tried += 1
         plan, predict = arm.speculate(self, chosen, base)
@@ -220,41 +204,6 @@ class Planner(LearningPolicy):
         return max((c for c in cands if c.rate >= base.rate * self.record(c.plan.drafter)
                     .needed()), key=lambda c: c.rate, default=base)
 
-    def _plain_or_probe(self, step: Step, base: Candidate, cands: Sequence[Candidate],
-                        sampled_best: float) -> Plan:
-        """Nothing pays: plain, held for the next few steps; or, every so often, a probe of
-        whether drafting has started to pay."""
-        s, ps = self.settings, self.plan_settings
-        if self._probed and self.record(self._probed).backs_off:
-            # The probe found nothing: wait longer before the next one.
-            self._probe_wait = min(self._probe_wait * 2, s.probe_every * ps.probe_backoff)
-        self._probed = ""
-        self._plain_run += 1
-        others = [r for r in map(self.record, step.available) if r.probe_by_tries]
-        if self._plain_run < self._probe_wait or not (step.chains or others):
-            # The next few plain steps keep this answer unscored (scoring costs a few ms of
-            # Python, a tenth of a small model's step); none while a lookup is hot.
-            best = max([c.rate for c in cands] + [sampled_best])
-            every = 1 if any(r.hot for r in self.records.values()) else REPLAN_EVERY \
-                if best >= NEAR_PLAIN * base.rate else REPLAN_FAR
-            self._hold = (every - 1, step.available, id(self.current), self.records.bands())
-            self._held_step = (base.expected, base.seconds)
-            return self._chosen(plain(self._plain_reason(cands)), got=self._held_step)
-        # A probe: the first chain's arm says (a lookup costs nearly nothing), else the least
-        # tried other arm.
-        lead = min(step.chains, key=lambda n: self.record(n).probe_rank, default=None)
-        probe = self.record(lead).probe(self, base) if lead is not None else None
-        if probe is None:
-            tries = sorted((r.tried, r.name) for r in others if r.name not in self.guessed
-                           and self.lag(r.name) <= ps.warmup_max_lag and r.may_probe(self))
-            probe = tries[0][1] if tries else ""
-        self._plain_run = 0
-        if not probe:
-            return self._chosen(plain(self._plain_reason(cands)))
-        self._probed = probe
-        self.record(probe).tried += 1
-        return self._chosen(self.record(probe).probe_plan("probe"))
-
     def _plain_reason(self, cands: Sequence[Candidate]) -> str:
         drafts = any(self.record(c.plan.drafter).gamma_chain for c in cands)
         return plain_reason(self, drafts, self._mean)
@@ -290,20 +239,17 @@ class Planner(LearningPolicy):
 
     def score_guesses(self, committed: Sequence[int], ran: str,
                       guessers: Mapping[str, Callable[[int], Sequence[int]]]) -> None:
-        """The decoder, after each step: ``committed`` are the tokens it added, ``ran`` the
-        drafter that proposed them ("none": a plain step), ``guessers`` what the drafters whose
-        proposals cost nothing would propose now (``k`` tokens at most). Their acceptance is
-        learnt from these guesses on every step, not only from their own steps and probes
-        (:mod:`specchat.engine.policy.guesses`): a lookup's prior alone never pays on a steep
-        CPU curve, so a predicted output the reply followed would never be tried."""
+        """The free drafters' acceptance is learnt from their guesses on every step, not only
+        from their own steps and probes (:mod:`specchat.engine.policy.guesses`): a lookup's
+        prior alone never pays on a steep CPU curve, so a predicted output the reply followed
+        would never be tried."""
         self.guessed.update(guessers)
         self.records.score_guesses(committed, ran, guessers, self.settings.gamma_max)
 
     # ---------------------------------------------------------------------- persistence
 
     def state(self) -> dict[str, object]:
-        return {**super().state(), "arms": self.records.state(), "read_cost": self.reads.state(),
-                **self.lengths.state()}
+        return {**super().state(), **planner_state.saved(self.records, self.reads, self.lengths)}
 
     def learnt(self) -> int:
         """Draft steps, the other arms' steps and timed steps: a planner that only ever ran
@@ -316,14 +262,9 @@ class Planner(LearningPolicy):
         return costs.verify_known  # an unmeasured draft is priced by the models' sizes
 
     def load_state(self, d: dict[str, object]) -> None:
-        d = self.records.migrate(d)
-        got = self.records.read(d)  # (everything checked before anything is taken)
-        read = DraftReads.read_state(d.get("read_cost", [0.0, 0.0]))
-        lengths = ReplyLengths.read_state(d)  # (older states have neither: nothing measured)
-        super().load_state(d)
-        self.records.take(got)
-        self.reads.load(read)
-        self.lengths.lengths = lengths
+        got = planner_state.read(self.records, d)  # (everything checked before anything is taken)
+        super().load_state(got.base)
+        got.into(self.records, self.reads, self.lengths)
         self.label = "plan"
 
     def begin(self, prompt_text: str) -> None:
@@ -341,15 +282,16 @@ class Planner(LearningPolicy):
         self.reads.start_reply(info)
 
     def draft_lag(self, tokens: int) -> None:
-        """The draft model's cache lacks ``tokens`` of the prompt (the decoder says so after
-        ``begin``): a first draft step pays for reading them, as after plain steps."""
+        """A first draft step pays for reading these, as after plain steps."""
         self.reads.lag(tokens)
 
     def drafter_lags(self, lags: dict[str, int]) -> None:
-        """What each drafter with a cache of its own lacks of the prompt: one that would first
-        read more than ``warmup_max_lag`` tokens is not probed this reply (on a CPU that read
-        costs more than a short reply gains)."""
+        """One that would first read more than ``warmup_max_lag`` tokens is not probed this
+        reply (on a CPU that read costs more than a short reply gains)."""
         self._lags = dict(lags)
+
+    def forecast(self) -> float | None:
+        return self.prediction.tok_s
 
     def describe(self) -> str:
         return f"{super().describe()}{''.join(r.describe() for r in self.records.values())}" \

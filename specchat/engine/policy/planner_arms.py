@@ -17,7 +17,8 @@ warmed up, timed and probed, what its steps and guesses teach, and its saved sta
 - :class:`OwnRecord` — a drafter that plans its own shape (Lookahead's window, Medusa's tree:
   ``own_plan()``, registered by the decoder). No prior predicts what such a step yields and its
   batch is its own, so it is scored on what its steps *did*: decayed tokens committed per step
-  over decayed seconds per step. Its first few steps measure it; afterwards it runs only while
+  over decayed seconds per step. Its first few steps measure it (unless a saved state holds
+  those figures: they are saved like the other arms' estimates); afterwards it runs only while
   it beats plain by the margin, and is probed again now and then while it loses.
 
 The base :class:`ArmRecord` answers as an arm that is never planned (a plain step's).
@@ -237,7 +238,7 @@ class ArmRecord:
     def reseed(self, seed: AutoGammaSeed) -> None:
         """A calibration arrived."""
 
-    # saved state (the planner's state holds each arm's under its name: see Planner.state)
+    # saved state (the planner's state holds each arm's under its name: planner_state)
     def state(self) -> object | None:
         """What it learnt, JSON-able; None: nothing to keep."""
         return None
@@ -251,7 +252,8 @@ class ArmRecord:
         """What :meth:`read` returned, once the whole state has been read."""
 
     def old_state(self, d: Mapping[str, object]) -> object | None:
-        """Its state as a version-1 planner state held it (see :func:`migrate`); None: none."""
+        """Its state as a version-1 planner state held it (see
+        :func:`specchat.engine.policy.planner_state.migrate`); None: none."""
         return None
 
     def learnt(self) -> int:
@@ -361,6 +363,20 @@ class MeasuredDrafter:
             return None
         return self.tokens / self.count, self.seconds / self.count
 
+    def state(self) -> dict[str, float]:
+        return {"tokens": self.tokens, "seconds": self.seconds, "count": self.count}
+
+    @classmethod
+    def read(cls, saved: object) -> MeasuredDrafter:
+        """A saved :meth:`state`, checked (ValueError: another shape). Its steps start at 0:
+        the first step of a process pays its one-off costs again and is not counted."""
+        got = cls()
+        sums = {k: float(saved[k]) for k in ("tokens", "seconds", "count")}  # type: ignore[index]
+        if min(sums.values()) < 0 or (sums["count"] > 0) != (sums["seconds"] > 0):
+            raise ValueError("measured steps of another shape")
+        got.tokens, got.seconds, got.count = sums["tokens"], sums["seconds"], sums["count"]
+        return got
+
 
 def _no_plan() -> Plan:
     return Plan(NONE)
@@ -432,13 +448,16 @@ class OwnRecord(ArmRecord):
         # paid for its window (its drafter then reads "none").
         self.measured.observe(step)
 
+    def state(self) -> object | None:
+        return self.measured.state() if self.measured.count > 0 else None
 
-def migrate(d: Mapping[str, object], records: Sequence[ArmRecord]) -> Mapping[str, object]:
-    """A planner state in today's format (version 2: each arm's state in ``arms``, under its
-    name). Version 1, saved before the arms kept their states apart, held the banded lookup's
-    estimates at the top level, under its name (``name``, ``name_cold``, ``name_long``,
-    ``name_cost``), and the tree's rank counts as ``ranks``; the other arms' were not saved."""
-    if d.get("version") != 1:
-        return d
-    arms = {r.name: old for r in records if (old := r.old_state(d)) is not None}
-    return {**d, "version": 2, "arms": arms}
+    def read(self, saved: object) -> object:
+        return MeasuredDrafter.read(saved)
+
+    def take(self, got: object) -> None:
+        self.measured = got  # type: ignore[assignment]
+        if self.measured.count > 0:
+            self.tried = max(self.tried, MEASURE_STEPS)  # measured in an earlier process
+
+    def learnt(self) -> int:
+        return self.measured.steps

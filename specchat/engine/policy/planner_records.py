@@ -1,8 +1,8 @@
 """The planner's records of its arms, by drafter: each made for the kind the drafter's module
-declares (:mod:`specchat.engine.decode.arms`; a drafter that declares none is a chain), or,
-for a drafter the decoder registers as planning its own step, a self-planning one
-(:mod:`specchat.engine.policy.planner_arms`). What they learnt is saved and loaded here, each
-arm's under its name (``arms`` of the planner's state), older states migrated.
+declares (:mod:`specchat.engine.decode.arms`; a drafter that declares none is a chain, until the
+decoder registers it as planning its own step: then it is a self-planning one,
+:mod:`specchat.engine.policy.planner_arms`). What they learnt is saved with the planner's state,
+each arm's under its name (:mod:`specchat.engine.policy.planner_state`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from specchat.engine.policy.planner_arms import (
     ChainRecord,
     LookupRecord,
     OwnRecord,
-    migrate,
 )
 from specchat.engine.policy.planner_banded import BandedLookup
 from specchat.engine.policy.planner_draft import DraftChain, DraftTree
@@ -26,7 +25,7 @@ from specchat.engine.policy.planner_settings import PlannerSettings
 
 KINDS: dict[ArmKind, type[ArmRecord]] = {
     ArmKind.LOOKUP: LookupRecord, ArmKind.CHAIN: ChainRecord,
-    ArmKind.DRAFT_CHAIN: DraftChain, ArmKind.DRAFT_TREE: DraftTree}
+    ArmKind.DRAFT_CHAIN: DraftChain, ArmKind.DRAFT_TREE: DraftTree, ArmKind.OWN_STEP: OwnRecord}
 
 
 class Records(dict[str, ArmRecord]):
@@ -52,7 +51,8 @@ class Records(dict[str, ArmRecord]):
         return got
 
     def own(self, plans: Mapping[str, Callable[[], Plan]]) -> None:
-        """The drafters that plan their own step, with how to ask each for it."""
+        """The drafters that plan their own step, with how to ask each for it (a drafter whose
+        module declares no own-step arm gets its record now, with nothing learnt)."""
         for name, ask in plans.items():
             got = self.get(name)
             if not isinstance(got, OwnRecord):
@@ -88,20 +88,3 @@ class Records(dict[str, ArmRecord]):
     def bands(self) -> tuple[int, ...]:
         """Each banded lookup's band."""
         return tuple(b for b in (r.band for r in self.values()) if b is not None)
-
-    def state(self) -> dict[str, object]:
-        return {n: got for n, r in self.items() if (got := r.state()) is not None}
-
-    def migrate(self, d: Mapping[str, object]) -> dict[str, object]:
-        """Planner state ``d`` in today's format (planner_arms.migrate)."""
-        return dict(migrate(d, list(self.values())))
-
-    def read(self, d: Mapping[str, object]) -> dict[str, object]:
-        """The arms' states in planner state ``d`` (today's format), parsed and checked,
-        nothing taken yet (see :meth:`take`)."""
-        arms: dict[str, object] = dict(d["arms"])  # type: ignore[call-overload]
-        return {str(n): self.of(str(n)).read(x) for n, x in arms.items()}
-
-    def take(self, got: Mapping[str, object]) -> None:
-        for name, mine in got.items():
-            self[name].take(mine)

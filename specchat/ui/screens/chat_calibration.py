@@ -40,6 +40,7 @@ class BackgroundCalibration:
                  session: ChatSession) -> None:
         self.screen = screen
         self.session = session
+        self.runtime = runtime  # whose controllers take the calibration in
         self.quiet_s = services.calibrate_quiet_s
         self.job = AutoCalibration.for_runtime(runtime, services.config.auto_calibrate,
                                                services.calibration_options)
@@ -169,8 +170,7 @@ class BackgroundCalibration:
                                f"{label}` measures it when you like.", timeout=12, markup=False)
 
     def _take(self, outcome: Outcome) -> None:
-        engine = getattr(self.screen, "engine", None)
-        reseed(getattr(getattr(engine, "decoder", None), "policy", None), outcome.seed)
+        reseed(self.runtime, outcome.seed)
 
     # --- the user ----------------------------------------------------------------------------
 
