@@ -1,7 +1,8 @@
-"""The live stats bar: rolling tokens/s, α, τ, draft vs verify time and context fill on one
-line; γ on the next, what chooses it and what it is, each labelled; then backend and models,
-with sparklines of α and tokens/s over the conversation and a strip of γ over the recent steps
-(where auto-γ shows it lengthening on code and shortening on prose).
+"""The live stats bar: rolling decode tokens/s, α, τ with the acceptance length, draft vs
+verify time and context fill on one line; γ on the next, what chooses it and what it is, each
+labelled; then backend and models, with sparklines of α and decode tokens/s over the
+conversation and a strip of γ over the recent steps (where auto-γ shows it lengthening on code
+and shortening on prose).
 
 It is fed :class:`LiveStats` snapshots (at most ~10 a second, coalesced in the message queue)
 and draws nothing on its own: what it shows is in reactives (the figures, whether a reply runs,
@@ -52,26 +53,51 @@ def sparkline(values: Sequence[float], width: int, lo: float, hi: float | None) 
     return "".join(bars).ljust(width)
 
 
-def stats_line(s: LiveStats, busy: bool, pending: int | None = None) -> Text:
-    """The figures: tokens/s, α, τ, the draft/verify split and the context's fill;
-    ``pending``: the prompt's tokens with the files attached to the message being written,
-    shown as the fill (before it is sent) while no reply runs."""
+# The acceptance length's label and how the draft/verify time split is shown ("draft": the
+# draft's share alone, "": not at all): the first form whose line fits the bar's width is
+# drawn (an 80-column terminal gets one of the shorter ones).
+FORMS = (("acceptance length", "draft/verify"), ("acc.len", "draft/verify"),
+         ("acc.len", "draft"), ("acc.len", ""))
+
+
+def stats_line(s: LiveStats, busy: bool, pending: int | None = None,
+               width: int | None = 78) -> Text:
+    """The figures: decode tokens/s (the first token, which waits for the prompt, left out),
+    α, τ and beside it the acceptance length (1 + accepted / steps, as vLLM reports it), the
+    draft/verify split and the context's fill, in the first of :data:`FORMS` that fits
+    ``width`` columns (None: the first); ``pending``: the prompt's tokens with the files
+    attached to the message being written, shown as the fill while no reply runs."""
+    line = Text()
+    for label, split in FORMS:
+        line = _figures(s, busy, pending, label, split)
+        if width is None or line.cell_len <= width:
+            break
+    return line
+
+
+def _figures(s: LiveStats, busy: bool, pending: int | None, acc_label: str,
+             split: str) -> Text:
     def fmt(v: float | None, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
     dim = "dim"
     out = Text()
     out.append(f"{fmt(s.tps, '5.1f')}", "bold")
-    out.append(" tok/s" + (" (live)" if busy else ""), dim)
+    out.append(" tok/s decode" + (" (live)" if busy else ""), dim)
     out.append("  α ", dim)
     out.append(fmt(s.alpha, ".2f"), "bold")
     out.append("  τ ", dim)
     out.append(fmt(s.tau, ".2f"), "bold")
-    out.append("  draft/verify ", dim)
-    if s.draft_share is None:
-        out.append("—", "bold")
-    else:
-        out.append(f"{s.draft_share:.0%}/{1 - s.draft_share:.0%}", "bold")
+    out.append(f"  {acc_label} ", dim)
+    out.append(fmt(s.acceptance_length, ".2f"), "bold")
+    if split:
+        out.append(f"  {split} ", dim)
+        if s.draft_share is None:
+            out.append("—", "bold")
+        elif split == "draft":
+            out.append(f"{s.draft_share:.0%}", "bold")
+        else:
+            out.append(f"{s.draft_share:.0%}/{1 - s.draft_share:.0%}", "bold")
     out.append("  ctx ", dim)
     used = "—" if s.ctx_used is None else str(s.ctx_used)
     size = "—" if s.ctx_size is None else str(s.ctx_size)
@@ -184,7 +210,7 @@ class StatsBar(Vertical):
         with Horizontal(id="stats-sparks"):
             yield Label("α", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, 1), id="alpha-spark", classes="spark")
-            yield Label("tok/s", classes="spark-label")
+            yield Label("tok/s decode", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="tps-spark", classes="spark")
             yield Label("γ", classes="spark-label")
             yield Static(sparkline([], SPARK_WIDTH, 0, None), id="gamma-spark", classes="spark")
@@ -192,7 +218,8 @@ class StatsBar(Vertical):
                         markup=False)
 
     def _line(self) -> Text:
-        return stats_line(self.stats, self.busy, self.pending)
+        width = self.outer_size.width - 2  # the padding: 1 each side (0: not laid out yet)
+        return stats_line(self.stats, self.busy, self.pending, width if width > 0 else None)
 
     def _gamma_line(self) -> Text:
         return gamma_line(self.stats, self.gamma_mode, self.speculative, self.busy)

@@ -81,17 +81,21 @@ def keep_line_breaks() -> MarkdownIt:
 
 
 def reply_summary(stats: ReplyStats | None, status: str) -> str:
-    """``128 tokens · 54.2 tok/s · α 0.72 · τ 2.81 · stopped``"""
+    """``128 tokens · 54.2 tok/s decode · α 0.72 · τ 2.81 · acc.len 2.95 · stopped by you``
+    (decode: the first token, which waits for the prompt, left out; the acceptance length is
+    1 + accepted / steps, as vLLM reports it)."""
     s = stats.generation if stats else GenerationStats()
     parts = []
     if s.generated_tokens:
         parts.append(f"{s.generated_tokens} tokens")
     if s.decode_tps:
-        parts.append(f"{s.decode_tps:.1f} tok/s")
+        parts.append(f"{s.decode_tps:.1f} tok/s decode")
     if s.alpha is not None:
         parts.append(f"α {s.alpha:.2f}")
     if s.tau is not None and s.steps:
         parts.append(f"τ {s.tau:.2f}")
+    if s.acceptance_length is not None:
+        parts.append(f"acc.len {s.acceptance_length:.2f}")
     reason = s.stop_reason
     if status == "cancelled":
         parts.append("stopped by you")
