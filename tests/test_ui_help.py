@@ -30,7 +30,8 @@ def rendered(renderable: object, width: int = 80) -> str:
 
 def test_the_explain_page_names_every_number_and_fate() -> None:
     text = rendered(explain())
-    for word in ("α", "τ", "γ", "tok/s", "draft/verify", "ctx", "accepted draft", "corrected",
+    for word in ("α", "τ", "acc.len", "γ", "tok/s", "draft/verify", "ctx", "accepted draft",
+                 "corrected",
                  "bonus", "plain target", "rejected draft", "losing branches", "planner",
                  "fixed", "pair", "auto"):
         assert word in text, word

@@ -148,7 +148,9 @@ def essentials(text: str) -> None:
     """What must be whole on the chat screen at any supported size."""
     lines = text.split("\n")
     assert "specchat · Primary colours" in lines[0]
-    assert any("tok/s  α 0.79  τ 2.50  draft/verify 31%/69%  ctx 46/512" in ln for ln in lines)
+    # The acceptance length's label and the draft/verify split as wide as the bar allows.
+    assert any("61.2 tok/s decode  α 0.79  τ 2.50  acc" in ln and " 3.50  draft" in ln
+               and "31%" in ln and "ctx 46/512" in ln for ln in lines), text
     assert any(ln.strip().startswith("γ fixed · 4.0 drafted per step") for ln in lines)
     assert "CPU · Tiny Target" in text
     footer = lines[-1]
@@ -156,7 +158,7 @@ def essentials(text: str) -> None:
                 "^p palette"):
         assert key in footer, footer
     assert "Primary colours" in text and "Haiku about the" in text  # the chat list
-    assert "Name the primary colours" in text and "15 tokens · 61.2 tok/s" in text
+    assert "Name the primary colours" in text and "15 tokens · 61.2 tok/s decode" in text
     assert "accepted corrected bonus plain rejected" in text
 
 

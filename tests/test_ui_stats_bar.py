@@ -9,11 +9,14 @@ from textual.widgets import Static
 from ui_helpers import GREEDY, app_test, make_services, screen_text, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
+from specchat.engine.decode.events import GenerationStats
 from specchat.session.live import LiveStats
+from specchat.store import ReplyStats
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.stats_bar import gamma_line, mode_words, stats_line
+from specchat.ui.widgets.transcript import reply_summary
 
 
 def test_mode_words_never_read_as_a_count() -> None:
@@ -48,6 +51,26 @@ def test_the_figures_line_fits_80_columns() -> None:
     s = LiveStats(tokens=900, tps=123.4, alpha=0.79, tau=2.5, draft_share=0.31, ctx_used=12345,
                   ctx_size=131072)
     assert len(stats_line(s, busy=True).plain) <= 78  # the bar's padding: 1 each side
+
+
+def test_tok_s_says_decode_and_the_acceptance_length_sits_beside_tau() -> None:
+    """tok/s is decode speed (the first token left out), labelled so; the acceptance length
+    (1 + accepted / steps, vLLM's) is shown beside τ, its label shortened where the bar is
+    narrow, then the draft/verify split shortened and dropped, never the figures before it."""
+    g = GenerationStats(generated_tokens=15, decode_s=14 / 61.2, accepted=15, rejections=4,
+                        steps=6, target_forwards=6, draft_s=0.05, verify_s=0.11)
+    live = LiveStats.from_stats(g, 46, 512)
+    assert live.acceptance_length == 3.5 and live.tau == 2.5
+    wide = stats_line(live, busy=False, width=None).plain
+    assert wide == (" 61.2 tok/s decode  α 0.79  τ 2.50  acceptance length 3.50  "
+                    "draft/verify 31%/69%  ctx 46/512")
+    assert stats_line(live, busy=False, width=78).plain == \
+        " 61.2 tok/s decode  α 0.79  τ 2.50  acc.len 3.50  draft 31%  ctx 46/512"
+    assert stats_line(live, busy=True, width=60).plain == \
+        " 61.2 tok/s decode (live)  α 0.79  τ 2.50  acc.len 3.50  ctx 46/512"
+    assert "acceptance length —" in stats_line(LiveStats(), busy=False).plain  # no steps
+    summary = reply_summary(ReplyStats(g), "done")
+    assert summary == "15 tokens · 61.2 tok/s decode · α 0.79 · τ 2.50 · acc.len 3.50"
 
 
 @app_test

@@ -30,6 +30,8 @@ class LiveStats:
     alpha: float | None = None  # acceptance rate over the reply so far
     alpha_window: float | None = None  # over the last WINDOW_S (what the sparkline plots)
     tau: float | None = None  # tokens committed per verification step
+    # 1 + accepted / steps, vLLM's mean acceptance length (engine.decode.stats), shown beside τ
+    acceptance_length: float | None = None
     gamma: int | None = None  # draft length of the latest step
     draft_share: float | None = None  # draft time / (draft + verify) time
     ctx_used: int | None = None
@@ -47,7 +49,8 @@ class LiveStats:
         spent = s.draft_s + s.verify_s
         tau = s.tau if s.steps else None
         return cls(tokens=s.generated_tokens, tps=s.decode_tps or None, alpha=s.alpha,
-                   alpha_window=s.alpha, tau=tau, gamma=gamma,
+                   alpha_window=s.alpha, tau=tau, acceptance_length=s.acceptance_length,
+                   gamma=gamma,
                    draft_share=s.draft_s / spent if spent > 0 else None, ctx_used=ctx_used,
                    ctx_size=ctx_size, final=True, mode=mode, gammas=gammas,
                    drafted_per_step=_drafted_per_step(s))
@@ -161,7 +164,8 @@ class EventBatcher(FateFold):
         return LiveStats(
             tokens=self.tokens, tps=tps or None, alpha=t.alpha,
             alpha_window=acceptance(win_acc, win_rej),
-            tau=t.tau(self.generated), gamma=self.gamma,
+            tau=t.tau(self.generated), acceptance_length=t.acceptance_length,
+            gamma=self.gamma,
             draft_share=t.draft_s / spent if spent > 0 else None,
             ctx_used=ctx_used, ctx_size=self._ctx_size, mode=self.mode,
             gammas=tuple(self._gammas))

@@ -326,9 +326,10 @@ class SpecchatApp(App[int]):
         # and the target's weights are on a server that is gone: nothing to wait for or free.
         dropped = rpc.failure() is not None
         if self.chat is not None:
-            self.chat.stop_engine_work(0.0 if dropped else SHUTDOWN_WAIT_S)
-            self.chat.save_partial_reply()
-            self.rescued = self.chat.rescued or self.rescued
+            replies = self.chat.replies  # the reply in flight, and what it could not save
+            replies.stop_engine_work(0.0 if dropped else SHUTDOWN_WAIT_S)
+            replies.save_partial_reply()
+            self.rescued = replies.rescued or self.rescued
         if self.runtime is not None and not dropped:
             self.runtime.close()
             self.runtime = None

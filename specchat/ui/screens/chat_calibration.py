@@ -1,17 +1,18 @@
 """The pair calibrated in the background while the chat is quiet (:mod:`specchat.session.
-auto_calibration`), with its progress bar above the stats bar and F12 to stop it.
+auto_calibration`): its progress bar, one line over the stats bar while it runs or is paused,
+and F12 to stop it.
 
-A helper the chat screen owns (not a base class), like :mod:`.chat_search`. The screen owns the
-worker (``calibrate_in_background``) and tells this helper when the chat becomes quiet (opened,
-a reply ended, back in front) and when it stops being quiet (a reply starts, another screen
-opens over it): a reply always goes first.
+The bar runs the calibration in its own thread worker, whose progress comes back to it as
+messages. The chat screen tells it when the chat becomes quiet (opened, a reply ended, back in
+front) and when it stops being quiet (a reply starts, another screen opens over it): a reply
+always goes first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from textual.screen import Screen
+from textual import work
 
 from specchat.models.progress import WAIT, Progress
 from specchat.runtime import Runtime
@@ -28,6 +29,7 @@ from specchat.session.auto_calibration import (
     reseed,
 )
 from specchat.session.controller import ChatSession
+from specchat.ui.messages import CalibrationEnded, CalibrationProgress
 from specchat.ui.services import AppServices
 from specchat.ui.widgets.transfers import TransferList
 
@@ -35,10 +37,21 @@ STOP_KEY = "F12"
 PAUSED_TEXT = "paused while the reply is written"
 
 
-class BackgroundCalibration:
-    def __init__(self, screen: Screen[Any], services: AppServices, runtime: Runtime,
-                 session: ChatSession) -> None:
-        self.screen = screen
+class BackgroundCalibration(TransferList):
+    """``chat`` is the chat screen (Any: importing chat.py here would make a cycle)."""
+
+    DEFAULT_CSS = """
+    BackgroundCalibration { display: none; height: auto; padding: 0 1; }
+    BackgroundCalibration TransferRow { layout: horizontal; height: 1; margin: 0; }
+    BackgroundCalibration ProgressBar { width: auto; margin-right: 2; }
+    BackgroundCalibration .transfer-label { width: 1fr; text-wrap: nowrap;
+                                            text-overflow: ellipsis; }
+    """
+
+    def __init__(self, chat: Any, services: AppServices, runtime: Runtime,
+                 session: ChatSession, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.chat = chat
         self.session = session
         self.runtime = runtime  # whose controllers take the calibration in
         self.quiet_s = services.calibrate_quiet_s
@@ -51,8 +64,7 @@ class BackgroundCalibration:
     @property
     def shown(self) -> bool:
         """Its bar is on screen (running or paused): F12 is in the footer."""
-        bars = self.screen.query("#calibration")
-        return bool(bars) and bool(bars.first().display)
+        return self.is_mounted and bool(self.display)
 
     # --- when --------------------------------------------------------------------------------
 
@@ -64,12 +76,12 @@ class BackgroundCalibration:
             self._timer.stop()
             self._timer = None
         if self.quiet_s > 0:
-            self._timer = self.screen.set_timer(self.quiet_s, self._start_if_quiet)
+            self._timer = self.chat.set_timer(self.quiet_s, self._start_if_quiet)
         else:
-            self.screen.call_later(self._start_if_quiet)
+            self.chat.call_later(self._start_if_quiet)
 
     def _is_quiet(self) -> bool:
-        s = self.screen
+        s = self.chat
         return s.is_current and self.session.job is None and getattr(s, "filled", True)
 
     def _start_if_quiet(self) -> None:
@@ -79,7 +91,19 @@ class BackgroundCalibration:
             return
         if job.state.measured or self._shown:  # going on: say so at once
             self._show(Progress("", self._shown, 1, unit="%"))
-        self.screen.calibrate_in_background(job)  # type: ignore[attr-defined]
+        self._run(job)
+
+    @work(thread=True, exit_on_error=False, group="calibrate")
+    def _run(self, job: AutoCalibration) -> None:
+        """The pair's calibration, in a thread; it never raises."""
+        outcome = job.run(lambda p: self.post_message(CalibrationProgress(p)))
+        self.post_message(CalibrationEnded(outcome))
+
+    def on_calibration_progress(self, msg: CalibrationProgress) -> None:
+        self.progress(msg.progress)
+
+    def on_calibration_ended(self, msg: CalibrationEnded) -> None:
+        self.ended(msg.outcome)
 
     def pause(self) -> None:
         """A reply starts or another screen opens: the calibration stops at its next token
@@ -124,22 +148,19 @@ class BackgroundCalibration:
         self._show(p)
 
     def _show(self, p: Progress, detail: str = "") -> None:
-        bars = self.screen.query("#calibration")
-        if not bars or self.job is None:
+        if not self.is_mounted or self.job is None:
             return
-        bar = bars.first(TransferList)
         shown = progress_text(self.job.label, p)
-        bar.show(Progress(shown.task, shown.done, 100, unit="%",
-                          detail=detail or f"{STOP_KEY} stops it"))
-        if not bar.display:
-            bar.display = True
-            self.screen.refresh_bindings()
+        self.show(Progress(shown.task, shown.done, 100, unit="%",
+                           detail=detail or f"{STOP_KEY} stops it"))
+        if not self.display:
+            self.display = True
+            self.chat.refresh_bindings()
 
     def _hide(self) -> None:
-        bars = self.screen.query("#calibration")
-        if bars and bars.first().display:
-            bars.first().display = False
-            self.screen.refresh_bindings()
+        if self.is_mounted and self.display:
+            self.display = False
+            self.chat.refresh_bindings()
 
     def ended(self, outcome: Outcome) -> None:
         if self.job is None or outcome.phase != self.job.phase:
@@ -157,17 +178,17 @@ class BackgroundCalibration:
                 self._take(outcome)
             else:
                 self._seed = outcome  # the reply in flight keeps its plan; the next takes it
-            self.screen.notify(finished_text(label, outcome.result), title="Calibrated",
-                               timeout=20, markup=False)
+            self.chat.notify(finished_text(label, outcome.result), title="Calibrated",
+                             timeout=20, markup=False)
         elif outcome.phase == FAILED:
-            self.screen.notify(f"Could not calibrate {label} here: {outcome.error}. The chat "
-                               f"goes on uncalibrated; `specchat models calibrate {label}` "
-                               "tries again.", title="Calibration failed", severity="warning",
-                               timeout=20, markup=False)
+            self.chat.notify(f"Could not calibrate {label} here: {outcome.error}. The chat "
+                             f"goes on uncalibrated; `specchat models calibrate {label}` "
+                             "tries again.", title="Calibration failed", severity="warning",
+                             timeout=20, markup=False)
         elif outcome.phase == CANCELLED:
-            self.screen.notify(f"Calibration stopped: {label} stays uncalibrated and is not "
-                               f"calibrated on its own again; `specchat models calibrate "
-                               f"{label}` measures it when you like.", timeout=12, markup=False)
+            self.chat.notify(f"Calibration stopped: {label} stays uncalibrated and is not "
+                             f"calibrated on its own again; `specchat models calibrate "
+                             f"{label}` measures it when you like.", timeout=12, markup=False)
 
     def _take(self, outcome: Outcome) -> None:
         reseed(self.runtime, outcome.seed)
@@ -176,7 +197,7 @@ class BackgroundCalibration:
 
     def stop_by_user(self) -> None:
         if self.job is None or not self.job.active:
-            self.screen.notify("Nothing is being calibrated.", timeout=4, markup=False)
+            self.chat.notify("Nothing is being calibrated.", timeout=4, markup=False)
             return
         paused_or_waiting = self.job.phase != RUNNING
         self.job.stop_by_user()

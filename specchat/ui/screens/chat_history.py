@@ -1,7 +1,8 @@
 """Past chats on the chat screen: the side list, opening, renaming, deleting, exporting.
 
-A helper the chat screen owns (not a base class): it knows the screen only as a Textual
-screen plus the two callbacks it is given, so this module does not import chat.py.
+The side pane (its title and the :class:`ChatList`), which answers what the list posts (open,
+rename, delete). It knows the chat screen only through the callbacks it is given, so this
+module does not import chat.py.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from textual.screen import Screen
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
 
 from specchat.errors import SpecchatError
 from specchat.session.controller import ChatSession
@@ -17,30 +20,60 @@ from specchat.store import chat_to_markdown, export_filename, unused_path, write
 from specchat.textsafe import safe_text
 from specchat.ui.screens.dialogs import ConfirmDialog, PromptDialog
 from specchat.ui.services import AppServices
+from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.chat_list import ChatList
 
 
-class ChatHistory:
-    def __init__(self, screen: Screen[Any], session: ChatSession, services: AppServices,
+class ChatHistory(Vertical):
+    DEFAULT_CSS = """
+    ChatHistory { width: 28; max-width: 35%; height: 1fr; border-right: tall $panel;
+                  background: $surface; }
+    ChatHistory #sidebar-title { height: auto; padding: 0 1; text-style: bold; }
+    """
+
+    def __init__(self, session: ChatSession, services: AppServices,
                  when_idle: Callable[[Callable[[], None]], None],
-                 opened: Callable[[list[Any]], None], retitled: Callable[[], None]) -> None:
-        self.screen = screen
+                 opened: Callable[[list[Any]], None], retitled: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.session = session
         self.services = services
         self.when_idle = when_idle  # run after the reply in flight stops
         self.opened = opened  # the session now shows another chat: redraw (with its views)
         self.retitled = retitled  # the current chat has a new title
 
-    def _notify(self, text: str, **kw: Any) -> None:
-        self.screen.notify(text, markup=False, **kw)
+    def compose(self) -> ComposeResult:
+        yield Static("Chats\n[dim]F2 rename · Del delete[/dim]", id="sidebar-title")
+        yield ChatList(id="chat-list")
 
-    def refresh(self) -> None:
+    def on_chat_list_open(self, msg: ChatList.Open) -> None:
+        self.open(msg.chat_id)
+
+    def on_chat_list_rename(self, msg: ChatList.Rename) -> None:
+        self.rename(msg.chat_id, msg.title)
+
+    def on_chat_list_delete(self, msg: ChatList.Delete) -> None:
+        self.delete(msg.chat_id, msg.title)
+
+    def toggle(self) -> None:
+        """Ctrl+L: shown or hidden. Focus moves now (Ctrl+L is a priority key, run before the
+        next key is handed on): what is typed right after it then reaches the list, which
+        passes it to the message box."""
+        self.display = not self.display
+        self.screen.set_focus(self.query_one(ChatList) if self.display
+                              else self.screen.query_one(ChatInput))
+
+    def _notify(self, text: str, **kw: Any) -> None:
+        self.notify(text, markup=False, **kw)
+
+    def show_chats(self) -> None:
+        """The list of saved chats, the current one marked."""
         try:
             chats = self.session.summaries()
         except SpecchatError as e:
             self._notify(str(e), title="Chat history", severity="error")
             return
-        self.screen.query_one(ChatList).show(chats, self.session.conversation.chat_id)
+        self.query_one(ChatList).show(chats, self.session.conversation.chat_id)
 
     def open(self, chat_id: int) -> None:
         if chat_id != self.session.conversation.chat_id:
@@ -75,9 +108,9 @@ class ChatHistory:
 
         def answer(yes: bool | None) -> None:
             if yes and self.session.conversation.chat_id == chat_id:
-                self.screen.app.switch_to(pair, chat_id)  # type: ignore[attr-defined]
+                self.app.switch_to(pair, chat_id)  # type: ignore[attr-defined]
 
-        self.screen.app.push_screen(ConfirmDialog(
+        self.app.push_screen(ConfirmDialog(
             f"This chat was with {safe_text(pair)}; {now} is loaded now. Switch to "
             f"{safe_text(pair)} (it loads, then this chat opens on it)?", yes="Switch",
             no=f"Stay on {now}", variant="primary"), answer)
@@ -104,9 +137,9 @@ class ChatHistory:
                 self._notify(str(e), severity="error")
                 return
             self.retitled()
-            self.refresh()
+            self.show_chats()
 
-        self.screen.app.push_screen(PromptDialog("Rename the chat", title), done)
+        self.app.push_screen(PromptDialog("Rename the chat", title), done)
 
     # --- delete -----------------------------------------------------------------------------
 
@@ -124,7 +157,7 @@ class ChatHistory:
             else:
                 self._delete(chat_id, current=False)
 
-        self.screen.app.push_screen(ConfirmDialog(f"Delete “{title}” and all its messages?"),
+        self.app.push_screen(ConfirmDialog(f"Delete “{title}” and all its messages?"),
                                     done)
 
     def _delete(self, chat_id: int, current: bool) -> None:
@@ -136,7 +169,7 @@ class ChatHistory:
         if current:
             self.opened(views)
         else:
-            self.refresh()
+            self.show_chats()
         self._notify("Chat deleted.", timeout=3)
 
     # --- export -----------------------------------------------------------------------------

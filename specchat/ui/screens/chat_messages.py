@@ -27,6 +27,7 @@ from specchat.session.views import View
 from specchat.store import ReplyStats
 from specchat.ui.screens.dialogs import ConfirmDialog
 from specchat.ui.screens.message_dialogs import CodePicker, EditDialog, MessageMenu, preview
+from specchat.ui.widgets.legend import Legend
 from specchat.ui.widgets.transcript import Transcript
 
 Start = Callable[[str, SamplerSettings, ReplyStats], list[View]]
@@ -54,7 +55,7 @@ class MessageActions:
     def _show(self) -> None:
         self.transcript.select(self.selected)
         hint = Text(HINT, style="bold") if self.selected is not None else None
-        self.screen.show_legend(hint)  # type: ignore[attr-defined]
+        self.screen.query_one(Legend).hint = hint  # in the legend's place
 
     def clear(self) -> None:
         if self.selected is not None:

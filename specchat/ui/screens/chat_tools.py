@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.text import Text
-
 from specchat.session.tool_reply import NO_TOOL_FORMAT
 from specchat.session.views import (
     CallAsked,
@@ -25,7 +23,6 @@ from specchat.session.views import (
 )
 from specchat.store.chat_tools import ChatTools
 from specchat.store.tool_parts import CallRecord
-from specchat.textsafe import safe_text
 from specchat.ui.screens.tools_dialog import ToolsScreen
 from specchat.ui.widgets.chat_input import ChatInput
 from specchat.ui.widgets.tool_card import ToolCard, TranscriptNoteLine
@@ -43,7 +40,7 @@ class ChatToolCalls:
         """Draw ``v`` if it is a tool view; whether it was."""
         s = self.screen
         if isinstance(v, CallShown):
-            widget = s.job_widget
+            widget = s.transcript.reply
             if widget is not None and widget.turn is v.turn and widget.streaming:
                 s.transcript.finish(widget, "done", None)  # its text is whole: no "generating…"
             card = ToolCard(v.call)
@@ -67,10 +64,8 @@ class ChatToolCalls:
             else:
                 card.set_result(v.turn)
         elif isinstance(v, NewRound):
-            widget = s.job_widget
-            if widget is not None:
-                s.transcript.finish(widget, v.ended.status, v.ended.stats)
-            s.job_widget = s.transcript.add_reply(v.turn)
+            s.transcript.end_reply(v.ended.status, v.ended.stats)
+            s.transcript.add_reply(v.turn)
         elif isinstance(v, TranscriptNote):
             s.transcript.add(TranscriptNoteLine(v.text))
         else:
@@ -86,7 +81,7 @@ class ChatToolCalls:
         s = self.screen
         s.render_views(s.session.answer(event.call_id, event.name, event.decision))
         if event.decision == "always":
-            s._retitled()
+            s.retitled()
         focused = s.focused
         if focused is None or focused is event.card or event.card in focused.ancestors:
             s.query_one(ChatInput).focus()  # the question is gone: back to the message box
@@ -98,7 +93,7 @@ class ChatToolCalls:
         current: ChatTools = s.conversation.tools
 
         def chosen(tools: ChatTools | None) -> None:
-            if not s.apply_chat_setting(tools, current, s.session.set_tools, "tools"):
+            if not s.dialogs.apply(tools, current, s.session.set_tools, "tools"):
                 return
             assert tools is not None
             if tools.on and not s.engine.template.takes_tools:
@@ -112,10 +107,3 @@ class ChatToolCalls:
         s.app.push_screen(ToolsScreen(current, s.services.config.mcp_servers,
                                       s.engine.template.takes_tools, s.services.tool_hub()),
                           chosen)
-
-
-def topbar_part(tools: ChatTools) -> Text | None:
-    """``  · tools: git, notes`` for the top bar (None: no tools)."""
-    if not tools.on:
-        return None
-    return Text(f"  · tools: {safe_text(', '.join(tools.servers))}", "bold")

@@ -23,11 +23,14 @@ NUMBERS: tuple[tuple[str, str], ...] = (
     ("α", "acceptance: the share of draft tokens the target kept (0.8 = four in five)"),
     ("τ", "tokens per target pass: accepted drafts plus the target's own one; plain is 1.0, "
           "higher is faster"),
+    ("acc.len", "acceptance length, 1 + accepted / steps: what τ is without the reply's first "
+                "token (from the prompt's pass), as vLLM reports it"),
     ("γ", "draft length: tokens guessed per pass, on the stats bar's second line. First what "
           "chooses it: fixed at N (your setting), the pair's N (its calibrated γ), auto, or the "
           "planner (step by step, with its reason); then its value: this step's while a reply "
           "streams, drafted per step for a finished one. Off, or 0 per step, is plain decoding"),
-    ("draft/verify", "time spent drafting vs checking"),
+    ("draft/verify", "time spent drafting vs checking (where the bar is narrow: the draft's "
+                     "share alone, or nothing)"),
     ("ctx", "context window: tokens used / size"),
 )
 

@@ -22,6 +22,12 @@ def chip_label(f: AttachedFile) -> str:
 
 
 class AttachmentBar(Horizontal):
+    DEFAULT_CSS = """
+    AttachmentBar { height: auto; margin: 0 1; display: none; }
+    AttachmentBar > Button.chip { height: 1; min-width: 8; border: none; margin-right: 1;
+                                  padding: 0 1; }
+    """
+
     @dataclass
     class Removed(Message):
         index: int

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from textual import events
@@ -30,6 +31,10 @@ AT_PATH = re.compile(r"(?:^|\s)@(\S*)$")  # ``@`` and a path being typed, before
 
 
 class ChatInput(TextArea):
+    DEFAULT_CSS = """
+    ChatInput { height: auto; min-height: 3; max-height: 10; margin: 0 1; }
+    """
+
     @dataclass
     class Submitted(Message):
         text: str
@@ -52,6 +57,28 @@ class ChatInput(TextArea):
         if not self._typed:
             self.call_later(self.flush_typed)
         self._typed.append(text)
+
+    def take_typing(self, event: events.Key | events.Paste, bound: Container[str],
+                    stop: Callable[[], None]) -> bool:
+        """A character typed (or text pasted) while the chat list or the transcript has focus
+        (after Ctrl+L, after a click in the transcript) comes here, and the focus with it:
+        what the user types is never lost, and Enter then sends it rather than opening a chat.
+        Keys the focused pane is ``bound`` to (arrows, Enter, F2, Delete, ...) keep their
+        meaning; Esc and a key read as one (Alt+key) still ``stop`` the reply."""
+        if self.read_only:
+            return False
+        if isinstance(event, events.Paste):
+            text = event.text
+        elif not event.is_printable or event.key in bound:
+            return False
+        else:
+            text = event.character or ""
+            if event.key.startswith("alt+"):  # Esc and then a key, read as one (see _on_key)
+                stop()
+        if not text:
+            return False
+        self.type_in(text)
+        return True
 
     def flush_typed(self) -> None:
         """Insert the characters typed since the last insert, all at once."""

@@ -21,6 +21,14 @@ class ChatItem(ListItem):
 
 
 class ChatList(ListView):
+    DEFAULT_CSS = """
+    ChatList { height: 1fr; background: $surface; }
+    ChatList > ListItem { padding: 0 1; }
+    /* a long title ends in … rather than mid-word */
+    ChatList > ListItem Label { text-wrap: nowrap; text-overflow: ellipsis; width: 100%; }
+    ChatList > ListItem.current Label { text-style: bold; }
+    """
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f2", "rename", "Rename"),
         Binding("delete", "delete", "Delete"),

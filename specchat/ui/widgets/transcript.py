@@ -9,6 +9,10 @@ A message with alternatives (a regenerated reply, an edited message) shows which
 ``‹ 2/3 ›``, in its header; a click on the arrows asks the screen to flip
 (:class:`Transcript.Clicked`, step -1 or +1), a click elsewhere on a message selects it
 (step 0). The selected message (the screen's message cursor) carries the ``-selected`` class.
+
+The view (Markdown or tokens) and whether rejected drafts show are reactives, bound to the chat
+screen's; the reply being written is ``reply`` (from :meth:`Transcript.add_reply` to
+:meth:`Transcript.end_reply`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
@@ -76,17 +81,21 @@ def keep_line_breaks() -> MarkdownIt:
 
 
 def reply_summary(stats: ReplyStats | None, status: str) -> str:
-    """``128 tokens · 54.2 tok/s · α 0.72 · τ 2.81 · stopped``"""
+    """``128 tokens · 54.2 tok/s decode · α 0.72 · τ 2.81 · acc.len 2.95 · stopped by you``
+    (decode: the first token, which waits for the prompt, left out; the acceptance length is
+    1 + accepted / steps, as vLLM reports it)."""
     s = stats.generation if stats else GenerationStats()
     parts = []
     if s.generated_tokens:
         parts.append(f"{s.generated_tokens} tokens")
     if s.decode_tps:
-        parts.append(f"{s.decode_tps:.1f} tok/s")
+        parts.append(f"{s.decode_tps:.1f} tok/s decode")
     if s.alpha is not None:
         parts.append(f"α {s.alpha:.2f}")
     if s.tau is not None and s.steps:
         parts.append(f"τ {s.tau:.2f}")
+    if s.acceptance_length is not None:
+        parts.append(f"acc.len {s.acceptance_length:.2f}")
     reason = s.stop_reason
     if status == "cancelled":
         parts.append("stopped by you")
@@ -230,6 +239,22 @@ class Transcript(VerticalScroll):
     """The conversation; it follows new text while the user is at the bottom (after a resize
     or a change of view too), and stays put when they have scrolled up to read."""
 
+    DEFAULT_CSS = """
+    Transcript { height: 1fr; padding: 0 1; }
+    Transcript .message { height: auto; margin: 1 0 0 0; }
+    Transcript .message.user { padding: 0 1; background: $boost; border-left: thick $accent; }
+    Transcript .message.assistant { padding: 0 1; border-left: thick $success 50%; }
+    /* not in the chat database yet: the top bar says so */
+    Transcript .message.-unsaved { border-left: thick $error; }
+    /* the message a search opened the chat at */
+    Transcript .message.-found { background: $warning 15%; }
+    /* the message cursor (Ctrl+Up / Ctrl+Down): what F4, Ctrl+G, Alt+←/→ act on */
+    Transcript .message.-selected { background: $accent 25%; outline-left: thick $foreground; }
+    Transcript .message.assistant .fates { height: auto; }
+    Transcript .message.assistant .markdown { height: auto; margin: 0; padding: 0; }
+    Transcript .message.assistant .meta { height: auto; color: $text-muted; }
+    """
+
     @dataclass
     class Clicked(Message):
         """A message was clicked: ``step`` -1 / +1 on its ‹ › counter, else 0 (select it)."""
@@ -237,12 +262,14 @@ class Transcript(VerticalScroll):
         turn: Turn
         step: int
 
+    view = reactive("markdown", init=False)  # of finished replies: "markdown" or "tokens"
+    show_rejected = reactive(False, init=False)  # struck-out drafts (in the token view)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.view = "markdown"
-        self.show_rejected = False
         self.position: Callable[[Turn], Position] = lambda _turn: (1, 1)
         self.following = True  # the view keeps to the end as text comes (see watch_scroll_y)
+        self.reply: AssistantMessage | None = None  # the reply being written
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -293,12 +320,22 @@ class Transcript(VerticalScroll):
         self._follow(True)
 
     def add_reply(self, turn: Turn) -> AssistantMessage:
+        """The reply being written, at the end (``reply`` from now on)."""
         widget = AssistantMessage(turn, streaming=True, view=self.view,
                                   show_rejected=self.show_rejected,
                                   position=self.position(turn))
+        self.reply = widget
         self.mount(widget)
         self._follow(True)
         return widget
+
+    def end_reply(self, status: str, stats: ReplyStats | None, dropped: bool = False) -> None:
+        """The reply being written ended (``dropped``: nothing of it is kept)."""
+        widget, self.reply = self.reply, None
+        if widget is not None and dropped:
+            widget.remove()
+        elif widget is not None:
+            self.finish(widget, status, stats)
 
     def add(self, widget: Widget) -> None:
         """Another part of the turn at the end (a tool call's card, a note), followed."""
@@ -330,7 +367,12 @@ class Transcript(VerticalScroll):
             if mine:
                 self.scroll_to_widget(w, animate=False)
 
-    def set_view(self, view: str, show_rejected: bool) -> None:
-        self.view, self.show_rejected = view, show_rejected
+    def watch_view(self) -> None:
+        self._apply_view()
+
+    def watch_show_rejected(self) -> None:
+        self._apply_view()
+
+    def _apply_view(self) -> None:
         for w in self.query(AssistantMessage):
-            w.set_view(view, show_rejected)
+            w.set_view(self.view, self.show_rejected)
