@@ -172,3 +172,22 @@ def test_a_chats_next_turn_goes_to_the_slot_that_holds_it(pair_server: Serving) 
     cached = (second.model_extra or {})["timings"]["cache_n"]
     # Read only the new turn: the conversation so far was in its slot's cache.
     assert cached >= first.usage.prompt_tokens - 1, (cached, first.usage)
+
+
+def test_two_slots_by_default_and_one_for_a_drafter_that_cannot_share(
+        tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    with cli_server(tmp_path / "pair", "--model", str(tiny_target), "--draft",
+                    str(tiny_draft), "--ctx-size", "512") as s:
+        assert s.host.state == "ready", s.host.error
+        _, health, _ = raw(s.url, "GET", "/health")
+        assert health["slots"] == 2
+    # Without --parallel a drafter that keeps unshareable state gets one slot, and says why,
+    # where asked for two it is refused (test_a_drafter_that_cannot_share_says_so).
+    with cli_server(tmp_path / "lookahead", "--model", str(tiny_target), "--drafter",
+                    "lookahead", "--ctx-size", "512") as s:
+        assert s.host.state == "ready", s.host.error
+        _, health, _ = raw(s.url, "GET", "/health")
+        assert health["slots"] == 1
+        served = s.host.served
+        assert served is not None
+        assert any("'lookahead' drafter cannot share" in n for n in served.notices)

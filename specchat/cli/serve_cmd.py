@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +24,7 @@ from specchat.engine.policy.in_force import in_force
 from specchat.loading import RuntimeOptions, Selection, select
 from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime
+from specchat.runtime import SLOT_DRAFTERS, Runtime, drafter_names
 from specchat.serve.cors import CorsPolicy, check_origin
 from specchat.serve.server import Serving, bind, is_loopback
 from specchat.serve.worker import ModelHost, Served
@@ -36,10 +37,12 @@ def port_arg(text: str) -> int:
     raise argparse.ArgumentTypeError(f"'{text}' is not a port number (0 to 65535; 0: any free one)")
 
 
-# One slot unless asked: a lone client on the slots' shared path ran at 0.65-0.71x llama-server
-# plain where one slot runs at 0.95-1.10x (qwen-coder, 2 CPU threads; docs/performance.md), and
-# specchat is never slower by default. --parallel N serves N requests together.
-DEFAULT_PARALLEL = 1
+# Two slots unless asked, as llama-server's -np: a second request (an editor's completion
+# while a chat streams) starts at the next step instead of after the whole reply. A lone client
+# pays nothing for it now that one thread runs the slots' passes: paired with one slot, the
+# defaults ran at 0.97-1.11x llama-server plain against one slot's 0.97-1.11x (qwen-coder, 2
+# CPU threads; docs/performance.md). A drafter that cannot share a batch gets one slot.
+DEFAULT_PARALLEL = 2
 # Each slot keeps the sequences a token tree needs (ContextSettings.n_seq_max), and a context
 # has at most MAX_SEQUENCES.
 SLOT_SEQUENCES = 16
@@ -51,6 +54,20 @@ def parallel_arg(text: str) -> int:
         return int(text)
     raise argparse.ArgumentTypeError(f"'{text}' is not a number of slots (1 to {MAX_PARALLEL}: "
                                      "how many requests are generated at once)")
+
+
+def slots_for(asked: int | None, plain: bool, drafters: Sequence[str] | None,
+              ngram: bool | None, has_draft: bool) -> tuple[int, str | None]:
+    """The slots to serve with: ``asked`` (``--parallel``), else ``DEFAULT_PARALLEL``, or 1
+    where a drafter the server runs cannot share a batch — that drafter's name comes back
+    beside it (said in the log). Asked for N, such a drafter is refused at load, by name."""
+    if asked is not None:
+        return asked, None
+    if not plain:
+        for name in drafter_names(drafters, ngram, has_draft):
+            if name not in SLOT_DRAFTERS:
+                return 1, name
+    return DEFAULT_PARALLEL, None
 
 
 def megabytes_arg(text: str) -> float:
@@ -92,12 +109,12 @@ def add_parser(sub: Any) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; another "
                    "one lets anyone who can reach it use the models, with no password)")
     p.add_argument("--port", type=port_arg, default=8000, help="port (default 8000)")
-    p.add_argument("--parallel", type=parallel_arg, default=DEFAULT_PARALLEL,
-                   metavar="N",
-                   help=f"requests generated at once (default {DEFAULT_PARALLEL}; at most "
-                   f"{MAX_PARALLEL}): each gets a slot with the whole --ctx-size (the KV cache "
-                   "holds N times it) and the slots' steps run as one batch; more requests "
-                   "wait for a free slot. 1: one at a time")
+    p.add_argument("--parallel", type=parallel_arg, default=None, metavar="N",
+                   help=f"requests generated at once (default {DEFAULT_PARALLEL}, or 1 with a "
+                   f"drafter that cannot share a batch; at most {MAX_PARALLEL}): each gets a "
+                   "slot with the whole --ctx-size (the KV cache holds N times it) and the "
+                   "slots' steps run as one batch; more requests wait for a free slot. 1: one "
+                   "at a time")
     p.add_argument("--max-body-mb", type=megabytes_arg, default=8.0, metavar="MB",
                    help="largest request body accepted (default 8; larger: 413)")
     p.add_argument("--alias", type=alias_arg, metavar="NAME",
@@ -167,9 +184,10 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
     defaults = sampler_from_args(env, args)
     selection = select(env.catalog, args.pair, args.model, env.config.default_pair,
                        getattr(args, "draft", None))
-    parallel: int = args.parallel
-    options = slot_options(env.runtime_options(args), parallel)
     gamma, ngram, drafters = env.gamma(args), env.ngram(args), env.drafters(args)
+    parallel, alone = slots_for(args.parallel, args.plain, drafters, ngram,
+                                selection.draft is not None)
+    options = slot_options(env.runtime_options(args), parallel)
     if not is_loopback(args.host):
         sys.stderr.write(f"specchat: warning: listening on {safe_text(args.host)}: anyone who "
                          "can reach this machine there can use the models (no password; "
@@ -185,6 +203,9 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
                                with_draft=not args.plain)
         try:
             notes = [f"note: {w.message}" for w in runtime.pair_warnings] + runtime.notices()
+            if alone is not None:
+                notes.append(f"one request at a time: the '{alone}' drafter cannot share a "
+                             "batch with another request's")
             # Any request may carry a predicted output: its drafter is always there (it
             # proposes nothing without one, and its steps are then plain ones).
             if parallel == 1:
