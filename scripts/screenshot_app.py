@@ -41,7 +41,7 @@ async def shoot(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.1)
         await pilot.pause()
         chat = app.screen
-        chat.send_text(QUESTION)
+        chat.replies.send_text(QUESTION)
         while chat.job is not None and chat.stats_bar.stats.tokens < args.at_tokens:
             await asyncio.sleep(0.05)
         if chat.job is None:

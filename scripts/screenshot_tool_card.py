@@ -65,8 +65,8 @@ async def shoot(args: argparse.Namespace) -> None:
         await pilot.pause()
         chat = app.screen
         chat.session.set_tools(ChatTools(("git",), (), "git_log"))
-        chat._retitled()
-        chat.send_text(QUESTION)
+        chat.retitled()
+        chat.replies.send_text(QUESTION)
         while not any(c.asking for c in chat.query(ToolCard)):
             if chat.job is None:
                 raise SystemExit("the reply ended without asking: see the app's notices")
