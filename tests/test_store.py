@@ -236,6 +236,6 @@ def test_export_to_markdown(tmp_path: Path) -> None:
     md = chat_to_markdown(store.get_chat(chat), store.messages(chat))
     assert md.startswith("# Colours & paint!\n")
     assert "## You\n\nName a colour.\n" in md
-    assert ("## Assistant (cancelled, 5 tokens, 50.0 tok/s, α 0.75)\n\n"
+    assert ("## Assistant (cancelled, 5 tokens, 50.0 tok/s decode, α 0.75)\n\n"
             "Red.\n\n```\ncode\n```\n") in md
     assert export_filename(store.get_chat(chat)) == f"specchat-{chat}-colours-paint.md"

@@ -93,7 +93,7 @@ def test_a_converted_chat_exports_with_its_figures(tmp_path: Path) -> None:
     store = ChatStore.open(v1_database(tmp_path))
     first = min(store.list_chats(), key=lambda c: c.id)
     md = chat_to_markdown(first, store.messages(first.id))
-    assert "## Assistant (30 tokens, " in md and " tok/s, α " in md
+    assert "## Assistant (30 tokens, " in md and " tok/s decode, α " in md
 
 
 def test_a_damaged_stats_cell_costs_its_numbers_not_the_message(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def _note(m: StoredMessage) -> str:
     if m.role == "assistant" and s is not None and s.generated_tokens:
         parts.append(f"{s.generated_tokens} tokens")
         if s.decode_tps:
-            parts.append(f"{s.decode_tps:.1f} tok/s")
+            parts.append(f"{s.decode_tps:.1f} tok/s decode")
         if s.alpha is not None:
             parts.append(f"α {s.alpha:.2f}")
     return ", ".join(parts)
