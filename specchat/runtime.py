@@ -322,10 +322,10 @@ class Runtime:
         if plain or not names:
             return PlainDecoder(target)
         if slot is not None:
-            other = [n for n in names if n not in SLOT_DRAFTERS]
-            if other:
+            other = unshared_drafter(names)
+            if other is not None:
                 raise SpecchatError(
-                    f"the '{other[0]}' drafter cannot serve requests together: with "
+                    f"the '{other}' drafter cannot serve requests together: with "
                     f"--parallel above 1 choose from {', '.join(SLOT_DRAFTERS)}, or serve "
                     "with --parallel 1")
             env = DrafterEnv(slot[0], slot[1], target_name=self.selection.target.id)
@@ -392,6 +392,12 @@ def _with_mtp(path: Path, settings: ModelSettings) -> ModelSettings:
     count."""
     heads = detect_path(path)
     return replace(settings, load_mtp=True) if heads is not None and heads.runnable else settings
+
+
+def unshared_drafter(names: Sequence[str]) -> str | None:
+    """The first of ``names`` whose state a slot of a shared context cannot keep (None: all
+    of them can serve requests together)."""
+    return next((n for n in names if n not in SLOT_DRAFTERS), None)
 
 
 def drafter_names(drafters: Sequence[str] | None, ngram: bool | None, has_draft: bool

@@ -24,7 +24,7 @@ from specchat.engine.policy.in_force import in_force
 from specchat.loading import RuntimeOptions, Selection, select
 from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
-from specchat.runtime import SLOT_DRAFTERS, Runtime, drafter_names
+from specchat.runtime import Runtime, drafter_names, unshared_drafter
 from specchat.serve.cors import CorsPolicy, check_origin
 from specchat.serve.server import Serving, bind, is_loopback
 from specchat.serve.worker import ModelHost, Served
@@ -63,11 +63,8 @@ def slots_for(asked: int | None, plain: bool, drafters: Sequence[str] | None,
     beside it (said in the log). Asked for N, such a drafter is refused at load, by name."""
     if asked is not None:
         return asked, None
-    if not plain:
-        for name in drafter_names(drafters, ngram, has_draft):
-            if name not in SLOT_DRAFTERS:
-                return 1, name
-    return DEFAULT_PARALLEL, None
+    alone = None if plain else unshared_drafter(drafter_names(drafters, ngram, has_draft))
+    return (DEFAULT_PARALLEL, None) if alone is None else (1, alone)
 
 
 def megabytes_arg(text: str) -> float:
