@@ -21,7 +21,7 @@ from pathlib import Path
 from specchat.engine.decode.events import StepEvent
 from specchat.engine.decode.plan import Plan
 from specchat.engine.policy.planner import Planner
-from specchat.engine.policy.planner_arms import OwnRecord
+from specchat.engine.policy.planner_own import OwnRecord
 from specchat.engine.policy.planner_settings import PlannerSettings
 from specchat.models.controller_store import load_states
 

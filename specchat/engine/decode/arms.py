@@ -35,7 +35,7 @@ with no other edit:
 - a drafter that plans its own step (``ArmKind.OWN_STEP``, :func:`own_step`: Lookahead's window,
   Medusa's tree): no prior predicts what such a step yields, so it is scored on what its steps
   did, decayed tokens and seconds per step
-  (:class:`specchat.engine.policy.planner_arms.MeasuredDrafter`), saved with the planner's state
+  (:class:`specchat.engine.policy.planner_own.MeasuredDrafter`), saved with the planner's state
   like the other arms' estimates. The drafter itself says it plans its step
   (``Drafter.plans_own_step`` and ``own_plan``), and the decoder registers it with the planner;
   one that declares no such arm is still measured and planned so, but afresh in each process.

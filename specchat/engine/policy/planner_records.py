@@ -17,10 +17,10 @@ from specchat.engine.policy.planner_arms import (
     ArmRecord,
     ChainRecord,
     LookupRecord,
-    OwnRecord,
 )
 from specchat.engine.policy.planner_banded import BandedLookup
 from specchat.engine.policy.planner_draft import DraftChain, DraftTree
+from specchat.engine.policy.planner_own import OwnRecord
 from specchat.engine.policy.planner_settings import PlannerSettings
 
 KINDS: dict[ArmKind, type[ArmRecord]] = {
