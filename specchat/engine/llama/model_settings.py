@@ -59,11 +59,15 @@ KV_CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 
 def flash_attention(setting: str, type_v: str = "f16") -> str:
     """Resolve "auto": off on a CPU-only build, llama.cpp's own choice otherwise.
 
-    On the CPU, llama.cpp's flash-attention kernel makes logits depend on how tokens are batched
-    by ~1e-3 (a row verified in a batch of γ + 1 vs the same token decoded alone). That is enough
-    to flip a near-tie — seen on the demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 —
-    so greedy speculative output would part from greedy plain output. Without it the difference
-    is ~20× smaller, and it costs no measurable speed at chat context lengths on a CPU.
+    On the CPU, llama.cpp's flash-attention kernel makes logits depend more on how tokens are
+    batched (a row verified in a batch of γ + 1 vs the same token decoded alone) where the rest
+    of the model barely does: float weights (the demo's F32 target: top-token gaps move by up
+    to 0.015 logits with it, 0.006 without). That is enough to flip a near-tie — seen on the
+    demo pair, Spec-Bench writing #81, token 6, top-2 gap 8e-5 — so greedy speculative output
+    would part from greedy plain output. Quantized weights move by 0.3–0.5 logits either way
+    (Q4_K_M, Q4_1), so there it neither helps nor hurts exactness; and on a CPU it bought no
+    speed: decoding and the checks ran slower with it, a 2,000-token read no faster
+    (``scripts/batch_rounding.py``, ``scripts/engine_vs_llama_bench.py``; docs/performance.md).
 
     Models spread over RPC servers count as on the CPU here: what the servers run on is not known.
     A quantized V cache needs flash attention, so there "auto" stays llama.cpp's choice (on): the
