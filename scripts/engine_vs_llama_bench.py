@@ -9,6 +9,8 @@ In one process, one copy of the model per choice (see ``engine.llama.cpu_kernels
 - ``plain``: extra buffer types off, what specchat loaded before where AMX crashed.
 
 Where the AMX kernels crash, ``default`` would die with them: run ``--choices repack,plain``.
+A choice ends in ``+fa`` for a context with flash attention on (``default+fa``); without it
+flash attention is off, as specchat resolves "auto" on a CPU for float weights.
 
 Each round measures every choice in turn (the order alternating): the verify curve (ms for one
 batch of 1, 2, 4, 8, 16, 32 rows after a 64-token prefix, logits on every row, as verification
@@ -17,7 +19,10 @@ and the read of a ``--prompt-tokens`` prompt (``prefill``: what the first token 
 It prints medians, each round's load average (``os.getloadavg``: other programs on the machine
 weigh on every figure), and with ``--llama-bench BIN`` the same file through llama-bench
 (``-p 1,2,4,8,16,32,N -n M``, repacking on and off), and with ``--llama-server BIN`` its
-prompt read (``timings.prompt_ms`` of a completion of the same tokens, cache off).
+prompt read (``timings.prompt_ms`` of a completion of the same tokens, cache off);
+``--paired-reads N`` adds N reads of the first choice and of llama-server's defaults in turn,
+the server kept up, for a time-to-first-token ratio taken seconds apart (``--rounds 0`` skips
+the rest).
 
     python scripts/engine_vs_llama_bench.py --model ~/.cache/specchat-qwen/home/data/...gguf \\
         --llama-bench ~/.cache/specchat-tests/llama-cpp-0.3.36/bin/llama-bench --rounds 3
@@ -66,12 +71,15 @@ def chooser(kind: str) -> Callable[..., Kernels]:
     return choose
 
 
-def load(path: Path, kind: str, threads: int, n_ctx: int) -> LlamaContext:
+def load(path: Path, choice: str, threads: int, n_ctx: int) -> LlamaContext:
+    """``choice``: a kind of CPU kernels, with ``+fa`` for flash attention on (else off)."""
+    kind, _, fa = choice.partition("+")
     amx.kernels_for = chooser(kind)  # type: ignore[assignment]
     model = LlamaModel(path, ModelSettings(n_gpu_layers=0))
     buffers = {b.device: b.bytes >> 20 for b in model.load_report.buffers if b.kind == "model"}
-    print(f"  {kind}: model buffers (MiB) {buffers}", flush=True)
-    return LlamaContext(model, ContextSettings(n_ctx=n_ctx, n_threads=threads))
+    print(f"  {choice}: model buffers (MiB) {buffers}", flush=True)
+    return LlamaContext(model, ContextSettings(n_ctx=n_ctx, n_threads=threads,
+                                               flash_attn="on" if fa == "fa" else "off"))
 
 
 def curve(ctx: LlamaContext, prefix: list[int], reps: int) -> dict[int, float]:
@@ -113,37 +121,69 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_read(binary: str, model: Path, tokens: list[int], threads: int, n_ctx: int,
-                rounds: int, extra: list[str]) -> list[float]:
-    """llama-server's prompt_ms for ``tokens`` (no prompt cache), one per round."""
-    port = free_port()
-    proc = subprocess.Popen([binary, "-m", str(model), "--port", str(port), "-c", str(n_ctx),
-                             "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui",
-                             *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
+class Server:
+    """A llama-server kept up for prompt reads: ``read`` gives its prompt_ms for ``tokens`` (no
+    prompt cache), after a short warm-up read at start."""
+
+    def __init__(self, binary: str, model: Path, threads: int, n_ctx: int,
+                 extra: list[str]) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [binary, "-m", str(model), "--port", self.url.rsplit(":", 1)[1], "-c", str(n_ctx),
+             "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> Server:
         deadline = time.monotonic() + 300
         while True:
             try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
                         break
             except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise SystemExit("llama-server did not come up") from None
                 time.sleep(0.3)
-        out = []
-        for i in range(rounds + 1):  # the first, a few tokens, is a warm-up
-            body = json.dumps({"prompt": tokens if i else tokens[:32], "n_predict": 1,
-                               "cache_prompt": False, "temperature": 0}).encode()
-            req = urllib.request.Request(url + "/completion", body,
-                                         {"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=600) as r:
-                out.append(float(json.load(r)["timings"]["prompt_ms"]) / 1000)
-        return out[1:]
-    finally:
-        proc.terminate()
-        proc.wait(30)
+        self.read(list(range(100, 132)))  # a warm-up: its first decode pays the buffers
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+    def read(self, tokens: list[int]) -> float:
+        body = json.dumps({"prompt": tokens, "n_predict": 1, "cache_prompt": False,
+                           "temperature": 0}).encode()
+        req = urllib.request.Request(self.url + "/completion", body,
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return float(json.load(r)["timings"]["prompt_ms"]) / 1000
+
+
+def server_read(binary: str, model: Path, tokens: list[int], threads: int, n_ctx: int,
+                rounds: int, extra: list[str]) -> list[float]:
+    """llama-server's prompt_ms for ``tokens`` (no prompt cache), one per round."""
+    with Server(binary, model, threads, n_ctx, extra) as server:
+        return [server.read(tokens) for _ in range(rounds)]
+
+
+def paired_reads(ctx: LlamaContext, binary: str, model: Path, tokens: list[int], threads: int,
+                 n_ctx: int, rounds: int) -> None:
+    """specchat's read and llama-server's (its defaults) in turn, the order alternating, with
+    the server kept up: each round's ratio is taken seconds apart, so the machine's drift over
+    minutes moves both sides of it."""
+    ratios = []
+    with Server(binary, model, threads, n_ctx, []) as server:
+        for r in range(rounds):
+            if r % 2 == 0:
+                ours, theirs = read(ctx, tokens), server.read(tokens)
+            else:
+                theirs, ours = server.read(tokens), read(ctx, tokens)
+            ratios.append(ours / theirs)
+            print(f"  paired read {r + 1}: specchat {ours:.2f} s, llama-server defaults "
+                  f"{theirs:.2f} s: {ratios[-1]:.3f}×", flush=True)
+    print(f"  paired reads: specchat / llama-server defaults, median of {rounds}: "
+          f"{statistics.median(ratios):.3f}× (range {min(ratios):.3f}–{max(ratios):.3f})")
 
 
 def bench(binary: str, model: Path, threads: int, n_prompt: int, n_gen: int,
@@ -174,6 +214,9 @@ def main() -> int:
     ap.add_argument("--choices", default=",".join(CHOICES))
     ap.add_argument("--llama-bench", metavar="BIN")
     ap.add_argument("--llama-server", metavar="BIN")
+    ap.add_argument("--paired-reads", type=int, default=0, metavar="N",
+                    help="with --llama-server: N prompt reads of the first choice and of "
+                         "llama-server's defaults in turn, the server kept up")
     args = ap.parse_args()
     choices = [c for c in args.choices.split(",") if c]
     n_ctx = args.prompt_tokens + args.max_tokens + 64
@@ -200,20 +243,21 @@ def main() -> int:
                   f"{tps[k][-1]:.1f} tok/s, read {reads[k][-1]:.2f} s, curve "
                   + " ".join(f"{n}:{curves[k][-1][n]:.0f}" for n in ROWS), flush=True)
 
-    print(f"\nverify curve, ms per pass (logits on every row), median of {args.rounds} rounds "
-          f"× {args.reps}; × one row in brackets")
-    print("| choice | " + " | ".join(f"{n} rows" for n in ROWS) + " |")
-    print("|---|" + "---|" * len(ROWS))
-    for k in choices:
-        med = {n: statistics.median(c[n] for c in curves[k]) for n in ROWS}
-        print(f"| {k} | " + " | ".join(f"{med[n]:.0f} ({med[n] / med[1]:.2f}×)" for n in ROWS)
-              + " |")
-    print(f"\nplain reply ({args.max_tokens} tokens) and a {args.prompt_tokens}-token prompt "
-          "read, median of rounds")
-    for k in choices:
-        print(f"  {k}: {statistics.median(tps[k]):.1f} tok/s; read "
-              f"{statistics.median(reads[k]):.2f} s "
-              f"({args.prompt_tokens / statistics.median(reads[k]):.1f} tok/s)")
+    if args.rounds:
+        print(f"\nverify curve, ms per pass (logits on every row), median of {args.rounds} rounds "
+              f"× {args.reps}; × one row in brackets")
+        print("| choice | " + " | ".join(f"{n} rows" for n in ROWS) + " |")
+        print("|---|" + "---|" * len(ROWS))
+        for k in choices:
+            med = {n: statistics.median(c[n] for c in curves[k]) for n in ROWS}
+            print(f"| {k} | " + " | ".join(f"{med[n]:.0f} ({med[n] / med[1]:.2f}×)" for n in ROWS)
+                  + " |")
+        print(f"\nplain reply ({args.max_tokens} tokens) and a {args.prompt_tokens}-token prompt "
+              "read, median of rounds")
+        for k in choices:
+            print(f"  {k}: {statistics.median(tps[k]):.1f} tok/s; read "
+                  f"{statistics.median(reads[k]):.2f} s "
+                  f"({args.prompt_tokens / statistics.median(reads[k]):.1f} tok/s)")
     if args.llama_bench:
         for label, extra in (("repack on", []), ("repack off", ["--repack", "0"])):
             before = load_avg()
@@ -225,7 +269,10 @@ def main() -> int:
                   f"{res[f'pp{args.prompt_tokens}']:.1f} tok/s "
                   f"({args.prompt_tokens / res[f'pp{args.prompt_tokens}']:.2f} s); rows "
                   + " ".join(f"{n}:{1000 * n / pp[n]:.0f} ms" for n in ROWS), flush=True)
-    if args.llama_server:
+    if args.llama_server and args.paired_reads:
+        paired_reads(ctxs[choices[0]], args.llama_server, args.model, prompt, args.threads,
+                     n_ctx, args.paired_reads)
+    if args.llama_server and args.rounds:
         for label, extra in (("flash attention off", ["-fa", "off"]),
                              ("its defaults", [])):
             before = load_avg()
