@@ -145,7 +145,8 @@ class Server:
 
 
 CONFIGS = ("llama-server", "llama-server draft", "llama-server ngram", "specchat plain",
-           "specchat", "specchat ngram", "specchat plain np2", "specchat np2")
+           "specchat", "specchat ngram", "specchat plain np2", "specchat np2",
+           "specchat plain np1", "specchat np1")
 
 
 def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
@@ -162,9 +163,9 @@ def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
         return cmd
     cmd = [sys.executable, "-m", "specchat", "serve", "--model", str(target), "--threads",
            threads, "--ctx-size", ctx, "--port", str(port), "--no-access-log"]
-    if name.endswith(" np2"):  # two slots (--parallel 2), for what a lone client pays for them
-        cmd += ["--parallel", "2"]
-        name = name.removesuffix(" np2")
+    if name.endswith((" np1", " np2")):  # one or two slots (--parallel), whatever the default
+        cmd += ["--parallel", name[-1]]
+        name = name[:-4]
     if name == "specchat plain":
         return [*cmd, "--plain"]
     if name == "specchat ngram":
@@ -185,7 +186,8 @@ def chosen_configs(text: str) -> tuple[str, ...]:
 
 
 def ask_timed(api: OpenAI, model: str, text: str, max_tokens: int, temperature: float,
-              seed: int | None = None) -> tuple[int, float, str, dict[str, int]]:
+              seed: int | None = None) -> tuple[int, float, str, dict[str, float]]:
+    """(tokens, client seconds, text, the server's own ``timings``: drafts and milliseconds)."""
     t0 = time.perf_counter()
     raw = api.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": text}], max_tokens=max_tokens,
@@ -194,14 +196,19 @@ def ask_timed(api: OpenAI, model: str, text: str, max_tokens: int, temperature: 
     r = raw.parse()
     timings = (r.model_extra or {}).get("timings") or {}
     drafts = {"drafted": int(timings.get("draft_n", 0) or 0),
-              "accepted": int(timings.get("draft_n_accepted", 0) or 0)}
+              "accepted": int(timings.get("draft_n_accepted", 0) or 0),
+              "prompt_ms": float(timings.get("prompt_ms", 0.0) or 0.0),
+              "predicted_ms": float(timings.get("predicted_ms", 0.0) or 0.0)}
     return r.usage.completion_tokens, secs, r.choices[0].message.content or "", drafts
 
 
 def together(args: argparse.Namespace, target: Path, draft: Path,
              prompts: Sequence[tuple[str, str]], configs: Sequence[str],
-             rates: dict[tuple[str, str], list[float]], texts: dict[tuple[str, str], str]) -> None:
-    """All servers up at once; each prompt to each in a rotating order (see the docstring)."""
+             rates: dict[tuple[str, str], list[float]], texts: dict[tuple[str, str], str],
+             parts: dict[tuple[str, str], list[tuple[float, float, float, int]]]) -> None:
+    """All servers up at once; each prompt to each in a rotating order (see the docstring).
+    ``parts`` gets each request's (client ms, the server's prompt ms, its generation ms,
+    tokens)."""
     servers = []
     try:
         for name in configs:
@@ -213,9 +220,11 @@ def together(args: argparse.Namespace, target: Path, draft: Path,
             for i, (cat, text) in enumerate(prompts):
                 k = (r + i) % len(servers)
                 for s in servers[k:] + servers[:k]:
-                    n, secs, reply, _ = ask_timed(s.api, s.model, f"({r + 1}) {text}",
+                    n, secs, reply, t = ask_timed(s.api, s.model, f"({r + 1}) {text}",
                                                   args.max_tokens, 0.0)
                     rates.setdefault((s.name, cat), []).append(n / secs)
+                    parts.setdefault((s.name, cat), []).append(
+                        (secs * 1000, t["prompt_ms"], t["predicted_ms"], n))
                     texts.setdefault((s.name, cat), reply)
             print(f"  round {r + 1} done", flush=True)
     finally:
@@ -234,8 +243,9 @@ def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) ->
     configs = chosen_configs(args.configs)
     rates: dict[tuple[str, str], list[float]] = {}
     texts: dict[tuple[str, str], str] = {}
+    parts: dict[tuple[str, str], list[tuple[float, float, float, int]]] = {}
     if args.together:
-        together(args, target, draft, prompts, configs, rates, texts)
+        together(args, target, draft, prompts, configs, rates, texts, parts)
     for r in range(0 if args.together else args.rounds):
         order = configs if r % 2 == 0 else configs[::-1]
         for name in order:
@@ -277,9 +287,37 @@ def against_llama_server(args: argparse.Namespace, target: Path, draft: Path) ->
         print("specchat defaults / specchat plain (median of rounds): " + ", ".join(
             f"{cat} {x:.2f}×" for (cat, _), x in zip(prompts, own, strict=True))
             + f"; median {statistics.median(own):.2f}×")
+    if parts:
+        where_the_time_goes(configs, prompts, parts)
     if args.sampled_rounds:
         acceptance(args, target, draft, prompts[: args.sampled_prompts])
     return 0
+
+
+def where_the_time_goes(configs: Sequence[str], prompts: Sequence[tuple[str, str]],
+                        parts: dict[tuple[str, str], list[tuple[float, float, float, int]]]
+                        ) -> None:
+    """Each server's own clock (``timings``): its prompt read and its milliseconds per generated
+    token as a ratio to llama-server plain's in the same request pair (median over rounds and
+    prompts), and the client's milliseconds per token beyond both (HTTP, templating, the
+    stream's chunks)."""
+    print("\nby the servers' own timings, as a ratio to llama-server plain's in the same pair "
+          "(median over rounds and prompts):")
+    for c in configs:
+        pr, gen, beyond = [], [], []
+        for cat, _ in prompts:
+            for (cl, p, g, n), (_, bp, bg, bn) in zip(parts[(c, cat)], parts[("llama-server", cat)],
+                                                      strict=True):
+                if p > 0 and g > 0 and bp > 0 and bg > 0:
+                    pr.append(p / bp)
+                    gen.append((g / max(1, n)) / (bg / max(1, bn)))
+                    beyond.append((cl - p - g) / max(1, n))
+        if not pr:
+            print(f"  {c}: no timings")
+            continue
+        print(f"  {c}: prompt read {statistics.median(pr):.3f}×, ms per generated token "
+              f"{statistics.median(gen):.3f}×; the client's ms per token beyond them "
+              f"{statistics.median(beyond):.2f}")
 
 
 def acceptance(args: argparse.Namespace, target: Path, draft: Path,
@@ -304,8 +342,8 @@ def acceptance(args: argparse.Namespace, target: Path, draft: Path,
                     _, _, _, d = ask_timed(s.api, s.model, text, args.max_tokens, 0.8,
                                            seed=1000 + r)
                     acc = got.setdefault((name, cat), [0, 0])
-                    acc[0] += d["accepted"]
-                    acc[1] += d["drafted"]
+                    acc[0] += int(d["accepted"])
+                    acc[1] += int(d["drafted"])
         finally:
             s.stop()
     print("| prompt | llama-server (match rule) | specchat (min(1, p/q)) |")
