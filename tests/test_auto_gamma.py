@@ -194,7 +194,7 @@ def test_held_first_times_and_f_are_not_saved() -> None:
     assert json.loads(json.dumps(state)) == state
     again = OnlineCostModel(skip_first=True)
     again.load_state(state)
-    assert not again.first.held and not again.first.pairs
+    assert not again.first.held and again.first.most is None
     assert again.verify_table()[7] < m.verify_table()[7]
 
 

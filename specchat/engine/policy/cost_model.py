@@ -221,7 +221,7 @@ class OnlineCostModel:
         if self._vt is not None and self._vt[0] == key:
             return self._vt[1]
         line = [a + b * n for n in range(1, TABLE_SIZE + 1)] if a + b > 0 else None
-        est = self.first.floor(self.table.estimates(line))
+        est = self.first.floor(self.table.estimates(line), bounds)
         self._vt = (key, est)
         return est
 

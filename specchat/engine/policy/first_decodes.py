@@ -39,13 +39,13 @@ class FirstDecodes:
     def __init__(self, memory: float = 48.0) -> None:
         self.memory = memory
         self.held: dict[int, tuple[float, int]] = {}  # size -> (first seconds, timings counted then)
-        self.pairs: list[float] = []  # first / second of each size seen twice
+        self.most: float | None = None  # the largest first / second of a size seen twice
         self.timings = 0  # timings counted (what a held bound's age is measured in)
 
     @property
     def factor(self) -> float:
         """f: how much a first decode may cost over a later one, in this process."""
-        return max(max(self.pairs), 1.0) if self.pairs else FIRST_PRIOR
+        return max(self.most, 1.0) if self.most is not None else FIRST_PRIOR
 
     def hold(self, n: int, seconds: float) -> None:
         """Size ``n``'s first timing in this process."""
@@ -58,7 +58,8 @@ class FirstDecodes:
         first = self.held.pop(n, None)
         if first is None:
             return seconds
-        self.pairs.append(first[0] / seconds)
+        ratio = first[0] / seconds
+        self.most = ratio if self.most is None else max(self.most, ratio)
         return min(seconds, first[0])
 
     def bounds(self) -> tuple[tuple[int, float], ...]:
@@ -67,11 +68,13 @@ class FirstDecodes:
         return tuple(sorted((n, h / f) for n, (h, at) in self.held.items()
                             if self.timings - at < self.memory))
 
-    def floor(self, estimates: Sequence[float]) -> tuple[float, ...]:
+    def floor(self, estimates: Sequence[float],
+              bounds: Sequence[tuple[int, float]] | None = None) -> tuple[float, ...]:
         """``estimates`` (T(1..k)) with each held size priced at least H / f, and every size
-        above it at least that too (a bigger batch never costs less)."""
+        above it at least that too (a bigger batch never costs less); ``bounds``: as
+        :meth:`bounds` gave them, if the caller has them."""
         out = list(estimates)
-        for n, low in self.bounds():
+        for n, low in self.bounds() if bounds is None else bounds:
             for i in range(n - 1, len(out)):
                 out[i] = max(out[i], low)
         return tuple(out)
