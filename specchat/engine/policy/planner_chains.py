@@ -5,8 +5,9 @@ Every chain length γ of an arm is scored in one pass, E(γ) = 1 + Σ_i Π_{j �
 term, against γ drafted tokens at the arm's price per token plus the check T(γ + 1) and the
 loop's overhead. A lookup's checks come in a few sizes only (see :meth:`ChainScorer.
 lookup_sizes`). Past the sizes this machine has timed, a check's cost is a guess (a line through
-those timed), so a longer check whose guessed rate still beats plain is tried now and then to
-time it (:meth:`ChainScorer.longer_check`).
+those timed; a size timed once, its first decode held, at least that time over f), so a longer
+check whose guessed rate still beats plain is tried now and then to time it
+(:meth:`ChainScorer.longer_check`).
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ class ChainScorer:
             # past the sizes timed: try the longest such check whose guessed rate costs little
             # and still beats plain (twice: the first timing is held, the second moves the
             # estimate a third of the way). A size tried once is priced at least its held
-            # first time over f (FirstDecodes), so where even that optimistic rate misses the
-            # bar the second try is not made: its timing could only confirm the size too dear.
+            # first time over f (FirstDecodes), so where even that rate misses the bar — an
+            # optimistic one, f the most generous discount seen — no second try is made: its
+            # timing would only confirm the size too dear.
             if not self.untimed(g, weight) or (sizes is not None and g not in sizes):
                 continue
             if arm.departed_within(g):
