@@ -3,6 +3,7 @@ replayed over agreement traces drawn with a known α (so the optimum is known an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -117,6 +118,84 @@ def test_a_sizes_first_counted_time_is_the_lesser_of_its_first_two(
     assert m.verify_table()[3] == pytest.approx(counted, rel=0.02)
     m.add_verify(4, 0.110)  # later times count as they come
     assert counted < m.verify_table()[3] < 0.110
+
+
+def _steep() -> OnlineCostModel:
+    """A cold process on a steep CPU curve: 1, 2 and 4 rows timed twice each (the first decode
+    of each 1.2× its second), so f is learnt as 1.2; 8 rows (6.5× one) never timed."""
+    m = OnlineCostModel(skip_first=True)
+    for n, t in ((1, 0.030), (2, 0.052), (4, 0.080)):
+        m.add_verify(n, 1.2 * t)
+        m.add_verify(n, t)
+    return m
+
+
+def test_a_size_timed_once_is_priced_at_least_its_held_first_time_over_f() -> None:
+    """A size's first time is held, not counted; until its second it still says the size costs
+    at least H / f, f the most a first decode was seen to cost over a second (here 1.2). The
+    line through 1, 2 and 4 rows prices 8 rows at about 5× one row, far below the 7.8× its first
+    check cost; sizes above it are priced at least as high, sizes below as before."""
+    m = _steep()
+    assert m.first.factor == pytest.approx(1.2)
+    before = m.verify_table()
+    assert before[7] < 0.16  # the guess
+    m.add_verify(8, 1.2 * 0.195)  # held: nothing counted, the table's version unchanged
+    assert m.table.weight[7] == 0.0
+    after = m.verify_table()  # (the cache keys on the held bounds too)
+    assert after[7] == pytest.approx(0.195)
+    assert all(t >= 0.195 - 1e-12 for t in after[7:])
+    assert after[:7] == before[:7]
+    m.add_verify(8, 0.195)  # its second: counted, and the bound goes
+    assert not m.first.bounds() and m.first.factor == pytest.approx(1.2)
+    assert m.verify_table()[7] == pytest.approx(0.195, rel=0.03)  # (what it counted: learnt)
+
+
+def test_f_is_the_largest_first_over_second_seen_and_the_documented_twice_before_any() -> None:
+    m = OnlineCostModel(skip_first=True)
+    m.seed(CostCurve(0.010, tuple(0.030 + 0.010 * n for n in range(8))))  # 8 rows: 0.100
+    m.add_verify(8, 0.400)  # a first decode, before any size was timed twice
+    assert m.first.factor == 2.0  # the prior: "up to twice" (docs/performance.md)
+    assert m.verify_table()[7] == pytest.approx(0.200)
+    m.add_verify(1, 0.045)
+    m.add_verify(1, 0.030)  # 1.5
+    m.add_verify(2, 0.040)
+    m.add_verify(2, 0.040)  # 1.0: a smaller ratio does not lower f
+    assert m.first.factor == pytest.approx(1.5)
+    assert m.verify_table()[7] == pytest.approx(0.400 / 1.5)
+    m.add_verify(3, 0.050)
+    m.add_verify(3, 0.080)  # the second met a burst: first / second below 1
+    assert m.first.factor == pytest.approx(1.5)
+    fresh = OnlineCostModel(skip_first=True)
+    fresh.add_verify(4, 0.050)
+    fresh.add_verify(4, 0.100)
+    assert fresh.first.factor == 1.0  # at least 1: a first decode never costs less
+
+
+def test_a_held_bound_lapses_after_the_cost_models_half_life() -> None:
+    """One slow first decode (other work ran during it) must not price its size out for the
+    rest of a long process: after a half-life of counted timings the bound lapses, and the
+    size is priced on the table's estimate again (and so chosen, and timed, where it pays)."""
+    m = _steep()
+    m.add_verify(8, 1.0)
+    assert m.verify_table()[7] == pytest.approx(1.0 / 1.2)
+    for _ in range(47):
+        m.add_verify(1, 0.030)
+    assert m.verify_table()[7] == pytest.approx(1.0 / 1.2)
+    m.add_verify(1, 0.030)
+    assert m.verify_table()[7] < 0.2
+
+
+def test_held_first_times_and_f_are_not_saved() -> None:
+    """They are this process's first decodes: the state (and a model loaded from it) is the
+    same as before they existed, and a new process learns its own."""
+    m = _steep()
+    m.add_verify(8, 0.300)
+    state = m.state()
+    assert json.loads(json.dumps(state)) == state
+    again = OnlineCostModel(skip_first=True)
+    again.load_state(state)
+    assert not again.first.held and again.first.most is None
+    assert again.verify_table()[7] < m.verify_table()[7]
 
 
 def test_a_size_not_used_lately_keeps_its_relative_cost() -> None:

@@ -197,6 +197,7 @@ def test_state_round_trip_through_json() -> None:
     q.load_state(d)
     assert q.state() == d
     q.begin("def f(x): return x")
+    p.costs.first.held.clear()  # sizes timed once: this process's first decodes, not saved
     assert q.costs.verify_table() == pytest.approx(p.costs.verify_table())
     assert q.next_plan(("model",)).reason != "warm-up"  # warm from the saved state
 
@@ -728,6 +729,33 @@ def test_a_lookup_check_that_departed_is_timed_again_only_after_as_long_a_run() 
     copy = run(60, [], [99])  # then a passage it copies whole
     assert any(timed and n >= 7 for n, timed in copy), copy
     assert max(n for n, _ in copy) >= 15
+
+
+@pytest.mark.parametrize(("curve", "most"), [("steep", 1), ("flat", 30)])
+def test_a_check_size_timed_once_is_not_tried_again_where_its_first_time_prices_it_out(
+        curve: str, most: int) -> None:
+    """1-4 rows calibrated; a lookup that keeps all or 3 of its guesses; each size's first
+    decode 1.15× a later one. On the steep CPU curve (8 rows 6.5× one) the 8-row check timed
+    once cost 7.5 T(1): held, not counted, it still prices 8 rows at least 7.5 T(1) / 1.15, so
+    neither a plan nor a second timing try chooses it again on the line through 1-4 rows
+    (which says ~4.5). On a nearly flat curve the same bound prices nothing out."""
+    ratios = [1.0, 2.07, 2.4, 2.9, 3.6, 4.05, 4.69, 6.5, 6.9, 7.35, 7.9, 8.1, 8.4, 8.55, 8.55,
+              8.6, 9.1, 9.3, 10.4, 10.5, 10.6, 11.7, 11.8, 11.9, 13.0, 13.1, 13.2, 13.7, 13.8,
+              14.8, 14.9, 15.0]
+    t = [0.030 * (r if curve == "steep" else 1 + 0.02 * i) for i, r in enumerate(ratios)]
+    p = planner(CostCurve(0.025, tuple(t[:4])), 0.85, replace(CALM, lookup_depth=31),
+                ngram_alpha=0.9)
+    seen, sizes = set(), []
+    for i in range(30):
+        ngram(p).estimate.streak = max(ngram(p).estimate.streak, LONG_STREAK)
+        n = p.next_plan(("ngram",)).size
+        sizes.append(n)
+        kept = min(n, 3) if i % 2 else n
+        first = n not in seen
+        seen.add(n)
+        p.observe(StepEvent(n, kept, 0.0002 if n else 0.0, t[n] * (1.15 if first else 1.0),
+                            "ngram" if n else "none", committed=kept + 1))
+    assert 1 <= sizes.count(7) <= most, sizes
 
 
 @pytest.mark.parametrize(("streak", "longest"), [(2, 4), (4, 8), (8, 16), (16, 31)])

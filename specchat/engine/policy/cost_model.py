@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.decay import decay_for
+from specchat.engine.policy.first_decodes import FirstDecodes
 from specchat.engine.policy.verify_table import TABLE_SIZE, VerifyTable
 
 CLIP = 3.0  # an observation above CLIP × the prediction counts as CLIP × the prediction
@@ -42,7 +43,9 @@ class OnlineCostModel:
     """``skip_first``: ignore the first observation of each batch size (and the first draft
     step) in this process — llama.cpp sizes its compute buffers on a batch shape's first
     decode, which then costs up to twice a normal one (docs/performance.md) — except that a
-    size's second counts as the lesser of the two."""
+    size's second counts as the lesser of the two. Until its second, the held first time
+    bounds the size's price from below (:class:`~specchat.engine.policy.first_decodes.
+    FirstDecodes`)."""
 
     def __init__(self, half_life: float = 48.0, shape_weight: float = 2.0,
                  skip_first: bool = False) -> None:
@@ -59,7 +62,7 @@ class OnlineCostModel:
         self._vt: tuple[tuple[object, ...], tuple[float, ...]] | None = None
         self.skip_first = skip_first
         self._seen: set[int] = set()  # batch sizes (0: the draft) observed in this process
-        self._held: dict[int, float] = {}  # a size's skipped first time, until its second
+        self.first = FirstDecodes(half_life)  # sizes' skipped first times, until their second
 
     # ----------------------------------------------------------------------------- priors
 
@@ -104,13 +107,13 @@ class OnlineCostModel:
         if n <= 0 or seconds <= 0:
             return
         if self._first(n):
-            self._held[n] = seconds
+            self.first.hold(n, seconds)
             return
         # A size's first counted time is the lesser of its first two: the first pays the
         # shape's buffers, either may meet a burst of other work, and until more steps come
         # one time prices every check the line through it reaches (a burst on one check can
         # turn a copy plain).
-        seconds = min(seconds, self._held.pop(n, seconds))
+        seconds = self.first.count(n, seconds)
         if self._n_verify >= 3:
             seconds = min(seconds, CLIP * self._clip_reference(n))
         lam = self.lam
@@ -209,14 +212,16 @@ class OnlineCostModel:
         return a + b * n
 
     def verify_table(self) -> tuple[float, ...]:
-        """T_v(1..TABLE_SIZE) as the table estimates it now (the planner asks several times a
-        step: computed again only after a change)."""
+        """T_v(1..TABLE_SIZE) as the table estimates it now, each size timed only once so far
+        at least its held first time over f (:meth:`FirstDecodes.floor`) — the planner asks
+        several times a step: computed again only after a change."""
         a, b = self.line()
-        key = (id(self.table), self.table.version, id(self.table.shape), a, b)
+        bounds = self.first.bounds()
+        key = (id(self.table), self.table.version, id(self.table.shape), a, b, bounds)
         if self._vt is not None and self._vt[0] == key:
             return self._vt[1]
         line = [a + b * n for n in range(1, TABLE_SIZE + 1)] if a + b > 0 else None
-        est = self.table.estimates(line)
+        est = self.first.floor(self.table.estimates(line), bounds)
         self._vt = (key, est)
         return est
 
@@ -225,7 +230,8 @@ class OnlineCostModel:
         return gamma * self.t_draft + self.t_verify(gamma + 1) + self.overhead
 
     def state(self) -> dict[str, object]:
-        """What the model has learnt, as JSON-able values (see :meth:`load_state`)."""
+        """What the model has learnt, as JSON-able values (see :meth:`load_state`). Not the held
+        first times nor f: they are this process's first decodes (see FirstDecodes)."""
         return {"sums": list(self._s), "n_verify": self._n_verify, "draft": list(self._draft),
                 "overhead": list(self._over), "ratio": self.ratio, "table": self.table.state()}
 

@@ -5,8 +5,9 @@ Every chain length γ of an arm is scored in one pass, E(γ) = 1 + Σ_i Π_{j �
 term, against γ drafted tokens at the arm's price per token plus the check T(γ + 1) and the
 loop's overhead. A lookup's checks come in a few sizes only (see :meth:`ChainScorer.
 lookup_sizes`). Past the sizes this machine has timed, a check's cost is a guess (a line through
-those timed), so a longer check whose guessed rate still beats plain is tried now and then to
-time it (:meth:`ChainScorer.longer_check`).
+those timed; a size timed once, its first decode held, at least that time over f), so a longer
+check whose guessed rate still beats plain is tried now and then to time it
+(:meth:`ChainScorer.longer_check`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from specchat.engine.policy.cost_model import OnlineCostModel
 from specchat.engine.policy.planner_settings import Candidate
 
 # A chain whose check size was never timed is tried when its guessed rate is at least this × the
-# best's, so many times (a size's estimate trusts one timing only partly).
+# best's, so many times: a size's first timing in a process is held, not counted (it pays
+# llama.cpp's buffer set-up), and one counted timing moves its estimate only partly.
 TRY_UNTIMED = 0.8
 TIMINGS_TRIED = 2
 LOOKUP_SIZES = frozenset((1, 3, 7, 15, 31))  # the chain lengths a lookup's check may have
@@ -106,7 +108,11 @@ class ChainScorer:
         for g in range(min(len(steps) - 1, reach - 1), best_g, -1):
             # The best chain on the guesses can be far too short where a CPU's curve flattens
             # past the sizes timed: try the longest such check whose guessed rate costs little
-            # and still beats plain (twice: one timing moves the estimate a third of the way).
+            # and still beats plain (twice: the first timing is held, the second moves the
+            # estimate a third of the way). A size tried once is priced at least its held
+            # first time over f (FirstDecodes), so where even that rate misses the bar — an
+            # optimistic one, f the most generous discount seen — no second try is made: its
+            # timing would only confirm the size too dear.
             if not self.untimed(g, weight) or (sizes is not None and g not in sizes):
                 continue
             if arm.departed_within(g):
