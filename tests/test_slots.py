@@ -19,7 +19,7 @@ import pytest
 
 from specchat.bench.chi2 import chi_square
 from specchat.engine.decode import speculative, verify
-from specchat.engine.decode.decoding import FinishedRun, run_to_end
+from specchat.engine.decode.decoding import FinishedRun, prefill, run_to_end
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
@@ -114,6 +114,67 @@ def test_slots_generating_at_once_share_passes_and_match_lone_runs(model: LlamaM
     finally:
         slots.close()
         base.close()
+
+
+def test_a_slot_takes_a_start_another_slot_holds_and_keeps_it_past_that_slots_cuts(
+        model: LlamaModel) -> None:
+    """A request whose start (a system prompt, a file) another slot holds reads only the rest:
+    the other slot's cells join its sequence untouched, the next row is the one a lone read
+    gives, and the other slot's later clear leaves them."""
+    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
+    slots = share(base, None, 2)
+    (a, _), (b, _) = slots.contexts
+    shared = [*range(10, 40), *range(12, 22)]
+    p, q = [*shared, 5, 6, 7], [*shared, 50, 51]
+    try:
+        _, reused_a = prefill(a, p)
+        row_b, reused_b = prefill(b, q)
+        assert (reused_a, a.borrowed) == (0, 0)
+        assert (reused_b, b.borrowed) == (40, 40) and b.tokens == q
+        ref = _next_row(model, q)
+        assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
+        a.clear()
+        row = np.array(b.decode([45], logits="last")[0])
+        ref = _next_row(model, [*q, 45])
+        assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
+        # Its own cache first: b holds all of q, a holds nothing, so nothing moves.
+        assert b.reuse_prefix(q) == len(q) and b.borrowed == 40
+        # And back: the emptied slot takes the start from b.
+        _, again = prefill(a, p)
+        assert (again, a.borrowed) == (40, 40)
+    finally:
+        slots.close()
+        base.close()
+
+
+def test_a_speculative_reply_on_a_borrowed_start_matches_a_lone_run(
+        model: LlamaModel, draft: LlamaModel) -> None:
+    """Both the target's and the draft model's slot take the start another request left, and
+    the greedy reply is the lone run's, token for token."""
+    shared = [*range(10, 40), *range(20, 40)]
+    p, q = [*shared, 5, 6, 7], [*shared, 50, 51]
+    settings = SamplerSettings(temperature=0.0, max_tokens=30)
+    lone_t = LlamaContext(model, ContextSettings(n_ctx=256))
+    lone_d = LlamaContext(draft, ContextSettings(n_ctx=256))
+    try:
+        alone = run_to_end(SpeculativeDecoder(lone_t, lone_d, FixedGamma(3)), q, settings)
+    finally:
+        lone_t.close()
+        lone_d.close()
+    base_t = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
+    base_d = LlamaContext(draft, ContextSettings(n_ctx=512, n_seq_max=32))
+    slots = share(base_t, base_d, 2)
+    (a_t, a_d), (b_t, b_d) = slots.contexts
+    try:
+        run_to_end(SpeculativeDecoder(a_t, a_d, FixedGamma(3)), p, settings)
+        got = run_to_end(SpeculativeDecoder(b_t, b_d, FixedGamma(3)), q, settings)
+        assert got.tokens == alone.tokens
+        assert got.stats.drafted > 0
+        assert b_t.borrowed == len(shared) and b_d.borrowed == len(shared)
+    finally:
+        slots.close()
+        base_t.close()
+        base_d.close()
 
 
 # ------------------------------------------------------------------- sampled exactness

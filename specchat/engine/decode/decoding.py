@@ -36,8 +36,11 @@ def hold_prefix(ctx: LlamaContext, seq: Sequence[int], known: int = 0) -> int:
     to match already. Returns how many tokens were reused.
     """
     want = len(seq) - 1
-    reuse = min(want, known or ctx.common_prefix(seq[:want]))
-    ctx.truncate(reuse)
+    if known:
+        reuse = min(want, known)
+        ctx.truncate(reuse)
+    else:  # a slot of a shared cache may take a start another slot holds (reuse_prefix)
+        reuse = ctx.reuse_prefix(seq[:want])
     if reuse < want:
         ctx.decode(seq[reuse:want], logits="none")
     return reuse

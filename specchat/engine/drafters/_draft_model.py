@@ -83,6 +83,7 @@ class DraftModel:
         self.read: tuple[int, float] = (0, 0.0)
 
     def reset(self, prompt: Sequence[int]) -> None:
+        self.ctx.reuse_prefix(prompt)  # what it holds, or (a slot) what another slot holds
         self._known = 0
         self._readable = 0
         self._tree = None

@@ -502,6 +502,14 @@ class LlamaContext(HiddenOutput):
         """How many of the cache's tokens ``tokens`` starts with."""
         return common_prefix(self.tokens, tokens)
 
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Roll the cache back to the longest start of ``tokens`` it can hold without
+        evaluating anything, and return its length: here, what it holds already. A slot of a
+        shared cache (:mod:`.slots`) also takes a longer start another slot holds."""
+        n = self.common_prefix(tokens)
+        self.truncate(n)
+        return n
+
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)
         self.tokens.clear()

@@ -271,6 +271,10 @@ class SlotContext(LlamaContext):
         self.on_close = []
         self._rows: npt.NDArray[np.float32] | None = None
         self._freed = False
+        # Every slot of the same shared context, this one included (set by share()): the
+        # caches a request's start may be taken from (reuse_prefix).
+        self.siblings: tuple[SlotContext, ...] = (self,)
+        self.borrowed = 0  # tokens taken from other slots' caches, in all (for the log, tests)
 
     def clock(self) -> float:
         return self.slot.now()
@@ -291,6 +295,30 @@ class SlotContext(LlamaContext):
         if self._rows is None or self._rows.shape[0] < rows:
             raise RuntimeError("a slot's decode returned fewer logits rows than it asked for")
         return self._rows[:rows]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """What this slot holds of ``tokens``' start, or a longer start another slot holds:
+        that one's cells then join this slot's sequence as they are (llama.cpp's seq_cp on a
+        unified cache tags cells, it copies nothing), so a request that shares a system
+        prompt, a file or a conversation with another slot's does not read it again. The
+        other slot keeps its cells; each slot's later cuts touch its own sequence only. Safe
+        while the other slot is mid-reply: only its committed tokens are taken, and a member
+        holds the rendezvous' baton, so no pass runs meanwhile."""
+        own = self.common_prefix(tokens)
+        donor, best = None, own
+        for other in self.siblings:
+            if other is not self:
+                n = other.common_prefix(tokens)
+                if n > best:
+                    donor, best = other, n
+        if donor is None:
+            self.truncate(own)
+            return own
+        self.clear()
+        llama_cpp.llama_memory_seq_cp(self.mem, donor.seq_base, self.seq_base, 0, best)
+        self.tokens.extend(int(t) for t in tokens[:best])
+        self.borrowed += best
+        return best
 
     def _keep_only(self, sid: int) -> None:
         # llama_memory_seq_keep would empty the other slots' sequences too: this slot's alone.
@@ -348,4 +376,9 @@ def share(target: LlamaContext, draft: LlamaContext | None, n: int) -> Slots:
         clock = SlotClock()
         out.append((SlotContext(target, rendezvous, clock, k, n),
                     SlotContext(draft, rendezvous, clock, k, n) if draft is not None else None))
+    targets = tuple(t for t, _ in out)
+    drafts = tuple(d for _, d in out if d is not None)
+    for group in (targets, drafts):
+        for view in group:
+            view.siblings = group
     return Slots(rendezvous, tuple(out))
