@@ -180,6 +180,11 @@ class ScriptedContext:
     def common_prefix(self, tokens: Sequence[int]) -> int:
         return common_prefix(self.tokens, tokens)
 
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        n = self.common_prefix(tokens)
+        self.truncate(n)
+        return n
+
     def clear(self) -> None:
         self.tokens.clear()
         self._tree = None
