@@ -68,7 +68,8 @@ from specchat.store import (
     title_from,
 )
 from specchat.store.chat_tools import ChatTools
-from specchat.store.chats import ChatSummary, Owner, StoredMessage
+from specchat.store.ownership import Owner
+from specchat.store.records import ChatSummary, StoredMessage
 from specchat.store.tool_parts import CallRecord, ToolPart
 from specchat.textsafe import safe_text
 from specchat.tools.files import files_in
