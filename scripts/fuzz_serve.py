@@ -1,7 +1,7 @@
 """Fuzz `specchat serve` with many generated request bodies (the suite runs 200).
 
 Starts ``python -m specchat serve`` on two tiny models written for the run (random weights:
-they load in milliseconds), sends N bodies from specchat.devtools.serve_fuzz to 127.0.0.1, and
+they load in milliseconds), sends N bodies from specchat.devtools.serve_fuzz_requests to 127.0.0.1, and
 checks each answer (an OpenAI error object with a 4xx status, or a valid completion; the server
 still healthy after it). Prints the answers by status and error code, and the first problems
 found with their requests; exits 1 if there was any, or if the server logged a traceback.
@@ -24,14 +24,15 @@ sys.path.insert(0, str(REPO))  # this checkout's specchat (and its tests' server
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
-from specchat.devtools import serve_fuzz  # noqa: E402
+from specchat.devtools.serve_fuzz_answers import Answer, health, problems, send  # noqa: E402
+from specchat.devtools.serve_fuzz_requests import Request, requests  # noqa: E402
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model  # noqa: E402
 from tests.serve_helpers import ServerProcess, raw, wait_until  # noqa: E402
 
 MAX_BODY = 64 * 1024
 
 
-def kind(answer: serve_fuzz.Answer) -> str:
+def kind(answer: Answer) -> str:
     if answer.status == 200:
         return "200 " + ("stream" if answer.content_type.startswith("text/event") else "whole")
     try:
@@ -64,14 +65,14 @@ def main() -> int:
             # No shrinking and no stop at the first problem: a tally of everything sent.
             @settings(max_examples=args.examples, deadline=None, database=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-            @given(request=serve_fuzz.requests(MAX_BODY))
-            def one(request: serve_fuzz.Request) -> None:
+            @given(request=requests(MAX_BODY))
+            def one(request: Request) -> None:
                 if time.monotonic() > deadline:
                     return
-                answer = serve_fuzz.send(url, request)
+                answer = send(url, request)
                 seen[kind(answer)] += 1
-                wrong = serve_fuzz.problems(answer, request)
-                status, doc = serve_fuzz.health(url)
+                wrong = problems(answer, request)
+                status, doc = health(url)
                 if status != 200 or doc["queued"]:
                     wrong.append(f"unhealthy after it: {status} {doc}")
                 if wrong and len(found) < 20:

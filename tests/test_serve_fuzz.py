@@ -1,5 +1,5 @@
 """Fuzz `python -m specchat serve` (a real server process on the tiny pair) with generated
-request bodies (specchat.devtools.serve_fuzz): every answer is an OpenAI error object with a 4xx
+request bodies (specchat.devtools.serve_fuzz_requests): every answer is an OpenAI error object with a 4xx
 status or a valid completion, never a 500 or a traceback, and the server keeps answering.
 200 examples here, derandomized so CI sees the same ones; scripts/fuzz_serve.py runs more."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from specchat.devtools import serve_fuzz
+from specchat.devtools.serve_fuzz_answers import health, problems, send
+from specchat.devtools.serve_fuzz_requests import Request, requests
 from tests.serve_helpers import ServerProcess, raw, wait_until
 
 MAX_BODY = 64 * 1024  # bytes (--max-body-mb 0.0625): oversized bodies stay small
@@ -36,14 +37,14 @@ def server(tiny_target: Path, tiny_draft: Path,
 
 
 @FUZZ
-@given(request=serve_fuzz.requests(MAX_BODY))
+@given(request=requests(MAX_BODY))
 def test_any_body_gets_an_error_object_or_a_completion(server: ServerProcess,
-                                                       request: serve_fuzz.Request) -> None:
+                                                       request: Request) -> None:
     url = server.url or ""
-    answer = serve_fuzz.send(url, request)
-    found = serve_fuzz.problems(answer, request)
+    answer = send(url, request)
+    found = problems(answer, request)
     assert not found, (request.what, found)
-    status, doc = serve_fuzz.health(url)
+    status, doc = health(url)
     assert status == 200 and doc["queued"] == 0, doc
     assert "Traceback" not in server.stderr, server.stderr[-3000:]
 

@@ -16,7 +16,7 @@ import pytest
 
 from specchat.errors import StoreError
 from specchat.store import ChatStore
-from specchat.store.chats import LEASE_S
+from specchat.store.ownership import LEASE_S
 from specchat.store.repair import open_for_app, repair
 from specchat.store.schema import MIGRATIONS, SCHEMA_VERSION, migrate, user_version
 

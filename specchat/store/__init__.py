@@ -1,7 +1,7 @@
 """Chat persistence: SQLite with migrations, token fates, Markdown export. No UI code here."""
 
 from specchat.store.chat_tools import ChatTools
-from specchat.store.chats import ChatStore, ChatSummary, StoredMessage, title_from
+from specchat.store.chats import ChatStore
 from specchat.store.export import (
     chat_to_markdown,
     export_filename,
@@ -10,6 +10,7 @@ from specchat.store.export import (
     write_export,
 )
 from specchat.store.fates import FateTrace, Segment
+from specchat.store.records import ChatSummary, StoredMessage, title_from
 from specchat.store.reply_format import ReplyFormat
 from specchat.store.stats import ReplyStats
 from specchat.store.tool_parts import CallRecord, ToolPart

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specchat.errors import SpecchatError
 from specchat.paths import AppPaths
-from specchat.store.chats import ChatSummary, StoredMessage
+from specchat.store.records import ChatSummary, StoredMessage
 from specchat.store.tool_parts import pretty_arguments, prose
 
 SPEAKERS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool result"}

@@ -22,7 +22,8 @@ from typing import Any
 
 from specchat.errors import StoreError
 from specchat.store.chat_tools import ChatTools
-from specchat.store.chats import ChatStore, process_alive
+from specchat.store.chats import ChatStore
+from specchat.store.ownership import process_alive
 from specchat.store.reply_format import ReplyFormat
 from specchat.store.tool_parts import ToolPart
 
