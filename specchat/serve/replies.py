@@ -19,7 +19,7 @@ from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls, read_stream
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError
-from specchat.serve.worker import Finished
+from specchat.serve.job import Finished
 
 DONE = b"data: [DONE]\n\n"
 

@@ -36,6 +36,7 @@ from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_ca
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type
+from specchat.serve.job import Finished
 from specchat.serve.parse import (
     GenerationRequest,
     chat_request,
@@ -43,7 +44,6 @@ from specchat.serve.parse import (
     content_text,
 )
 from specchat.serve.replies import call_stream, chat_logprobs, extension, split_deltas, timings
-from specchat.serve.worker import Finished
 
 MAX_KEPT = 256  # earlier responses kept for previous_response_id (a count: each is a chat)
 ROLES = ("user", "system", "developer", "assistant")
