@@ -37,13 +37,10 @@ from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type
 from specchat.serve.job import Finished
-from specchat.serve.parse import (
-    GenerationRequest,
-    chat_request,
-    check_top_logprobs,
-    content_text,
-)
+from specchat.serve.message_request import content_text
+from specchat.serve.parse import GenerationRequest, chat_request
 from specchat.serve.replies import call_stream, chat_logprobs, extension, split_deltas, timings
+from specchat.serve.sampling_request import check_top_logprobs
 
 MAX_KEPT = 256  # earlier responses kept for previous_response_id (a count: each is a chat)
 ROLES = ("user", "system", "developer", "assistant")
