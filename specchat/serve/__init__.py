@@ -6,8 +6,10 @@ OpenAI error object), ``sampling_request`` and ``message_request`` (the sampler'
 a chat's messages, checked), ``parse`` (a request body, checked field by field per endpoint),
 ``job`` (a request's job: the items its generation posts to its handler), ``prompt`` (a
 request's prompt on the loaded model, and what its tools and grammar make of it), ``worker``
-(the loaded models, the queue and the generation threads), ``replies`` (events → OpenAI JSON
-and server-sent events), ``responses_api`` (the Responses API, read into a chat and written
+(the loaded models, the queue and the generation threads), ``wire`` (compact JSON and
+server-sent events), ``figures`` (timings, usage, specchat's figures and log-probabilities
+beside a reply's text), ``replies`` (events → OpenAI's chat and completion JSON, and
+``/infill``'s), ``responses_api`` (the Responses API, read into a chat and written
 back as its objects and typed events), ``cors`` (which web pages may call), ``app`` (the
 Starlette routes) and ``server`` (the socket and uvicorn).
 """

@@ -34,8 +34,9 @@ from specchat.serve.parse import (
     infill_request,
 )
 from specchat.serve.prompt import generic_tools, reply_start, tool_names
-from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, event
+from specchat.serve.replies import InfillWriter, ReplyWriter
 from specchat.serve.responses_api import ResponseStore, ResponsesWriter, responses_request
+from specchat.serve.wire import DONE, dumps, error_event, event
 from specchat.serve.worker import ModelHost, Served
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over

@@ -36,10 +36,11 @@ from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_ca
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type
+from specchat.serve.figures import chat_logprobs, extension, fates, timings
 from specchat.serve.job import Finished
 from specchat.serve.message_request import content_text
 from specchat.serve.parse import GenerationRequest, chat_request
-from specchat.serve.replies import call_stream, chat_logprobs, extension, split_deltas, timings
+from specchat.serve.replies import call_stream, split_deltas
 from specchat.serve.sampling_request import check_top_logprobs
 
 MAX_KEPT = 256  # earlier responses kept for previous_response_id (a count: each is a chat)
@@ -456,8 +457,6 @@ class ResponsesWriter:
         self._keep(text, calls)
         doc = self._object("completed", output, done)
         if self.with_fates:
-            from specchat.serve.replies import fates
-
             doc["specchat"]["tokens"] = fates(tokens)
         return doc
 
