@@ -9,7 +9,8 @@ request's prompt on the loaded model, and what its tools and grammar make of it)
 (the loaded models, the queue and the generation threads), ``wire`` (compact JSON and
 server-sent events), ``figures`` (timings, usage, specchat's figures and log-probabilities
 beside a reply's text), ``replies`` (events → OpenAI's chat and completion JSON, and
-``/infill``'s), ``responses_api`` (the Responses API, read into a chat and written
-back as its objects and typed events), ``cors`` (which web pages may call), ``app`` (the
-Starlette routes) and ``server`` (the socket and uvicorn).
+``/infill``'s), ``responses_request`` (a Responses API request read into a chat, and the
+responses kept), ``responses_writer`` (a reply as the Responses API's objects and typed
+events), ``cors`` (which web pages may call), ``app`` (the Starlette routes) and ``server``
+(the socket and uvicorn).
 """

@@ -35,7 +35,8 @@ from specchat.serve.parse import (
 )
 from specchat.serve.prompt import generic_tools, reply_start, tool_names
 from specchat.serve.replies import InfillWriter, ReplyWriter
-from specchat.serve.responses_api import ResponseStore, ResponsesWriter, responses_request
+from specchat.serve.responses_request import ResponseStore, responses_request
+from specchat.serve.responses_writer import ResponsesWriter
 from specchat.serve.wire import DONE, dumps, error_event, event
 from specchat.serve.worker import ModelHost, Served
 

@@ -14,9 +14,10 @@ constrained output (``response_format``, ``grammar``) ``constraint_request.py``,
 
 Fill-in-the-middle is a completion's ``suffix`` or llama-server's ``/infill``
 (``input_prefix``, ``input_suffix``, ``input_extra``, ``prompt``); whether the model can do it
-is known only once it is loaded, so the worker says so. Tools (``tools``, ``tool_choice``,
-``parallel_tool_calls``, assistant messages' ``tool_calls`` and ``tool`` messages) are a chat's;
-whether the model's template takes them is the worker's to say, likewise.
+is known only once it is loaded, so ``prompt.py`` says so, on the generation thread. Tools
+(``tools``, ``tool_choice``, ``parallel_tool_calls``, assistant messages' ``tool_calls`` and
+``tool`` messages) are a chat's; whether the model's template takes them is ``prompt.py``'s to
+say, likewise.
 """
 
 from __future__ import annotations
