@@ -1,4 +1,4 @@
-"""A request's job: what a route's handler and the generation thread share.
+"""A request's job: what a route's handler and the thread generating its reply share.
 
 Each request is a :class:`Job`: the thread that runs it posts its items (:data:`Item`: the
 prompt fits, each committed token, then the end or the failure) into the job's asyncio queue

@@ -5,7 +5,7 @@ A chat goes through the model's own template (the app's), a completion's text as
 fill-in-the-middle through the model's FIM tokens; a prompt that does not fit the context is a
 400. Tools are shown to the template in its own format, or, when it has none, as the generic
 JSON form (engine/decode/generic_tools.py) whose grammar shapes the reply; a grammar the
-model's vocabulary cannot follow is a 400 before the reply starts. These run on the
+model's vocabulary cannot follow is a 400 before the reply starts. These run on a
 generation thread (the tokenizer and the template are the loaded model's), and the route's
 handler asks the same questions of the request to read the reply's calls back.
 """
