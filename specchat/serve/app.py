@@ -26,25 +26,19 @@ from starlette.types import Receive, Scope, Send
 from specchat.engine.decode.events import TokenEvent
 from specchat.serve.api_errors import NOT_FOUND, ApiError, bad_request
 from specchat.serve.cors import Cors, CorsPolicy
+from specchat.serve.job import Failed, Finished, Job, Started
 from specchat.serve.parse import (
     GenerationRequest,
     chat_request,
     completion_request,
     infill_request,
 )
-from specchat.serve.replies import DONE, InfillWriter, ReplyWriter, dumps, error_event, event
-from specchat.serve.responses_api import ResponseStore, ResponsesWriter, responses_request
-from specchat.serve.worker import (
-    Failed,
-    Finished,
-    Job,
-    ModelHost,
-    Served,
-    Started,
-    generic_tools,
-    reply_start,
-    tool_names,
-)
+from specchat.serve.prompt import generic_tools, reply_start, tool_names
+from specchat.serve.replies import InfillWriter, ReplyWriter
+from specchat.serve.responses_request import ResponseStore, responses_request
+from specchat.serve.responses_writer import ResponsesWriter
+from specchat.serve.wire import DONE, dumps, error_event, event
+from specchat.serve.worker import ModelHost, Served
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes: a long document fits many times over
 Writer = ReplyWriter | InfillWriter | ResponsesWriter

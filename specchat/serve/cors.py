@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specchat.serve.api_errors import ApiError
-from specchat.serve.replies import dumps
+from specchat.serve.wire import dumps
 
 ANY = "*"
 LOCAL = re.compile(r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?")

@@ -10,41 +10,42 @@ sequences in the KV cache, its own drafters and planner), and the slots' rendezv
 thread at a time touch llama.cpp and runs their steps as one batch
 (:mod:`specchat.engine.llama.slots`).
 
-Each request is a :class:`Job`: the thread posts its results into the job's asyncio queue
-through the loop's thread-safe call, and the request's handler reads them; the job's
-``cancel`` event (set when its client goes away) is the engine's own cancel, seen at the
-slot's next step (a prompt read stops at once, even in a pass shared with other slots), which
-frees the slot for the next request.
+Each request is a :class:`~specchat.serve.job.Job`, whose items a thread posts as it runs
+it; its prompt is built by :mod:`specchat.serve.prompt`.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import queue
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.events import GenerationStats, StepEvent, TokenEvent
-from specchat.engine.decode.fim import FimUnsupportedError, fim_prompt
+from specchat.engine.decode.events import GenerationStats, TokenEvent
 from specchat.engine.decode.fold import EventFold
-from specchat.engine.decode.generic_tools import generic_messages, generic_schema
-from specchat.engine.decode.grammar import GrammarError, compile_grammar, start
+from specchat.engine.decode.grammar import GrammarError
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.decode.tool_calls import CLOSE, call_start
+from specchat.engine.decode.tool_calls import CLOSE
 from specchat.engine.llama.slots import PassLog
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
-from specchat.errors import Cancelled, ModelFileError, SpecchatError
+from specchat.errors import Cancelled, SpecchatError
 from specchat.runtime import prediction_counts
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
+from specchat.serve.job import Failed, Finished, Job, Started
 from specchat.serve.parse import GenerationRequest
+from specchat.serve.prompt import (
+    check_grammar,
+    generic_grammar,
+    generic_tools,
+    prompt_tokens,
+    tools_offered,
+)
 from specchat.textsafe import safe_text
 
 DEFAULT_MAX_QUEUE = 64  # waiting requests; more are refused (503) rather than piled up
@@ -67,64 +68,6 @@ class Served:
 
     def slot_engine(self, slot: int) -> ChatEngine:
         return self.engines[slot] if self.engines else self.engine
-
-
-@dataclass(frozen=True)
-class Started:
-    """The prompt fits and generation begins (a handler may now answer 200)."""
-
-    prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class Finished:
-    stats: GenerationStats
-    last_step: StepEvent | None = None  # the last draft/verify round: the γ mode's label
-    notices: tuple[str, ...] = ()
-    # With a predicted output: its tokens the reply kept and the rest (OpenAI's
-    # completion_tokens_details); None when none was given.
-    prediction: dict[str, int] | None = None
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: ApiError
-
-
-Item = Started | TokenEvent | Finished | Failed
-_ids = itertools.count(1)
-
-
-@dataclass(eq=False)
-class Job:
-    request: GenerationRequest
-    loop: asyncio.AbstractEventLoop
-    cancel: threading.Event = field(default_factory=threading.Event)
-    number: int = field(default_factory=lambda: next(_ids))
-    items: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
-    why: str = "its client went away"  # what a cancel means, for the log
-    # The bytes of the tokens its log-probabilities name (special tokens as their marker),
-    # written by the worker thread before it posts the token that needs them.
-    pieces: dict[int, bytes] = field(default_factory=dict)
-    _unread: list[Item] = field(default_factory=list)
-
-    def post(self, item: Item) -> None:
-        """From the worker thread: hand an item to the request's handler."""
-        try:
-            self.loop.call_soon_threadsafe(self.items.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: nobody will read the rest
-            self.cancel.set()
-
-    async def next(self) -> list[Item]:
-        """The next item and whatever else is already waiting (several tokens: one chunk)."""
-        out, self._unread = self._unread or [await self.items.get()], []
-        while not self.items.empty():
-            out.append(self.items.get_nowait())
-        return out
-
-    def unread(self, items: list[Item]) -> None:
-        """Give items back: the next :meth:`next` returns them first."""
-        self._unread = items + self._unread
 
 
 def stderr_log(line: str) -> None:
@@ -365,117 +308,6 @@ class ModelHost:
         self.counts["failed"] += 1
         self.log(f"request {job.number} failed: {error.message}")
         return Failed(error)
-
-
-def check_grammar(engine: ChatEngine, grammar: str | None, param: str | None) -> None:
-    """A 400 before the reply starts when the request's grammar compiled but cannot run on this
-    model's vocabulary (llguidance checks it against the tokens, and no token may start it;
-    the tokenizer is built here, once per model)."""
-    if grammar is None:
-        return
-    try:
-        g = start(engine.model, grammar)
-        if g is not None:
-            g.allowed()  # its first token: one the vocabulary can write
-    except GrammarError as e:
-        raise bad_request(str(e), param, "invalid_grammar") from None
-
-
-def prompt_tokens(engine: ChatEngine, request: GenerationRequest,
-                  cancel: threading.Event) -> list[int]:
-    """The request's prompt as the target's tokens: a chat through the model's own template
-    (the app's), a completion's text as it is, a fill-in-the-middle in the model's FIM tokens;
-    a 400 when it does not fit in the context."""
-    model = engine.model
-    param = "messages" if request.kind == "chat" else "prompt"
-    if not isinstance(request.prompt, str):
-        bad = next((t for t in request.prompt if not 0 <= t < model.n_vocab), None)
-        if bad is not None:
-            raise bad_request(f"token id {bad} is not in the model's vocabulary (0 to "
-                              f"{model.n_vocab - 1})", "prompt")
-    fim = _fim_tokens(engine, request) if request.suffix is not None else None
-    if fim is not None:
-        tokens = fim
-        param = "input_prefix" if request.kind == "infill" else param
-    elif request.kind == "chat":
-        offered = tools_offered(request)
-        try:
-            if generic_tools(engine, request):  # the tools in the system message
-                tokens = engine.tokenize_chat(generic_messages(
-                    request.messages, offered, request.tool_choice), cancel)
-            else:
-                tokens = engine.tokenize_chat(request.messages, cancel, tools=offered or None,
-                                              reply_start=reply_start(request))
-        except ModelFileError as e:  # the template refused this conversation
-            raise bad_request(str(e), "messages") from None
-    elif isinstance(request.prompt, str):
-        tokens = model.tokenize(request.prompt, add_special=model.add_bos, parse_special=True)
-    else:
-        tokens = list(request.prompt)
-    if not tokens:
-        raise bad_request("the prompt is empty", param)
-    if len(tokens) >= engine.n_ctx:  # not even one token of room for the reply
-        raise bad_request(f"the prompt is {len(tokens)} tokens and the context holds "
-                          f"{engine.n_ctx}: shorten it, or start the server with a larger "
-                          "--ctx-size", param, "context_length_exceeded")
-    return tokens
-
-
-def tools_offered(request: GenerationRequest) -> tuple[dict[str, Any], ...]:
-    """The tools the template is shown: none when the choice is "none"."""
-    return request.tools if request.tool_choice != "none" else ()
-
-
-def generic_tools(engine: ChatEngine, request: GenerationRequest) -> bool:
-    """Whether the request's tools are offered in the generic JSON form: its template has no
-    tool format of its own (see engine/decode/generic_tools.py)."""
-    return bool(tools_offered(request)) and not engine.template.takes_tools
-
-
-def generic_grammar(request: GenerationRequest) -> str:
-    """The grammar of a generic tool reply: calls of the offered tools, or an answer."""
-    if request.grammar_param is not None:
-        raise bad_request(f"this model's chat template has no tool format, so its tool calls "
-                          f"are JSON replies, which '{request.grammar_param}' cannot also "
-                          "shape: send one or the other", request.grammar_param)
-    schema = generic_schema(tools_offered(request), request.tool_choice,
-                            request.parallel_tool_calls)
-    try:
-        return compile_grammar("json_schema", json.dumps(schema))
-    except GrammarError as e:
-        raise bad_request(f"a tool's parameters are not a schema a call can follow: {e}",
-                          "tools", "invalid_json_schema") from None
-
-
-def tool_names(request: GenerationRequest) -> frozenset[str] | None:
-    """The names of the tools offered (None: none, and the reply is read as text only)."""
-    offered = tools_offered(request)
-    return frozenset(t["function"]["name"] for t in offered) if offered else None
-
-
-def reply_start(request: GenerationRequest, generic: bool = False) -> str:
-    """What a reply that must call a tool begins with, put after the prompt (see
-    :func:`~specchat.engine.decode.tool_calls.call_start`). Nothing for a generic JSON reply:
-    its grammar alone makes it a call."""
-    return "" if generic else call_start(request.tool_choice)
-
-
-def _fim_tokens(engine: ChatEngine, request: GenerationRequest) -> list[int] | None:
-    """A fill-in-the-middle prompt; the extra files fill what the prompt and the reply's
-    ``max_tokens`` leave of the context. None: an empty suffix on a model without FIM."""
-    assert request.suffix is not None
-    try:
-        return fim_prompt(engine.model, request.prompt, request.suffix, extra=request.extra,
-                          repo_level=request.kind == "infill",
-                          limit=engine.n_ctx - request.settings.max_tokens)
-    except FimUnsupportedError as e:
-        if request.kind == "completion":
-            if not request.suffix:  # nothing after the gap: what a plain completion does
-                return None
-            raise bad_request(str(e), "suffix", "fim_not_supported") from None
-        # llama-server's answer to /infill on such a model
-        raise ApiError(501, str(e), type="not_supported_error", param="input_suffix",
-                       code="fim_not_supported") from None
 
 
 def generate(engine: ChatEngine, tokens: list[int], job: Job,
