@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
 from specchat.engine.llama import batch_rounding  # noqa: E402
-from specchat.engine.llama.model import LlamaContext, LlamaModel  # noqa: E402
+from specchat.engine.llama.context import LlamaContext  # noqa: E402
+from specchat.engine.llama.model import LlamaModel  # noqa: E402
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings  # noqa: E402
 
 TEXT = (REPO / "docs" / "performance.md").read_text()

@@ -51,8 +51,9 @@ import numpy as np  # noqa: E402
 
 from specchat.engine.decode.decoding import prefill  # noqa: E402
 from specchat.engine.llama import amx, cpu_kernels  # noqa: E402
+from specchat.engine.llama.context import LlamaContext  # noqa: E402
 from specchat.engine.llama.cpu_kernels import Kernels  # noqa: E402
-from specchat.engine.llama.model import LlamaContext, LlamaModel  # noqa: E402
+from specchat.engine.llama.model import LlamaModel  # noqa: E402
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings  # noqa: E402
 from specchat.formats.gguf_file import GgufHeader  # noqa: E402
 

@@ -44,7 +44,8 @@ def generate(model_path: Path, max_tokens: int, threads: int) -> list[dict[str, 
     from specchat.engine.decode.decoding import run_to_end
     from specchat.engine.decode.plain import PlainDecoder
     from specchat.engine.decode.sampling import SamplerSettings
-    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.context import LlamaContext
+    from specchat.engine.llama.model import LlamaModel
     from specchat.engine.llama.model_settings import ContextSettings
 
     model = LlamaModel(model_path)

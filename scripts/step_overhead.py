@@ -42,7 +42,8 @@ from specchat.engine.decode.plain import PlainDecoder  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
 from specchat.engine.decode.speculative import SpeculativeDecoder  # noqa: E402
 from specchat.engine.decode.step_policy import FixedGamma  # noqa: E402
-from specchat.engine.llama.model import LlamaContext, LlamaModel  # noqa: E402
+from specchat.engine.llama.context import LlamaContext  # noqa: E402
+from specchat.engine.llama.model import LlamaModel  # noqa: E402
 from specchat.engine.llama.model_settings import ContextSettings  # noqa: E402
 
 

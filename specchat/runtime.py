@@ -20,6 +20,7 @@ from specchat.engine.decode.registry import DrafterEnv, build, usable
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy
 from specchat.engine.llama import amx, rpc
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hardware import backend_label
 from specchat.engine.llama.memory_plan import (
     MemoryReadings,
@@ -28,7 +29,7 @@ from specchat.engine.llama.memory_plan import (
     check,
     plan_load,
 )
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ModelSettings
 from specchat.engine.llama.placement import Placement
 from specchat.engine.llama.slots import SlotContext

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specchat.engine.llama import batch_rounding
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 
 

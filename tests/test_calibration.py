@@ -11,7 +11,8 @@ import pytest
 
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.stats import expected_tokens
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
 from specchat.engine.policy.costs import CostCurve, draft_step_cost, non_decreasing, verify_costs

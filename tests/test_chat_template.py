@@ -20,7 +20,8 @@ from specchat.engine.decode.chat_template import ChatTemplate, Message
 from specchat.engine.decode.events import GenerationStats
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled, ModelFileError
 

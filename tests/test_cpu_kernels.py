@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from specchat.engine.llama import amx, cpu_kernels
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.engine.llama.quantize import quantize_file
 from specchat.formats.gguf_file import TensorInfo, read_header

@@ -40,7 +40,8 @@ from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, VocabMap, valid_utf8_prefix
 from specchat.engine.drafters.model import ModelDrafter
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import IncompatiblePairError
 from specchat.loading import check_pair

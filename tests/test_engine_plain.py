@@ -13,7 +13,8 @@ from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import ContextFullError, ModelFileError
 
@@ -179,7 +180,7 @@ def test_loading_bad_files_gives_clear_errors(tmp_path: Path) -> None:
 
 
 def test_a_long_decode_stops_mid_way_and_short_ones_run_free(model: LlamaModel) -> None:
-    from specchat.engine.llama.model import ABORTABLE_BATCH, DecodeCancelled
+    from specchat.engine.llama.context import ABORTABLE_BATCH, DecodeCancelled
 
     ctx = LlamaContext(model, ContextSettings(n_ctx=512))
     ctx.decode([5, 6, 7])

@@ -28,7 +28,8 @@ from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.decode.verify import one_hot
 from specchat.engine.drafters.ngram import NgramDrafter
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 
 # A record with a bounded string, a bounded integer and a boolean, written compactly: every

@@ -29,7 +29,7 @@ from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.sampling import SamplerSettings, distribution
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.verify import one_hot, verify_tree
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.policy.auto_gamma import AutoGammaSeed, AutoGammaSettings
 from specchat.engine.policy.costs import CostCurve
 from specchat.engine.policy.guesses import GuessBook

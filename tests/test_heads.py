@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads import data as heads_data

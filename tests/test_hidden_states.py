@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hidden_output import HiddenStateError
 from specchat.engine.llama.hidden_states import states_over
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import Cancelled
 from specchat.models.heads.output_matrix import output_rows

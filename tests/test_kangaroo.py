@@ -37,7 +37,7 @@ from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters.kangaroo import KangarooAdapter, KangarooDrafter
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 
 V = 5

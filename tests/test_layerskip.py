@@ -29,7 +29,8 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters.layerskip import LayerSkipDrafter
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import DerivedSource, load_catalog
 from specchat.models.layer_cut import CutError, kept_layers, open_source, parse_layers, write_cut

@@ -24,7 +24,8 @@ from specchat.engine.decode.sampling import (
 )
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 
 EXACT_KV = {"flash_attn": "off", "type_k": "f32", "type_v": "f32"}

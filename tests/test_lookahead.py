@@ -28,7 +28,8 @@ from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
 from specchat.engine.drafters.lookahead import LookaheadDrafter, LookaheadSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.llama.side_branch import SideBranch
 from specchat.engine.policy.planner import Planner

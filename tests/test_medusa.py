@@ -26,7 +26,7 @@ from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters import medusa
 from specchat.engine.drafters.medusa import MedusaDrafter, MedusaHeads, default_shape
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 
 T09 = SamplerSettings(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
 SEED = 7

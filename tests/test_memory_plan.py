@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from gguf.constants import GGMLQuantizationType as Q
 
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hardware import Device, HostMemory
 from specchat.engine.llama.load_report import LoadReport
 from specchat.engine.llama.memory_plan import Footprint, LoadRequest, MemoryReadings, check, plan_load
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.errors import NotEnoughMemoryError
 from specchat.formats.gguf_checks import validate

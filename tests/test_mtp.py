@@ -24,7 +24,8 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.drafters.mtp import MtpDrafter
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.engine.llama.mtp import MtpContext, capture_for, hooks_available
 from specchat.errors import SpecchatError

@@ -22,7 +22,8 @@ from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, T
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
 from specchat.engine.decode.speculative import SpeculativeDecoder
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import BadLogitsError, SpecchatError
 

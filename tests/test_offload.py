@@ -17,9 +17,10 @@ from specchat.cli.common import Env
 from specchat.cli.main import build_parser
 from specchat.config import load_config
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.llama_lib import supports_gpu_offload
 from specchat.engine.llama.memory_plan import Footprint
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.engine.llama.offload import OffloadSettings, parse_gpu_layers
 from specchat.errors import ConfigError, ModelFileError, SpecchatError

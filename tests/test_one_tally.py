@@ -15,7 +15,8 @@ from specchat.engine.decode.events import GenerationStats, StepEvent
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.session.live import EventBatcher
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyJob, run_reply

@@ -17,7 +17,8 @@ from specchat.cli.prove_cmd import Tally, sample, verdict
 from specchat.engine.decode import speculative, verify
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.paths import AppPaths
 

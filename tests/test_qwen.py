@@ -18,7 +18,8 @@ from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.llama import batch_rounding
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver

@@ -93,7 +93,8 @@ GREEDY_CHILD = """
     from specchat.engine.decode.sampling import SamplerSettings
     from specchat.engine.decode.speculative import SpeculativeDecoder
     from specchat.engine.decode.step_policy import FixedGamma
-    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.model import LlamaModel
+    from specchat.engine.llama.context import LlamaContext
     from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
     import threading
 
@@ -172,7 +173,8 @@ DROP_CHILD = """
     from specchat.engine.decode.plain import PlainDecoder
     from specchat.engine.decode.sampling import SamplerSettings
     from specchat.engine.llama import rpc
-    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.model import LlamaModel
+    from specchat.engine.llama.context import LlamaContext
     from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 
     target_path, server, pid, listen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

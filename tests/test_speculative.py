@@ -30,8 +30,9 @@ from specchat.engine.decode.sampling import SamplerSettings, distribution
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma, PolicyBase
 from specchat.engine.drafters.ngram import NgramDrafter
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hardware import local_gpu_offload
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, flash_attention
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=40)

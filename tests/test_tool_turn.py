@@ -18,7 +18,8 @@ from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.mcp_config import McpServer
 from specchat.tools.hub import McpHub

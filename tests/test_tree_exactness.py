@@ -37,7 +37,7 @@ from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.decode.verify import children_of, node_output, verify_tree
 from specchat.engine.drafters._draft_model import draw_children, without
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 
 N = 100_000
 V = 5

@@ -16,7 +16,7 @@ from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import TokenEvent
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.race.runner import RaceSetup
 from specchat.ui.app import SpecchatApp

@@ -33,7 +33,8 @@ from specchat.engine.decode.events import (
 )
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.loading import Selection
 from specchat.models.catalog import ModelEntry, PairEntry, PathSource

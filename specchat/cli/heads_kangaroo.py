@@ -13,7 +13,8 @@ from typing import Any
 
 from specchat.cli.common import Env
 from specchat.config import cap_threads
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.models.progress import TextProgress
 

@@ -90,7 +90,8 @@ def _train_medusa(env: Env, args: argparse.Namespace, path: Path, sha: str,
     import threading
 
     from specchat.config import cap_threads
-    from specchat.engine.llama.model import LlamaContext, LlamaModel
+    from specchat.engine.llama.context import LlamaContext
+    from specchat.engine.llama.model import LlamaModel
     from specchat.engine.llama.model_settings import ContextSettings
     from specchat.models.heads import data as heads_data
     from specchat.models.heads import medusa

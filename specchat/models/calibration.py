@@ -29,8 +29,9 @@ from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.drafters._cross_vocab import cross_map, in_draft_vocab
 from specchat.engine.drafters.ngram import NgramDrafter
 from specchat.engine.llama import batch_rounding
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 from specchat.engine.llama.machine_load import LoadWatch, MachineLoad
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings, ModelSettings
 from specchat.engine.policy.acceptance import CONF_EDGES, confidence_counts
 from specchat.engine.policy.agreement import agreement_trace, cross_agreement_trace, greedy_continuation

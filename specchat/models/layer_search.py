@@ -24,7 +24,8 @@ from pathlib import Path
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.plain import PlainDecoder
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
 from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from specchat.engine.decode.events import Event, GenerationStats, StepEvent
 from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.sampling import SamplerSettings
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 
 
 class Decoder(Protocol):

@@ -20,7 +20,7 @@ from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict
-from specchat.engine.llama.model import DecodeCancelled
+from specchat.engine.llama.context import DecodeCancelled
 from specchat.errors import SpecchatError
 
 

@@ -16,7 +16,7 @@ from specchat.engine.decode.sampling import (
     make_rng,
     token_logprobs,
 )
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 
 
 class PlainDecoder:

@@ -23,7 +23,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from specchat.engine.decode.arms import CHAIN, Arm
 from specchat.engine.decode.drafting import Drafter
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 
 PACKAGE = "specchat.engine.drafters"

@@ -63,7 +63,7 @@ from specchat.engine.decode.sampling import (
 from specchat.engine.decode.spec_stats import SpecTally
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
 from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
 

@@ -24,7 +24,8 @@ from specchat.engine.decode.drafting import DraftFailed, DraftRequest, Proposal,
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.llama.vocab import is_special, piece, tokenize_bytes
 

@@ -25,7 +25,7 @@ from specchat.engine.decode.plan import depths
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._pick import TokenPicker
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.prefix import common_prefix
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft, cross_map
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 
 DRAFT_MODEL: Need[DraftModel] = Need("draft_model")
 

@@ -39,7 +39,7 @@ from specchat.engine.decode.drafting import DrafterBase, DraftFailed, DraftReque
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution, distribution, greedy_token
 from specchat.engine.decode.verify import Verdict, one_hot
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "kangaroo"

@@ -22,7 +22,7 @@ from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.drafters._draft_model import DraftModel
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "layerskip"

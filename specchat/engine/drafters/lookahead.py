@@ -51,7 +51,7 @@ from specchat.engine.decode.plan import Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._lookahead_pool import JacobiWindow, NgramPool, candidate_tree
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.side_branch import SideBranch
 from specchat.errors import SpecchatError
 

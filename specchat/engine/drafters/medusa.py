@@ -48,7 +48,7 @@ from specchat.engine.decode.verify import Verdict, children_of, one_hot
 from specchat.engine.drafters._draft_model import draw_children
 from specchat.engine.drafters.tree import best_shape
 from specchat.engine.llama.blas import blas_threads
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 
 NAME = "medusa"

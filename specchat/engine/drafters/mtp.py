@@ -51,7 +51,7 @@ from specchat.engine.decode.grammar import masked
 from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import Distribution
 from specchat.engine.drafters._pick import TokenPicker
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.mtp import MtpContext, MtpFailed, capture_for, hooks_available, n_mtp_layers
 from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 
 TOP_K = 8
 CHUNKS = (2, 3, 4, 5, 6, 8)  # verification batch sizes (γ + 1) the chunked pass cycles through

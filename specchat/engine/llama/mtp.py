@@ -17,7 +17,8 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import flash_attention
 from specchat.errors import SpecchatError
 

@@ -46,8 +46,8 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.llama.context import ABORTABLE_BATCH, LlamaContext
 from specchat.engine.llama.hidden_output import HiddenStateError
-from specchat.engine.llama.model import ABORTABLE_BATCH, LlamaContext
 
 # llama.cpp's bound on a context's sequences (LLAMA_MAX_SEQ).
 MAX_SEQUENCES = 256

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from specchat.engine.decode.decoding import prefill
 from specchat.engine.decode.sampling import SamplerSettings, distribution
 from specchat.engine.drafters._cross_vocab import CrossVocabDraft
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specchat.engine.llama.model import DecodeCancelled, LlamaContext
+from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from specchat.engine.decode.registry import DrafterEnv, Need
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.context import LlamaContext
+from specchat.engine.llama.model import LlamaModel
 from specchat.models.catalog import ModelEntry
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths

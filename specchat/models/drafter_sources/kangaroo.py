@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import cache
 
 from specchat.engine.drafters.kangaroo import LOADER, KangarooAdapter
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.errors import SpecchatError
 from specchat.models.drafter_sources import Source, Target
 

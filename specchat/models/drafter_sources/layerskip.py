@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import cache, partial
 
 from specchat.engine.drafters.layerskip import LOADER
-from specchat.engine.llama.model import LlamaContext
+from specchat.engine.llama.context import LlamaContext
 from specchat.models.drafter_sources import Source, Target
 from specchat.models.self_draft import layerskip_entry
 

@@ -30,8 +30,8 @@ from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import run_to_end
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hidden_states import states_over
-from specchat.engine.llama.model import LlamaContext
 from specchat.errors import Cancelled, SpecchatError
 from specchat.models.heads.store import load_npz, save_npz
 from specchat.models.progress import ProgressFn, Steps, no_progress

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.drafters.kangaroo import ETA, KangarooAdapter
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hidden_states import states_over
-from specchat.engine.llama.model import LlamaContext, LlamaModel
+from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
 from specchat.errors import SpecchatError
 from specchat.models.heads.data import DataSpec, collect, sequences
