@@ -18,6 +18,12 @@ and its first token (the pass that brought that token counted, when the chat rod
 model without FIM tokens (the demo pair) gets a short chat request there instead, and the
 script says so.
 
+``--shared-start`` runs one more case instead, on each server with 2 slots: two chat requests
+whose system message is the same source file (``--shared-chars``, about 740 tokens by default)
+and whose questions differ, the second sent once the first's reply streams (so it gets the
+other slot). It prints each one's time to first token: where the second reads only its
+question, it took the file from the first slot's cache.
+
 It fetches nothing: the pair must be in the specchat home already
 (``SPECCHAT_HOME=DIR python -m specchat models pull PAIR``). llama-server: ``--llama-server
 BIN`` (default: the one the tests build, ~/.cache/specchat-tests/llama-cpp-0.3.36/bin, from
@@ -263,6 +269,32 @@ def fim_case(server: Server, args: argparse.Namespace) -> dict[str, object]:
             "error": short.error}
 
 
+SHARED_FILE = REPO / "specchat" / "engine" / "llama" / "slots.py"  # a system message to share
+
+
+def shared_start_case(server: Server, args: argparse.Namespace) -> tuple[Stream, Stream]:
+    """Two requests with one system message (a file), the second sent once the first streams."""
+    system = "You review this file.\n\n" + SHARED_FILE.read_text(encoding="utf-8")[
+        : args.shared_chars]
+
+    def body(question: str, max_tokens: int) -> dict[str, object]:
+        return {"model": server.model, "max_tokens": max_tokens, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": question}]}
+
+    first, second = Stream(), Stream()
+    streaming = threading.Event()
+    reader = threading.Thread(target=_sse, args=(
+        server, "/v1/chat/completions", body("What does the Rendezvous do?", 160), first,
+        streaming, 1))
+    reader.start()
+    streaming.wait(900)
+    _sse(server, "/v1/chat/completions", body("List the public classes.", 32), second)
+    reader.join()
+    return first, second
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pair", default="qwen-coder", help="the pair to serve (default qwen-coder)")
@@ -278,6 +310,10 @@ def main() -> int:
     p.add_argument("--fim-after", type=int, default=32,
                    help="chat chunks before the FIM request is sent")
     p.add_argument("--no-fim", action="store_true", help="skip the FIM-during-chat case")
+    p.add_argument("--shared-start", action="store_true",
+                   help="only the case of two requests sharing a long system message")
+    p.add_argument("--shared-chars", type=int, default=3000,
+                   help="characters of the shared file in the system message")
     args = p.parse_args()
 
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -303,6 +339,25 @@ def main() -> int:
                              f"{args.pair}` first (with the same SPECCHAT_HOME)")
         files.append(state.path)
     target, draft = files
+    if args.shared_start:
+        print(f"{target.name}: two requests, one system message ({args.shared_chars} characters "
+              f"of {SHARED_FILE.name}), the second sent once the first streams; 2 slots, "
+              f"{args.threads} threads\n")
+        print("| server | first: TTFT s | first: total s | second: TTFT s | second: total s |")
+        print("|---|---|---|---|---|")
+        for name in configs:
+            port = free_port()
+            server = Server(name, command(name, args, target, draft, port, 2), port)
+            try:
+                first, second = shared_start_case(server, args)
+            finally:
+                server.stop()
+            bad = [o.error for o in (first, second) if o.status != 200]
+            if bad:
+                raise SystemExit(f"{name}: {bad[0]}")
+            print(f"| {name} | {first.ttft:.2f} | {first.end - first.sent:.2f} | "
+                  f"{second.ttft:.2f} | {second.end - second.sent:.2f} |", flush=True)
+        return 0
     texts = [q.text for q in load_prompts(per_category=1)]
     print(f"{target.name} + {draft.name}; greedy chat, max_tokens {args.max_tokens}, "
           f"{args.threads} threads, {args.ctx} tokens a slot; servers one at a time")
