@@ -216,7 +216,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
     """The first committed token after a fixed prompt at T = 0.9, over 2,000 replies, against
     the target's own distribution there (χ² at 1e-6): the MTP chain goes through the one
     verifier. A control that keeps every draft unchecked fails the same test."""
-    import specchat.engine.decode.speculative as spec_mod
+    import specchat.engine.decode.target_pass as pass_mod
     from specchat.bench.chi2 import chi_square
     from specchat.engine.decode.sampling import distribution
     from specchat.engine.decode.verify import Verdict
@@ -242,7 +242,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
     result = chi_square(counts(), expected)
     assert result.ok, result
 
-    original = spec_mod.verify_tree
+    original = pass_mod.verify_tree
 
     def unchecked(rows, tokens, parents, qs, rng):  # type: ignore[no-untyped-def]
         if not tokens:
@@ -250,7 +250,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
         return Verdict(accepted=len(tokens), token=int(tokens[-1]), rejected=None,
                        path=tuple(range(len(tokens))))
 
-    monkeypatch.setattr(spec_mod, "verify_tree", unchecked)
+    monkeypatch.setattr(pass_mod, "verify_tree", unchecked)
     result = chi_square(counts(), expected)
     assert not result.ok, result
 
