@@ -44,9 +44,9 @@ sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one insta
 
 from specchat.bench.prompts import load_prompts  # noqa: E402
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import run_to_end  # noqa: E402
 from specchat.engine.decode.events import StepEvent  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.plain import PlainDecoder  # noqa: E402
 from specchat.engine.decode.plan import Plan, plain  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402

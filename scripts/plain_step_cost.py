@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import Decoder, run_to_end  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.plain import PlainDecoder  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
 from specchat.engine.decode.speculative import SpeculativeDecoder  # noqa: E402

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import run_to_end  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
 from specchat.engine.llama.model_settings import ContextSettings  # noqa: E402
 from specchat.engine.policy.costs import verify_costs  # noqa: E402

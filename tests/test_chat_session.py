@@ -22,7 +22,7 @@ import pytest
 from ui_helpers import GREEDY, GatedDecoder, reference_reply, tiny_runtime
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import ModelFileError
 from specchat.runtime import Runtime

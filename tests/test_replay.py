@@ -213,7 +213,7 @@ def test_replay_reproduces_live_step_counts_on_the_demo_pair(
         demo_files: tuple[Path, Path]) -> None:
     from specchat.bench.prompts import load_prompts
     from specchat.engine.decode.chat import ChatEngine
-    from specchat.engine.decode.chat_template import Message
+    from specchat.engine.decode.messages import Message
     from specchat.engine.decode.plain import PlainDecoder
 
     settings = ContextSettings(n_ctx=2048, n_threads=1)

@@ -28,7 +28,7 @@ from ui_helpers import (
 )
 
 from specchat.config import UserConfig, load_config
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import FetchError
 from specchat.models.catalog import PairEntry

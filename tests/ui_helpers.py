@@ -21,7 +21,6 @@ from rich.console import Console
 
 from specchat.config import UserConfig
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import (
     Event,
@@ -31,6 +30,7 @@ from specchat.engine.decode.events import (
     TokenEvent,
     TokenOrigin,
 )
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.model import LlamaContext, LlamaModel
