@@ -225,7 +225,7 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
     from specchat.paths import app_paths
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
 
     cat = load_catalog()
     opts = RuntimeOptions(context=ContextSettings(n_ctx=4096, n_threads=a.threads))

@@ -38,7 +38,7 @@ from specchat.loading import RuntimeOptions, select  # noqa: E402
 from specchat.models.catalog import load_catalog  # noqa: E402
 from specchat.models.resolver import ModelResolver  # noqa: E402
 from specchat.paths import app_paths  # noqa: E402
-from specchat.runtime import Runtime  # noqa: E402
+from specchat.runtime.opening import Runtime  # noqa: E402
 
 PROMPT = ("Explain, step by step, how a hash table handles collisions, and when you would "
           "choose open addressing over chaining.")

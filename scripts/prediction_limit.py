@@ -33,7 +33,7 @@ from specchat.loading import RuntimeOptions, select  # noqa: E402
 from specchat.models.catalog import load_catalog  # noqa: E402
 from specchat.models.resolver import ModelResolver  # noqa: E402
 from specchat.paths import app_paths  # noqa: E402
-from specchat.runtime import Runtime  # noqa: E402
+from specchat.runtime.opening import Runtime  # noqa: E402
 
 FUNCTION = '''def summarize_orders(orders, tax_rate, discount_codes):
     """Totals per customer, with tax, after the best discount each order qualifies for."""

@@ -284,7 +284,7 @@ def test_ask_drafts_with_the_mtp_layers(home: AppPaths, mtp_file: Path,
 
 def test_the_runtime_loads_the_mtp_layers_only_when_the_file_has_them(
         mtp_file: Path, tiny_target: Path) -> None:
-    from specchat.runtime import _with_mtp
+    from specchat.runtime.opening import _with_mtp
 
     assert _with_mtp(mtp_file, ModelSettings()).load_mtp
     assert not _with_mtp(tiny_target, ModelSettings()).load_mtp

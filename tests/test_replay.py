@@ -180,7 +180,7 @@ def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
     from specchat.models.calibration_store import save_calibration
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
 
     cat = load_catalog()
     sel = select(cat, model=str(tiny_target), draft=str(tiny_draft))

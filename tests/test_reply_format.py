@@ -19,7 +19,7 @@ from specchat.engine.decode.grammar import GrammarError, compile_grammar
 from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import SpecchatError, StoreError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.reply_format import (
     MAX_FILE_BYTES,

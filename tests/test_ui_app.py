@@ -34,7 +34,7 @@ from specchat.errors import FetchError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

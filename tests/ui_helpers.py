@@ -38,7 +38,7 @@ from specchat.engine.llama.model_settings import ContextSettings
 from specchat.loading import Selection
 from specchat.models.catalog import ModelEntry, PairEntry, PathSource
 from specchat.models.progress import ProgressFn
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

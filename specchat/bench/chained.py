@@ -34,7 +34,7 @@ from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
 from specchat.engine.policy.replay import TurnTrace
 from specchat.errors import SpecchatError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 DEFAULT_TOPICS = ("coding", "writing", "math_reasoning", "translation", "coding", "summarization")
 PLAIN = "plain"

@@ -24,7 +24,7 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import batch_rounding
 from specchat.errors import SpecchatError
 from specchat.models.progress import ProgressFn, Steps, no_progress
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, prediction_counts
+from specchat.runtime.decoders import prediction_counts
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 from specchat.tools.files import Attachment, with_files
 from specchat.tools.turn import ReplyText, ToolCallEvent, ToolResultEvent, ToolTurn, prediction_tokens

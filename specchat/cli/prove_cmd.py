@@ -34,7 +34,8 @@ from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import Steps, TextProgress
-from specchat.runtime import PREDICTION, Runtime, drafter_names
+from specchat.runtime.decoders import PREDICTION, drafter_names
+from specchat.runtime.opening import Runtime
 
 PROMPT = "Write one sentence about the sea."
 # The n-gram lookup drafts only where the conversation's last tokens appeared before: a reply

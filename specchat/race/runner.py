@@ -29,7 +29,7 @@ from specchat.models.progress import ProgressFn, Steps, no_progress
 from specchat.race.result import Divergence, RaceResult
 from specchat.race.timeline import RaceTimeline, record
 from specchat.race.why import Costs, costs_from_calibration, costs_from_race
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 WARMUP_TOKENS = 8
 DEFAULT_RUNS = 3

@@ -42,7 +42,7 @@ from specchat.engine.llama.slots import PassLog
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, ModelFileError, SpecchatError
-from specchat.runtime import prediction_counts
+from specchat.runtime.decoders import prediction_counts
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
 from specchat.serve.parse import GenerationRequest
 from specchat.textsafe import safe_text
