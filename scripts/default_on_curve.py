@@ -44,9 +44,9 @@ sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one insta
 
 from specchat.bench.prompts import load_prompts  # noqa: E402
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import run_to_end  # noqa: E402
 from specchat.engine.decode.events import StepEvent  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.plain import PlainDecoder  # noqa: E402
 from specchat.engine.decode.plan import Plan, plain  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
@@ -225,7 +225,7 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
     from specchat.paths import app_paths
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
 
     cat = load_catalog()
     opts = RuntimeOptions(context=ContextSettings(n_ctx=4096, n_threads=a.threads))

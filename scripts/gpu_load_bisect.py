@@ -33,7 +33,7 @@ STEPS = {
     "write a GGUF in this process": WRITE,
     "ask the devices' memory": ("from specchat.engine.llama.hardware import devices\n"
                                 "devices(with_memory=True)\n"),
-    "import specchat.runtime": "import specchat.runtime\n",
+    "import specchat.runtime.opening": "import specchat.runtime.opening\n",
     "import the CLI": "import specchat.cli.main\n",
     "import pytest": "import pytest\n",
     "load the vocabulary first": (

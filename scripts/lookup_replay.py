@@ -40,8 +40,8 @@ def _extra() -> dict[str, str]:
 
 def generate(model_path: Path, max_tokens: int, threads: int) -> list[dict[str, object]]:
     from specchat.engine.decode.chat import ChatEngine
-    from specchat.engine.decode.chat_template import Message
     from specchat.engine.decode.decoding import run_to_end
+    from specchat.engine.decode.messages import Message
     from specchat.engine.decode.plain import PlainDecoder
     from specchat.engine.decode.sampling import SamplerSettings
     from specchat.engine.llama.context import LlamaContext

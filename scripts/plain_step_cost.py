@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import Decoder, run_to_end  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.plain import PlainDecoder  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
 from specchat.engine.decode.speculative import SpeculativeDecoder  # noqa: E402
@@ -38,7 +38,7 @@ from specchat.loading import RuntimeOptions, select  # noqa: E402
 from specchat.models.catalog import load_catalog  # noqa: E402
 from specchat.models.resolver import ModelResolver  # noqa: E402
 from specchat.paths import app_paths  # noqa: E402
-from specchat.runtime import Runtime  # noqa: E402
+from specchat.runtime.opening import Runtime  # noqa: E402
 
 PROMPT = ("Explain, step by step, how a hash table handles collisions, and when you would "
           "choose open addressing over chaining.")

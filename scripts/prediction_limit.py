@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's specchat, not another one installed
 
 from specchat.engine.decode.chat import ChatEngine  # noqa: E402
-from specchat.engine.decode.chat_template import Message  # noqa: E402
 from specchat.engine.decode.decoding import run_to_end  # noqa: E402
+from specchat.engine.decode.messages import Message  # noqa: E402
 from specchat.engine.decode.sampling import SamplerSettings  # noqa: E402
 from specchat.engine.llama.model_settings import ContextSettings  # noqa: E402
 from specchat.engine.policy.costs import verify_costs  # noqa: E402
@@ -33,7 +33,7 @@ from specchat.loading import RuntimeOptions, select  # noqa: E402
 from specchat.models.catalog import load_catalog  # noqa: E402
 from specchat.models.resolver import ModelResolver  # noqa: E402
 from specchat.paths import app_paths  # noqa: E402
-from specchat.runtime import Runtime  # noqa: E402
+from specchat.runtime.opening import Runtime  # noqa: E402
 
 FUNCTION = '''def summarize_orders(orders, tax_rate, discount_codes):
     """Totals per customer, with tax, after the best discount each order qualifies for."""

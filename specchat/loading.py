@@ -1,6 +1,7 @@
 """What to run and how to load it: the user's choice of a pair or a model as catalog entries
 (:class:`Selection`), the load options, the checks before anything is loaded (a draft that can
-draft for the target, the main GPU), and the load's progress. :mod:`specchat.runtime` opens it.
+draft for the target, the main GPU), and the load's progress. :mod:`specchat.runtime.opening`
+opens it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from specchat.models.calibration_store import load_calibration, no_auto_reason
 from specchat.models.catalog import load_catalog
 from specchat.models.progress import no_progress
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session import auto_calibration
 from specchat.session.auto_calibration import (
     CANCELLED,

@@ -13,7 +13,7 @@ from ui_helpers import GREEDY, tiny_runtime
 
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.decode.plain import PlainDecoder
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation, Turn
 from specchat.session.views import Notice, Redraw, View

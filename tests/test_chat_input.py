@@ -99,7 +99,7 @@ def test_esc_read_as_alt_stops_a_reply_from_the_box_and_from_the_transcript(
     )
 
     from specchat.engine.decode.plain import PlainDecoder
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
     from specchat.ui.app import SpecchatApp
     from specchat.ui.chat_settings import ChatSettings
     from specchat.ui.screens.chat import ChatScreen

@@ -22,10 +22,10 @@ import pytest
 from ui_helpers import GREEDY, GatedDecoder, reference_reply, tiny_runtime
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import ModelFileError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.views import Ended, Failed, Notice, SaveState, Streamed, View
 from specchat.session.worker import ReplyChunk, ReplyDone, ReplyUpdate, run_reply

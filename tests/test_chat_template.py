@@ -16,8 +16,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from specchat.devtools.tiny_models import CHATML_TEMPLATE, TinySpec, write_tiny_model
 from specchat.engine.decode import chat_template
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import ChatTemplate, Message
+from specchat.engine.decode.chat_template import ChatTemplate
 from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext

@@ -18,7 +18,7 @@ from specchat.models.controller_store import controller_file, load_states
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
 from specchat.race.runner import RaceSetup, run_race
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.services import runtime_decoder
 

@@ -27,7 +27,7 @@ from specchat.models.heads.output_matrix import output_rows
 from specchat.models.heads.store import target_sha256
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=24)
 

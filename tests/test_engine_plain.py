@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext

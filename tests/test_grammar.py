@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specchat.bench.chi2 import chi_square
-from specchat.engine.decode import speculative
+from specchat.engine.decode import speculative, target_pass
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.drafting import DraftRequest, Proposal
 from specchat.engine.decode.events import Event, GenerationStats, StepEvent, TokenEvent
@@ -304,7 +304,7 @@ def test_a_target_left_unmasked_is_caught(target: LlamaModel, draft: LlamaModel,
     prompt = prompt_of(target)
     s = T1.with_(grammar=g)
     exact = exact_joint(target, prompt, s, g, depth=3)
-    monkeypatch.setattr(speculative._TargetRows, "row", lambda self, i: self.rows[i])
+    monkeypatch.setattr(target_pass._TargetRows, "row", lambda self, i: self.rows[i])
     advance = speculative.SpeculativeDecoder._advance
 
     def lenient(self: SpeculativeDecoder, tokens: Sequence[int], reply: object) -> None:

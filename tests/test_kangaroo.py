@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-import specchat.engine.decode.speculative as spec_mod
+import specchat.engine.decode.target_pass as pass_mod
 from specchat.bench.chi2 import chi_square, critical_value
 from specchat.devtools.scripted import ScriptedContext
 from specchat.engine.decode.decoding import run_to_end
@@ -121,7 +121,7 @@ def test_kangaroo_commits_the_targets_distribution_at_t09() -> None:
 
 
 def test_kangaroo_drafts_kept_unchecked_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = spec_mod.verify_tree
+    original = pass_mod.verify_tree
 
     def unchecked(rows, tokens, parents, qs, rng):  # type: ignore[no-untyped-def]
         v = original(rows, tokens, parents, qs, rng)
@@ -130,7 +130,7 @@ def test_kangaroo_drafts_kept_unchecked_fail(monkeypatch: pytest.MonkeyPatch) ->
         return Verdict(accepted=len(tokens), token=v.token, rejected=None,
                        path=tuple(range(len(tokens))))
 
-    monkeypatch.setattr(spec_mod, "verify_tree", unchecked)
+    monkeypatch.setattr(pass_mod, "verify_tree", unchecked)
     stat, crit, _ = transition_chi2(transitions(scripted_decoder(7, 0.5), T09, 40, 520,
                                                 Counter()), T09, 7)
     assert stat > crit, (stat, crit)

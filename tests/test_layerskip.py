@@ -226,7 +226,7 @@ def test_the_app_settings_choose_layerskip_through_the_runtime(home: AppPaths, d
                                                                ) -> None:
     from specchat.loading import select
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
     from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
     from specchat.ui.services import runtime_decoder
 

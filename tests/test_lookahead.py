@@ -305,7 +305,7 @@ def test_the_runtime_plans_lookahead_with_the_planner(home: AppPaths, tiny_targe
     from specchat.loading import select
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
     from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
     from specchat.ui.services import runtime_decoder
 

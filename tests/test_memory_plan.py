@@ -29,7 +29,7 @@ from specchat.loading import RuntimeOptions, Selection
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 GB = 10**9
 MIB = 1024 * 1024

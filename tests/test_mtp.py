@@ -217,7 +217,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
     """The first committed token after a fixed prompt at T = 0.9, over 2,000 replies, against
     the target's own distribution there (χ² at 1e-6): the MTP chain goes through the one
     verifier. A control that keeps every draft unchecked fails the same test."""
-    import specchat.engine.decode.speculative as spec_mod
+    import specchat.engine.decode.target_pass as pass_mod
     from specchat.bench.chi2 import chi_square
     from specchat.engine.decode.sampling import distribution
     from specchat.engine.decode.verify import Verdict
@@ -243,7 +243,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
     result = chi_square(counts(), expected)
     assert result.ok, result
 
-    original = spec_mod.verify_tree
+    original = pass_mod.verify_tree
 
     def unchecked(rows, tokens, parents, qs, rng):  # type: ignore[no-untyped-def]
         if not tokens:
@@ -251,7 +251,7 @@ def test_mtp_sampling_commits_the_targets_distribution(
         return Verdict(accepted=len(tokens), token=int(tokens[-1]), rejected=None,
                        path=tuple(range(len(tokens))))
 
-    monkeypatch.setattr(spec_mod, "verify_tree", unchecked)
+    monkeypatch.setattr(pass_mod, "verify_tree", unchecked)
     result = chi_square(counts(), expected)
     assert not result.ok, result
 
@@ -285,7 +285,7 @@ def test_ask_drafts_with_the_mtp_layers(home: AppPaths, mtp_file: Path,
 
 def test_the_runtime_loads_the_mtp_layers_only_when_the_file_has_them(
         mtp_file: Path, tiny_target: Path) -> None:
-    from specchat.runtime import _with_mtp
+    from specchat.runtime.opening import _with_mtp
 
     assert _with_mtp(mtp_file, ModelSettings()).load_mtp
     assert not _with_mtp(tiny_target, ModelSettings()).load_mtp

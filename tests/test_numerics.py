@@ -16,9 +16,9 @@ import pytest
 
 from specchat.devtools.tiny_models import TinySpec, write_tiny_model
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings, distribution, greedy_token, greedy_tokens
 from specchat.engine.decode.speculative import SpeculativeDecoder

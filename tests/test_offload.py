@@ -27,7 +27,7 @@ from specchat.errors import ConfigError, ModelFileError, SpecchatError
 from specchat.formats.gguf_checks import validate
 from specchat.loading import select
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 MIB = 1024 * 1024
 

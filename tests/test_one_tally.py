@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import GenerationStats, StepEvent
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma

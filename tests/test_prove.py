@@ -14,7 +14,7 @@ import pytest
 from specchat.bench.chi2 import detectable_tv, homogeneity
 from specchat.cli.main import main
 from specchat.cli.prove_cmd import Tally, sample, verdict
-from specchat.engine.decode import speculative, verify
+from specchat.engine.decode import target_pass, verify
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext
@@ -79,7 +79,7 @@ def test_prove_passes_the_rule_and_fails_a_biased_one(
         r"(\d+) tokens drafted.*?(\d+) rejected.*?\((\d+)%\) went through a rejection", out).groups()
     assert int(drafted) > 1000 and int(rejected) > 200 and int(share) >= 20, out
     assert re.search(r"total variation ≥ 0\.\d+", out)
-    monkeypatch.setattr(speculative, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
+    monkeypatch.setattr(target_pass, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
     rc, out = prove(tiny_target, draft, drafter, 11, capsys)
     assert rc == 1 and "FAIL" in out, out
 
@@ -98,7 +98,7 @@ def test_prove_with_a_prediction_passes_and_a_biased_rule_fails(
     assert "PASS" in out, out
     drafted, rejected = re.search(r"(\d+) tokens drafted.*?(\d+) rejected", out).groups()
     assert int(drafted) > 500 and int(rejected) > 100, out
-    monkeypatch.setattr(speculative, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
+    monkeypatch.setattr(target_pass, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
     assert main(args) == 1
     assert "FAIL" in capsys.readouterr().out
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specchat.cli.main import main
-from specchat.engine.decode import speculative, verify
+from specchat.engine.decode import target_pass, verify
 from specchat.paths import AppPaths
 from tests.test_grammar import STRINGS
 from tests.test_prove import sqrt_rule
@@ -37,7 +37,7 @@ def test_prove_with_a_json_schema_passes_the_rule_and_fails_a_biased_one(
         r"rejection", out).groups()
     assert int(drafted) > 1000 and int(accepted) > 500 and int(rejected) > 200, out
     assert int(share) >= 20, out
-    monkeypatch.setattr(speculative, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
+    monkeypatch.setattr(target_pass, "verify_tree", partial(verify.verify_tree, keep=sqrt_rule))
     rc, out = prove(tiny_json_target, tiny_json_draft, "--json-schema", schema, capsys)
     assert rc == 1 and "FAIL" in out, out
 

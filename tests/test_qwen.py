@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.llama import batch_rounding
 from specchat.engine.llama.context import LlamaContext

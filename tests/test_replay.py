@@ -181,7 +181,7 @@ def test_gamma_auto_is_a_controller_per_decoder_seeded_by_the_calibration(
     from specchat.models.calibration_store import save_calibration
     from specchat.models.catalog import load_catalog
     from specchat.models.resolver import ModelResolver
-    from specchat.runtime import Runtime
+    from specchat.runtime.opening import Runtime
 
     cat = load_catalog()
     sel = select(cat, model=str(tiny_target), draft=str(tiny_draft))
@@ -214,7 +214,7 @@ def test_replay_reproduces_live_step_counts_on_the_demo_pair(
         demo_files: tuple[Path, Path]) -> None:
     from specchat.bench.prompts import load_prompts
     from specchat.engine.decode.chat import ChatEngine
-    from specchat.engine.decode.chat_template import Message
+    from specchat.engine.decode.messages import Message
     from specchat.engine.decode.plain import PlainDecoder
 
     settings = ContextSettings(n_ctx=2048, n_threads=1)

@@ -15,11 +15,11 @@ import pytest
 from ui_helpers import GREEDY, tiny_runtime
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.grammar import GrammarError, compile_grammar
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import SpecchatError, StoreError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.reply_format import (
     MAX_FILE_BYTES,

@@ -21,7 +21,7 @@ from specchat.engine.policy.in_force import in_force
 from specchat.loading import RuntimeOptions, select
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.serve.server import Serving, bind
 from specchat.serve.worker import ModelHost, Served
 from tests.serve_helpers import ServerProcess, cli_server, client, home_paths, raw, running, wait_until

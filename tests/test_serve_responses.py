@@ -15,8 +15,8 @@ import pydantic
 import pytest
 
 from specchat.devtools.tiny_models import TOOLS_TEMPLATE, TinySpec, json_vocabulary, write_tiny_model
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import TokenEvent, TokenOrigin
+from specchat.engine.decode.messages import Message
 from specchat.serve.responses_request import ResponseStore
 from specchat.serve.responses_writer import TextTokens
 from specchat.serve.server import Serving

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specchat.bench.chi2 import chi_square
-from specchat.engine.decode import speculative, verify
+from specchat.engine.decode import target_pass, verify
 from specchat.engine.decode.decoding import FinishedRun, prefill, run_to_end
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
@@ -301,7 +301,7 @@ def test_sampling_beside_a_busy_slot_is_the_targets_distribution(
     prompt = prompt_of(model, "hello there")
     busy = prompt_of(model, "the cat sat on the mat, the dog sat on the log")
     if rule == "sqrt rule":
-        monkeypatch.setattr(speculative, "verify_tree",
+        monkeypatch.setattr(target_pass, "verify_tree",
                             partial(verify.verify_tree, keep=sqrt_rule))
     elif rule == "crossed rows":
         _crossed_rows(monkeypatch, model)

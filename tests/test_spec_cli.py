@@ -28,7 +28,7 @@ from specchat.loading import RuntimeOptions, check_pair, select
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import pytest
 from specchat.bench.chi2 import chi_square
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import (
     Event,
@@ -24,6 +23,7 @@ from specchat.engine.decode.events import (
     TokenEvent,
     TokenOrigin,
 )
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.plan import Plan, chain
 from specchat.engine.decode.sampling import SamplerSettings, distribution

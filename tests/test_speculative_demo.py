@@ -13,8 +13,8 @@ from specchat.bench.chi2 import homogeneity
 from specchat.bench.prompts import load_prompts
 from specchat.cli.prove_cmd import sample
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import GenerationStats, TokenEvent
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.plan import Plan
 from specchat.engine.decode.sampling import SamplerSettings

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat.engine.decode.chat_template import Message, ToolCall
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.errors import StoreError
 from specchat.session.controller import ChatSession

@@ -19,13 +19,14 @@ from specchat.devtools.tiny_models import (
     json_vocabulary,
     write_tiny_model,
 )
-from specchat.engine.decode.chat_template import ChatTemplate, Message, ToolCall
+from specchat.engine.decode.chat_template import ChatTemplate
 from specchat.engine.decode.generic_tools import (
     GenericCallStream,
     generic_messages,
     generic_schema,
     read_generic,
 )
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls
 from specchat.serve.api_errors import ApiError

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent, TokenOrigin
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.model import LlamaModel

@@ -28,13 +28,13 @@ from ui_helpers import (
 )
 
 from specchat.config import UserConfig, load_config
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.errors import FetchError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

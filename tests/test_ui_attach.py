@@ -23,9 +23,9 @@ from ui_helpers import (
 
 from specchat.config import UserConfig
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import Event
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.tools.files import Attachment, files_in, read_attachment, split_files, with_files

@@ -25,7 +25,7 @@ from specchat.models.choices import Choice
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.store import ChatStore
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen

@@ -22,7 +22,7 @@ from ui_helpers import ready as chat_ready
 
 from specchat.config import UserConfig
 from specchat.engine.decode.plain import PlainDecoder
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.ui.app import SpecchatApp
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

@@ -12,8 +12,8 @@ from ui_helpers import GREEDY, app_test, make_services, tiny_runtime, wait_for
 
 from specchat.config import UserConfig
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import TokenEvent
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext

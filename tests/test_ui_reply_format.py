@@ -22,8 +22,8 @@ from ui_helpers import (
 )
 
 from specchat.config import UserConfig
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.grammar import compile_grammar
+from specchat.engine.decode.messages import Message
 from specchat.store import ReplyFormat
 from specchat.ui.app import SpecchatApp
 from specchat.ui.screens.chat import ChatScreen

@@ -14,7 +14,6 @@ from specchat.cli.common import make_env
 from specchat.cli.main import main
 from specchat.config import UserConfig
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
     GenerationStats,
     NoticeEvent,
@@ -23,6 +22,7 @@ from specchat.engine.decode.events import (
     TokenEvent,
     TokenOrigin,
 )
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.llama.llama_lib import backend_name
 from specchat.paths import AppPaths

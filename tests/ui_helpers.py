@@ -21,7 +21,6 @@ from rich.console import Console
 
 from specchat.config import UserConfig
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import (
     Event,
@@ -31,6 +30,7 @@ from specchat.engine.decode.events import (
     TokenEvent,
     TokenOrigin,
 )
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext
@@ -39,7 +39,7 @@ from specchat.engine.llama.model_settings import ContextSettings
 from specchat.loading import Selection
 from specchat.models.catalog import ModelEntry, PairEntry, PathSource
 from specchat.models.progress import ProgressFn
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.store import ChatStore
 from specchat.ui.chat_settings import ChatSettings
 from specchat.ui.screens.chat import ChatScreen

@@ -24,8 +24,8 @@ from typing import Any
 
 from specchat.bench.prompts import BenchPrompt, load_prompts
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder, new_text, run_to_end
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
@@ -34,7 +34,7 @@ from specchat.engine.llama.prefix import common_prefix
 from specchat.engine.policy.agreement import agreement_trace, greedy_continuation
 from specchat.engine.policy.replay import TurnTrace
 from specchat.errors import SpecchatError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 DEFAULT_TOPICS = ("coding", "writing", "math_reasoning", "translation", "coding", "summarization")
 PLAIN = "plain"

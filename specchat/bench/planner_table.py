@@ -23,7 +23,7 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.stats import expected_tokens, step_seconds
 from specchat.engine.drafters._cross_vocab import in_draft_vocab
 from specchat.engine.policy.costs import CostCurve, draft_step_cost, verify_costs
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 PLAN = "plan"
 

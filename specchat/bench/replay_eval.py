@@ -31,7 +31,7 @@ from specchat.engine.policy.replay import (
     replay_conversation,
     segment_oracle,
 )
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 
 def measure_costs(runtime: Runtime, turn: RecordedTurn, gamma_max: int) -> ReplayCosts:

@@ -17,14 +17,14 @@ from typing import Any
 
 from specchat.bench.prompts import BenchPrompt
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder, run_to_end
 from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import batch_rounding
 from specchat.errors import SpecchatError
 from specchat.models.progress import ProgressFn, Steps, no_progress
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 
 @dataclass(frozen=True)

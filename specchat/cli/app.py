@@ -18,7 +18,7 @@ from specchat.models.choices import Choice, all_choices, choice_for
 from specchat.models.progress import Progress, ProgressFn
 from specchat.models.resolver import ModelResolver
 from specchat.race.runner import RaceSetup
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.store.repair import open_for_app
 from specchat.ui.app import SpecchatApp
 from specchat.ui.services import AppServices, PairOpener

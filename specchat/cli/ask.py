@@ -34,7 +34,6 @@ from specchat.cli.common import (
 )
 from specchat.cli.grammar_args import add_grammar_args, grammar_from_args, read_text
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
     GenerationStats,
     NoticeEvent,
@@ -43,12 +42,14 @@ from specchat.engine.decode.events import (
     TokenEvent,
 )
 from specchat.engine.decode.fold import EventFold
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import MAX_TOP_LOGPROBS, SamplerSettings
 from specchat.engine.policy.in_force import InForce, in_force
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, prediction_counts
+from specchat.runtime.decoders import prediction_counts
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 from specchat.tools.files import Attachment, with_files
 from specchat.tools.turn import ReplyText, ToolCallEvent, ToolResultEvent, ToolTurn, prediction_tokens

@@ -16,7 +16,7 @@ from typing import Any
 
 from specchat.cli.common import Env, add_tool_limit_args
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.tool_calls import OPEN
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text

@@ -40,7 +40,7 @@ from specchat.engine.policy.replay import ReplayCosts, TurnTrace
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import Steps, TextProgress
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 
 GAMMA_MAX = 10

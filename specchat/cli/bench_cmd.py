@@ -27,7 +27,8 @@ from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import TextProgress
 from specchat.report.bench_report import write_bench_report
-from specchat.runtime import Runtime, drafter_names
+from specchat.runtime.decoders import drafter_names
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 
 

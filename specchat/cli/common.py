@@ -18,7 +18,7 @@ from specchat.loading import RuntimeOptions
 from specchat.models.catalog import Catalog, load_catalog
 from specchat.models.resolver import ModelResolver
 from specchat.paths import AppPaths, app_paths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 
 
@@ -83,7 +83,7 @@ class Env:
 
     def ngram(self, args: argparse.Namespace, config: UserConfig | None = None) -> bool | None:
         """--ngram / --no-ngram, else (unless --drafter says what drafts) the config's ``ngram:
-        true``; None when nothing says (the default: see ``runtime.drafter_names``)."""
+        true``; None when nothing says (the default: see ``runtime.decoders.drafter_names``)."""
         flag = getattr(args, "ngram", None)
         if flag is not None:
             return bool(flag)
@@ -94,8 +94,8 @@ class Env:
     def drafters(self, args: argparse.Namespace,
                  config: UserConfig | None = None) -> tuple[str, ...] | None:
         """The drafters from --drafter, else the config's ``drafter`` (None: --ngram's or the
-        default choice, see ``runtime.drafter_names``); --no-ngram takes n-gram lookup out of
-        the config's list (none left: the default, the draft model)."""
+        default choice, see ``runtime.decoders.drafter_names``); --no-ngram takes n-gram lookup
+        out of the config's list (none left: the default, the draft model)."""
         text = getattr(args, "drafter", None)
         if text:
             return parse_names(text)

@@ -25,16 +25,17 @@ from specchat.cli.ask import read_prediction
 from specchat.cli.common import Env, add_drafter_args, add_model_args, print_notices
 from specchat.cli.grammar_args import add_grammar_args, grammar_from_args
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import TokenOrigin
 from specchat.engine.decode.fold import EventFold
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.step_policy import GAMMA_CAP
 from specchat.errors import SpecchatError
 from specchat.loading import select
 from specchat.models.progress import Steps, TextProgress
-from specchat.runtime import PREDICTION, Runtime, drafter_names
+from specchat.runtime.decoders import PREDICTION, drafter_names
+from specchat.runtime.opening import Runtime
 
 PROMPT = "Write one sentence about the sea."
 # The n-gram lookup drafts only where the conversation's last tokens appeared before: a reply

@@ -34,7 +34,8 @@ from specchat.race.result import RaceResult, recorded_with
 from specchat.race.runner import DEFAULT_RUNS, RaceSetup, race_decoder, run_race
 from specchat.race.text_chart import bar, cumulative_chart
 from specchat.report.race_report import write_race_report
-from specchat.runtime import Runtime, drafter_names
+from specchat.runtime.decoders import drafter_names
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 
 DEFAULT_MAX_TOKENS = 128

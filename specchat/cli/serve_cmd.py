@@ -24,7 +24,8 @@ from specchat.engine.policy.in_force import in_force
 from specchat.loading import RuntimeOptions, Selection, select
 from specchat.models.catalog import ModelEntry, PathSource
 from specchat.models.progress import TextProgress
-from specchat.runtime import Runtime, drafter_names, unshared_drafter
+from specchat.runtime.decoders import drafter_names, unshared_drafter
+from specchat.runtime.opening import Runtime
 from specchat.serve.cors import CorsPolicy, check_origin
 from specchat.serve.server import Serving, bind, is_loopback
 from specchat.serve.worker import ModelHost, Served

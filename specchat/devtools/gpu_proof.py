@@ -25,9 +25,9 @@ import numpy as np
 
 from specchat.devtools.tiny_models import TinySpec, vocabulary, write_tiny_model
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder, run_to_end
 from specchat.engine.decode.events import GenerationStats
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.stats import acceptance, tokens_per_pass
@@ -38,7 +38,7 @@ from specchat.loading import RuntimeOptions, Selection
 from specchat.models.catalog import load_catalog
 from specchat.models.resolver import ModelResolver, model_from_ref
 from specchat.paths import AppPaths
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 
 @dataclass(frozen=True)

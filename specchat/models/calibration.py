@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.drafters._cross_vocab import cross_map, in_draft_vocab
 from specchat.engine.drafters.ngram import NgramDrafter

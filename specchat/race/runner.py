@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import Decoder
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama import batch_rounding
 from specchat.engine.llama.machine_load import LoadWatch
@@ -29,7 +29,7 @@ from specchat.models.progress import ProgressFn, Steps, no_progress
 from specchat.race.result import Divergence, RaceResult
 from specchat.race.timeline import RaceTimeline, record
 from specchat.race.why import Costs, costs_from_calibration, costs_from_race
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 WARMUP_TOKENS = 8
 DEFAULT_RUNS = 3

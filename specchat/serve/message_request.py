@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specchat.engine.decode.chat_template import Message, ToolCall
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.serve.api_errors import bad_request
 from specchat.serve.fields import shown, unicode_text, wrong_type
 from specchat.serve.tool_request import tool_calls

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specchat.config import check_setting
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.fim import ExtraFile
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.serve.api_errors import bad_request
 from specchat.serve.constraint_request import constraint

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.events import TokenEvent
 from specchat.engine.decode.generic_tools import GenericCallStream, read_generic
+from specchat.engine.decode.messages import ToolCall
 from specchat.engine.decode.tool_calls import CallDelta, ToolCallStream, read_calls, read_stream
 from specchat.engine.policy.in_force import InForce
 from specchat.serve.figures import (

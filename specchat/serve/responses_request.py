@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specchat.engine.decode.chat_template import Message, ToolCall
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.serve.api_errors import ApiError, bad_request
 from specchat.serve.fields import flag, shown, unicode_text, wrong_type

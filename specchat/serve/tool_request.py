@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.grammar import GrammarError
+from specchat.engine.decode.messages import ToolCall
 from specchat.engine.decode.tool_calls import call_grammar
 from specchat.serve.api_errors import bad_request
 from specchat.serve.fields import flag, unicode_text, wrong_type

@@ -35,7 +35,7 @@ from specchat.engine.llama.slots import PassLog
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, SpecchatError
-from specchat.runtime import prediction_counts
+from specchat.runtime.decoders import prediction_counts
 from specchat.serve.api_errors import SERVER_ERROR, UNAVAILABLE, ApiError, bad_request, loading
 from specchat.serve.job import Failed, Finished, Job, Started
 from specchat.serve.parse import GenerationRequest

@@ -38,7 +38,7 @@ from specchat.models.calibration_store import (
 )
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress, ProgressFn
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 
 # The wizard's sizes (6 prompts × 48 tokens, γ up to 6); small contexts, since the prompts are
 # short and every row's logits cost a vocabulary of floats per batch token.

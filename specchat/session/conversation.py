@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specchat.engine.decode.chat_template import Message, ToolCall
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.store import ChatStore, FateTrace, ReplyFormat, ReplyStats, StoredMessage
 from specchat.store.chat_tools import NO_TOOLS, ChatTools
 from specchat.store.reply_format import TEXT

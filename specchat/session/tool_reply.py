@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import (
     Event,
     GenerationStats,
@@ -30,6 +29,7 @@ from specchat.engine.decode.events import (
     TokenEvent,
 )
 from specchat.engine.decode.fold import EventFold
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import OPEN
 from specchat.errors import Cancelled

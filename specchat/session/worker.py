@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.events import Event, GenerationStats
 from specchat.engine.decode.fold import missing_stats
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.session.live import EventBatcher, LiveStats, Pace
 from specchat.session.reply_format import reply_sampling

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.engine.llama.model import LlamaModel
 from specchat.errors import SpecchatError
 from specchat.textsafe import safe_text

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message, ToolCall
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenEvent
 from specchat.engine.decode.fold import EventFold
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import ToolCallStream, call_grammar, call_start
 from specchat.engine.llama.model import LlamaModel

@@ -29,7 +29,7 @@ from specchat.errors import SpecchatError
 from specchat.models.catalog import PairEntry
 from specchat.models.progress import Progress
 from specchat.race.runner import RaceSetup
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.ui.messages import LoadProgress, RuntimeReady, WorkerFailed
 from specchat.ui.safe_content import guard_textual_content
 from specchat.ui.screens.chat import ChatScreen

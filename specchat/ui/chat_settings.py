@@ -17,7 +17,7 @@ from specchat.engine.decode.registry import parse_names
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.policy.gamma import GAMMA_DEFAULT, GAMMA_KINDS, GammaKind, GammaSetting, parse_gamma
 from specchat.errors import SpecchatError
-from specchat.runtime import DEFAULT_PAIR_DRAFTERS
+from specchat.runtime.decoders import DEFAULT_PAIR_DRAFTERS
 
 GammaMode = GammaKind
 # What drafts, as the settings screen offers it: value (the config's ``drafter``) → label.

@@ -16,7 +16,7 @@ from textual.message import Message
 from specchat.errors import SpecchatError
 from specchat.models.progress import Progress
 from specchat.race.result import RaceResult
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.attachments import AttachedFile, Outgoing
 from specchat.session.auto_calibration import Outcome
 from specchat.session.worker import ReplyFigures, ReplyUpdate

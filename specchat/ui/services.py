@@ -20,7 +20,8 @@ from specchat.models.calibration import CalibrationOptions
 from specchat.models.choices import Choice
 from specchat.models.progress import ProgressFn
 from specchat.paths import AppPaths
-from specchat.runtime import DEFAULT_PAIR_DRAFTERS, Runtime
+from specchat.runtime.decoders import DEFAULT_PAIR_DRAFTERS
+from specchat.runtime.opening import Runtime
 from specchat.store import ChatStore
 from specchat.tools.hub import McpHub
 from specchat.ui.chat_settings import ChatSettings

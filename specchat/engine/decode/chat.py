@@ -12,9 +12,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specchat.engine.decode.chat_template import ChatTemplate, Message
+from specchat.engine.decode.chat_template import ChatTemplate
 from specchat.engine.decode.decoding import Decoder
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.model import LlamaModel
 from specchat.errors import Cancelled, ContextFullError

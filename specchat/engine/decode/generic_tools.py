@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.engine.decode.chat_template import Message, ToolCall
+from specchat.engine.decode.messages import Message, ToolCall
 from specchat.engine.decode.tool_calls import CallDelta, new_call_id
 
 # JSON as the prompt shows it, not free whitespace anywhere: a model then cannot pad a reply

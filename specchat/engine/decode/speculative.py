@@ -4,9 +4,9 @@ Per step: a plan (the γ policy's ``next_plan`` when it plans steps, else the de
 step for ``next_gamma()``) names the drafter and the shape — a chain or a token tree; the
 drafter proposes tokens with the distribution q each was drawn from (:mod:`.drafters`); the
 target evaluates ``[last, proposal…]`` in one batched decode with logits on every row (a tree
-with one sequence id per root-to-leaf path, see ``LlamaContext.decode_tree``); ``verify``
-decides what to keep; the reply commits the kept tokens plus the target's own; both caches
-keep only the committed path; and the events are emitted.
+with one sequence id per root-to-leaf path, see ``LlamaContext.decode_tree``) and ``verify``
+decides what to keep (both in :mod:`.target_pass`); the reply commits the kept tokens plus the
+target's own; both caches keep only the committed path; and the events are emitted.
 
 Invariant between steps (``decoding.hold_prefix``): the committed sequence is ``seq`` (prompt +
 reply); the target's cache holds ``seq[:-1]``; the last token is evaluated by the next step's
@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from functools import partial
 
 import numpy as np
-import numpy.typing as npt
 
 from specchat.engine.decode.decoding import Clock, hold_prefix, new_text
 from specchat.engine.decode.drafting import (
@@ -34,35 +32,26 @@ from specchat.engine.decode.drafting import (
     DraftRequest,
     Proposal,
     fit_shape,
-    path_to,
 )
 from specchat.engine.decode.events import (
     Event,
     GenerationStats,
     NoticeEvent,
     StepEvent,
-    TokenLogprob,
     TokenOrigin,
 )
 from specchat.engine.decode.fallback import Fallback
-from specchat.engine.decode.grammar import Constraint, masked, start
+from specchat.engine.decode.grammar import Constraint, start
 from specchat.engine.decode.grammar_drafts import allowed_part
 from specchat.engine.decode.plan import MODEL, NONE, TREE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, build
 from specchat.engine.decode.rejected import rejected_events
 from specchat.engine.decode.reply import Reply
-from specchat.engine.decode.sampling import (
-    Distribution,
-    SamplerSettings,
-    distribution,
-    greedy_token,
-    greedy_tokens,
-    make_rng,
-    token_logprobs,
-)
+from specchat.engine.decode.sampling import SamplerSettings, make_rng
 from specchat.engine.decode.spec_stats import SpecTally
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
-from specchat.engine.decode.verify import Verdict, verify_tree, verify_tree_greedy
+from specchat.engine.decode.target_pass import verify_pass
+from specchat.engine.decode.verify import Verdict
 from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 from specchat.engine.llama.prefix import common_prefix
 from specchat.errors import SpecchatError
@@ -70,59 +59,6 @@ from specchat.errors import SpecchatError
 # A prompt read of at least this many new tokens is timed for the policy (ReplyStart): fewer
 # are dominated by the step's fixed costs, not the per-token cost a catch-up pays.
 READ_TIMED = 16
-
-
-class _TargetRows:
-    """The target's distributions for a verify batch, computed only for the rows consulted:
-    ``rows`` (1 + drafted tokens, n_vocab), row 0 the root's (the last committed token); under
-    a grammar each row masked by the matcher advanced along the path to it (row i + 1 follows
-    node i of ``proposal``)."""
-
-    def __init__(self, rows: npt.NDArray[np.float32], settings: SamplerSettings,
-                 grammar: Constraint | None = None, proposal: Proposal | None = None) -> None:
-        self.rows = rows
-        self.settings = settings
-        self.grammar = grammar
-        self.proposal = proposal
-        self._done: dict[int, Distribution] = {}
-
-    def row(self, i: int) -> npt.NDArray[np.float32]:
-        g, prop = self.grammar, self.proposal
-        if g is None or prop is None:
-            return self.rows[i]
-        path = [prop.tokens[n] for n in path_to(prop.parents, i - 1)]
-        # A kept token has p > 0, so the grammar allowed it; the matcher cannot go past one
-        # only at an end-of-generation token, after which the reply has ended: that row's
-        # token is never committed, so it needs no mask.
-        return g.mask(self.rows[i], path) if g.reachable(path) else self.rows[i]
-
-    def __getitem__(self, i: int) -> Distribution:
-        d = self._done.get(i)
-        if d is None:
-            d = self._done[i] = distribution(self.row(i), self.settings)
-        return d
-
-    def argmax(self) -> list[int] | npt.NDArray[np.int64]:
-        """Greedy: each row's best allowed token. A row after a token the grammar forbids is
-        never read (the rule stops at that token, which is no masked row's argmax)."""
-        g, prop = self.grammar, self.proposal
-        if g is None or prop is None:
-            return greedy_tokens(self.rows)
-        return [greedy_token(self.row(i)) for i in range(len(prop.tokens) + 1)]
-
-
-def _path_logprobs(rows: _TargetRows, p: _TargetRows | None,
-                   tokens: Sequence[int], v: Verdict,
-                   settings: SamplerSettings) -> tuple[TokenLogprob, ...]:
-    """The target's log-probabilities of what a step commits: each kept draft token from its
-    parent's row of ``rows`` (1 + drafted tokens, n_vocab; the root's is row 0, node i's row
-    i + 1), then the target's own token from
-    the last kept node's — for a corrected token p, not the residual it was drawn from."""
-    at = (-1, *v.path)
-    committed = (*(tokens[i] for i in v.path), v.token)
-    return tuple(token_logprobs(rows.row(a + 1), t, settings,
-                                p[a + 1] if p is not None else None)
-                 for a, t in zip(at, committed, strict=True))
 
 
 class SpeculativeDecoder:
@@ -191,7 +127,8 @@ class SpeculativeDecoder:
                 plan = self._plan(seq, settings, reply.n_generated)
                 proposal, notices = self._propose(seq, plan, settings, rng)
                 t1 = self.target.clock()
-                verdict, forward_s = self._verify(seq, proposal, settings, rng)
+                verdict, forward_s = verify_pass(tgt, seq, proposal, settings, rng,
+                                                 self._grammar, self._reads_hidden(proposal))
             except DecodeCancelled:
                 reason = "cancelled"
                 break
@@ -319,53 +256,13 @@ class SpeculativeDecoder:
             return Proposal(NONE), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
                                                   "without it")]
 
-    def _verify(self, seq: Sequence[int], proposal: Proposal, settings: SamplerSettings,
-                rng: np.random.Generator) -> tuple[Verdict, float]:
-        """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path."""
-        tgt = self.target
-        # A drafter that drafts from the target's hidden states (medusa) reads this pass's
-        # when it ran this step, even with nothing to propose: it is likely to draft the next
-        # (else it re-reads a token first). Not on other steps: hidden states cost every pass
-        # they are on, and a plain step must be plain.
-        hidden = proposal.drafter != NONE and any(
+    def _reads_hidden(self, proposal: Proposal) -> bool:
+        """Whether this step's target pass computes hidden states: a drafter that drafts from
+        them (medusa) reads this pass's when it ran this step, even with nothing to propose:
+        it is likely to draft the next (else it re-reads a token first). Not on other steps:
+        hidden states cost every pass they are on, and a plain step must be plain."""
+        return proposal.drafter != NONE and any(
             d.reads_hidden for d in self._alive if d.name == proposal.drafter)
-        if not proposal.tokens and proposal.side is None and not hidden:
-            # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
-            # model the general path's Python was a measurable share of the step.
-            t0 = self.target.clock()
-            row = masked(tgt.decode((seq[-1],), logits="last")[0], self._grammar)
-            forward_s = self.target.clock() - t0
-            token = greedy_token(row) if settings.greedy else \
-                distribution(row, settings).sample(rng)
-            lp = () if settings.logprobs is None else (token_logprobs(row, token, settings),)
-            return Verdict(0, token, None, logprobs=lp), forward_s
-        tokens = [seq[-1], *proposal.tokens]
-        # A drafter's side rows need sequences of their own: the tree layout, even for a chain.
-        tree = proposal.kind == TREE or proposal.side is not None
-        shape = (-1, *(p + 1 for p in proposal.parents))  # the root is node 0
-        t0 = self.target.clock()
-        if proposal.side is not None:
-            rows = tgt.decode_tree(shape, range(len(tokens)), tokens, proposal.side)
-        elif hidden:
-            rows, _ = (tgt.decode_tree_with_hidden(shape, range(len(tokens)), tokens) if tree
-                       else tgt.decode_with_hidden(tokens))
-        else:
-            rows = (tgt.decode_tree(shape, range(len(tokens)), tokens) if tree
-                    else tgt.decode(tokens, logits="all"))
-        forward_s = self.target.clock() - t0
-        p = None
-        target = _TargetRows(rows, settings, self._grammar, proposal)
-        if settings.greedy:
-            v = verify_tree_greedy(target.argmax(), proposal.tokens, proposal.parents)
-        else:
-            p = target
-            v = verify_tree(p, proposal.tokens, proposal.parents, proposal.q, rng)
-        if settings.logprobs is not None:  # before keep_branch: rows view llama.cpp's buffer
-            v = replace(v, logprobs=_path_logprobs(target, p, proposal.tokens, v, settings))
-        if tree:
-            tgt.keep_branch(shape, v.path[-1] + 1 if v.path else 0,
-                            [seq[-1], *(proposal.tokens[i] for i in v.path)])
-        return v, forward_s
 
     def _commit(self, seq: list[int], reply: Reply, proposal: Proposal, verdict: Verdict,
                 settings: SamplerSettings, now: float) -> list[Event]:

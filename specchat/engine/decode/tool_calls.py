@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specchat.engine.decode.chat_template import ToolCall
 from specchat.engine.decode.grammar import compile_grammar
+from specchat.engine.decode.messages import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BARE_MAX = 4000

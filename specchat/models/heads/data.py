@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
 from specchat.engine.decode.decoding import run_to_end
+from specchat.engine.decode.messages import Message
 from specchat.engine.decode.plain import PlainDecoder
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.llama.context import LlamaContext

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from specchat.engine.decode.chat import ChatEngine
 from specchat.engine.llama import rpc
 from specchat.engine.llama.rpc import RpcError
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
 from specchat.session.conversation import Conversation
 from specchat.session.worker import ReplyJob, run_reply

@@ -12,7 +12,7 @@ from typing import Any
 from textual import on, work
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.decode.chat_template import Message
+from specchat.engine.decode.messages import Message
 from specchat.errors import SpecchatError
 from specchat.session.attachments import ROOM_HINT, AttachedFile, attach, measure, prepare
 from specchat.textsafe import safe_text

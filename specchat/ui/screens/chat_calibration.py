@@ -15,7 +15,7 @@ from typing import Any
 from textual import work
 
 from specchat.models.progress import WAIT, Progress
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.auto_calibration import (
     CANCELLED,
     DONE,

@@ -27,7 +27,7 @@ from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule
 from specchat.race.result import RaceResult, gamma_trace_text, recorded_with
 from specchat.race.runner import RaceCancelled, RaceSetup, run_race
 from specchat.report.race_report import write_race_report
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.textsafe import safe_text
 from specchat.ui.chat_settings import DRAFTER_CHOICES, ChatSettings
 from specchat.ui.keys import RACE_KEYS, bindings

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.widgets import Label, Static
 
-from specchat.runtime import Runtime
+from specchat.runtime.opening import Runtime
 from specchat.session.live import LiveStats, live_from_record
 from specchat.store import ReplyStats
 from specchat.textsafe import safe_text
