@@ -1,7 +1,8 @@
 """``specchat serve``: an OpenAI-compatible HTTP endpoint over the same engine as the app.
 
-One model load serves every request; generations run one at a time on a worker thread (the
-one llama.cpp context), in arrival order. The modules, bottom to top: ``api_errors`` (the
+One model load serves every request; ``--parallel N`` requests generate at once, each on a
+slot of the one llama.cpp context (its thread, its own sequences), and the rest wait in
+arrival order. The modules, bottom to top: ``api_errors`` (the
 OpenAI error object), ``sampling_request`` and ``message_request`` (the sampler's fields and
 a chat's messages, checked), ``parse`` (a request body, checked field by field per endpoint),
 ``job`` (a request's job: the items its generation posts to its handler), ``prompt`` (a
