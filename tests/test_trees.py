@@ -24,9 +24,10 @@ from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.speculative import SpeculativeDecoder
 from specchat.engine.decode.step_policy import FixedGamma, PolicyBase
 from specchat.engine.drafters.tree import best_shape
-from specchat.engine.llama.context import LlamaContext, tree_paths
+from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
+from specchat.engine.llama.token_tree import tree_paths
 from specchat.errors import SpecchatError
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=40)
