@@ -27,7 +27,6 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -278,13 +277,16 @@ class Transcript(VerticalScroll):
         # position, so it never turns following off.
         self.following = new_value >= self.max_scroll_y
 
-    def watch_virtual_size(self, size: Size) -> None:
-        if self.following:  # taller or shorter: a reply grew, rewrapped, changed view
-            self.scroll_end(animate=False)
+    def on_mount(self) -> None:
+        # Every layout pass, whatever changed the height (new text, a resize, Ctrl+T, Markdown
+        # sizing itself late): a pass started by a scroll updates the size without a watcher
+        # or a Resize, so following each size change alone left the view short of the end on
+        # a busy machine.
+        self.screen.screen_layout_refresh_signal.subscribe(self, self._hold_end)
 
-    def on_resize(self, event: events.Resize) -> None:
-        if self.following:
-            self.scroll_end(animate=False)
+    def _hold_end(self, _screen: object) -> None:
+        if self.following and self.scroll_y < self.max_scroll_y:
+            self.scroll_end(animate=False, immediate=True)  # the layout is current: no waiting
 
     def _follow(self, at_bottom: bool) -> None:
         if at_bottom or self.following:
