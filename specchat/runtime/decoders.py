@@ -80,7 +80,8 @@ class Decoders(Policies):
                     f"the '{other}' drafter cannot serve requests together: with "
                     f"--parallel above 1 choose from {', '.join(SLOT_DRAFTERS)}, or serve "
                     "with --parallel 1")
-            env = DrafterEnv(slot[0], slot[1], target_name=self.selection.target.id)
+            env = DrafterEnv(slot[0], slot[1], target_name=self.selection.target.id,
+                             keep=self._kept)
         else:
             # Built here, so a drafter that lacks something (trained heads, a cut of the
             # target) says how to get it before anything runs.
@@ -99,7 +100,8 @@ class Decoders(Policies):
         """The drafters' environment: the loaded models, and what the models layer's sources
         find for their needs, looked for when a drafter asks (``thorough``: see
         :class:`~specchat.models.drafter_sources.Target`)."""
-        env = DrafterEnv(self.target_ctx, self.draft_ctx, target_name=self.selection.target.id)
+        env = DrafterEnv(self.target_ctx, self.draft_ctx, target_name=self.selection.target.id,
+                         keep=self._kept)
         self._found.offer(env, Target(self.target, self.selection.target, self.paths,
                                       self.resolver, self._open_cut, thorough))
         return env

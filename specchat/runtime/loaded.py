@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from specchat.engine.decode.registry import Need
 from specchat.engine.llama import amx
 from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.hardware import backend_label
@@ -51,6 +52,9 @@ class LoadedModels:
         # Kangaroo's shallow model), cleared and closed with the runtime's own contexts.
         self._found = Found()
         self._cuts: list[tuple[LlamaModel, LlamaContext]] = []
+        # What drafters keep across the decoders handed out (DrafterEnv.kept: the n-gram
+        # drafter's memory of earlier requests), for the runtime's life.
+        self._kept: dict[Need[object], object] = {}
 
     def notices(self) -> list[str]:
         """What the user should know about how the models were loaded (layers left on the CPU,

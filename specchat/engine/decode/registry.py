@@ -56,6 +56,9 @@ class DrafterEnv:
     # What the user calls the target (its catalog id), for a drafter's messages; None: the
     # model's own name.
     target_name: str | None = None
+    # What drafters keep across the decoders built over the same loaded models (a runtime's
+    # requests and slots; see kept); None: this environment's own.
+    keep: dict[Need[object], object] | None = None
     _provided: dict[Need[object], object] = field(default_factory=dict, repr=False)
     _offered: dict[Need[object], Callable[[], object | None]] = field(default_factory=dict,
                                                                       repr=False)
@@ -79,6 +82,16 @@ class DrafterEnv:
             if found is not None:
                 self._provided[key] = found
         return cast("T | None", self._provided.get(key))
+
+    def kept(self, need: Need[T], make: Callable[[], T]) -> T:
+        """What drafters keep under ``need`` across the decoders built over the same loaded
+        models (the n-gram drafter's memory of earlier requests), made by ``make`` the first
+        time; this environment's own when no one keeps such things (``keep`` is None)."""
+        store = self.keep if self.keep is not None else self._provided
+        key = cast(Need[object], need)
+        if key not in store:
+            store[key] = make()
+        return cast(T, store[key])
 
     def target_label(self) -> str:
         """The target as a message names it: :attr:`target_name`, else its model's name."""

@@ -21,6 +21,11 @@ changed word only), and a tail holding ``y`` is matched as if it held ``x``. An 
 forgotten when the reply keeps ``x`` where a match said it. All of it follows from the tokens,
 so an index built token by token equals one built at once.
 
+It also remembers earlier requests (:mod:`._ngram_memory`): each sequence it lets go (a new
+request that does not extend the last) is kept, and where the last 16 tokens repeat one of
+them, it proposes what followed there, before any match of the request's own: a regenerated
+reply, or an agent sending its context again, is drafted from what was written the last time.
+
 A proposal is a chain whose tokens are point masses (q one-hot), cut after an
 end-of-generation token of the target's (nothing after it could be kept).
 """
@@ -33,9 +38,10 @@ from typing import NamedTuple
 from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import NGRAM
-from specchat.engine.decode.registry import DrafterEnv
+from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import State, walk
+from specchat.engine.drafters._ngram_memory import NgramMemory
 
 NAME = NGRAM
 # The planner keeps its acceptance by how long its guesses have been right in a row (a copy is
@@ -50,6 +56,8 @@ CONFIRM = 2
 REJOIN_MIN = 2
 REJOIN_MAX = 4
 MAX_EDIT = 8
+# Earlier requests' sequences, kept by the runtime for all its decoders (DrafterEnv.kept).
+MEMORY: Need[NgramMemory] = Need("ngram memory")
 
 
 class _Source(NamedTuple):
@@ -69,12 +77,14 @@ class NgramDrafter(DrafterBase):
     free_guesses = True  # a guess is a dictionary look-up
 
     def __init__(self, n_max: int = 3, n_min: int = 1,
-                 is_eog: Callable[[int], bool] = _never) -> None:
+                 is_eog: Callable[[int], bool] = _never,
+                 memory: NgramMemory | None = None) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 ≤ n_min ≤ n_max")
         self.n_max = n_max
         self.n_min = n_min
         self.is_eog = is_eog
+        self.memory = memory  # earlier requests' sequences (None: this request's own only)
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -106,6 +116,8 @@ class NgramDrafter(DrafterBase):
         if len(tokens) >= n and list(tokens[:n]) == self.tokens:
             self.extend(tokens[n:])
             return
+        if self.memory is not None:
+            self.memory.remember(self.tokens)  # a prompt and its reply, for a later request
         self.tokens = []
         for tables in (self._index, self._before):
             for table in tables.values():
@@ -178,6 +190,8 @@ class NgramDrafter(DrafterBase):
         (with the edits learnt so far made in them)."""
         if k <= 0:
             return []
+        if self.memory is not None and (said := self.memory.follows(self.tokens, k)):
+            return said  # an earlier request's text, from a long match: no edits in it
         if self._follow is not None:
             return walk(self._next, self._follow, k)
         found = self._source()
@@ -337,4 +351,5 @@ def build(env: DrafterEnv) -> NgramDrafter:
     # rarely right, a loss on any curve where a second row costs more than a tenth of a step,
     # for few more tokens kept where it is free (figures: docs/performance.md).
     n_min = env.ngram_n_min or 2
-    return NgramDrafter(n_min=n_min, is_eog=env.target.model.is_eog)
+    return NgramDrafter(n_min=n_min, is_eog=env.target.model.is_eog,
+                        memory=env.kept(MEMORY, NgramMemory))

@@ -1,0 +1,94 @@
+"""What earlier requests said, for the n-gram drafter: a bounded memory of past token sequences.
+
+A regenerated reply, an agent that sends its context again, a client that asks the same thing
+twice: the new reply repeats text that no longer is in the request's own tokens. The memory
+keeps each sequence the drafter let go (a prompt and the reply written to it), most recent
+last, up to ``max_tokens`` in all (the oldest whole sequences go first), and indexes every run
+of ``n`` tokens with where the text went on after its most recent occurrence.
+
+A match is ``n`` tokens long (16 by default): a two-token match in a request's own text is
+good evidence in a copy, but across requests only a long one is (the chat template's tokens
+repeat in every request; what follows them does not). The memory holds token ids of one
+target's vocabulary: a runtime keeps one per loaded target (:meth:`DrafterEnv.kept`), shared
+by its decoders and slots, so a request served on either slot finds what the other said. It
+lives as long as the process: nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+MATCH = 16  # tokens that must repeat before the memory proposes what followed them
+MAX_TOKENS = 1 << 16  # tokens kept in all: 64 Ki ids, a few MB with the index
+
+
+class NgramMemory:
+    """Past token sequences, indexed by their ``n``-token runs (see the module's docstring)."""
+
+    def __init__(self, n: int = MATCH, max_tokens: int = MAX_TOKENS) -> None:
+        if n < 2 or max_tokens < n:
+            raise ValueError("need 2 ≤ n ≤ max_tokens")
+        self.n = n
+        self.max_tokens = max_tokens
+        self._seqs: list[tuple[int, ...]] = []
+        # run of n tokens → (sequence number, index of the token after it), most recent
+        self._index: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._first = 0  # the sequence number of _seqs[0] (older ones were let go)
+        self._lock = threading.Lock()  # slots may remember and look up from their threads
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held, in all."""
+        return sum(len(s) for s in self._seqs)
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Keep ``tokens`` (a sequence the drafter let go). One shorter than a match, or the
+        same as the last kept, adds nothing."""
+        seq = tuple(int(t) for t in tokens)
+        if len(seq) <= self.n:
+            return
+        with self._lock:
+            if self._seqs and self._seqs[-1] == seq:
+                return
+            if len(seq) > self.max_tokens:
+                seq = seq[-self.max_tokens:]
+            number = self._first + len(self._seqs)
+            self._seqs.append(seq)
+            self._add(number, seq)
+            held = sum(len(s) for s in self._seqs)
+            if held > self.max_tokens:
+                while held > self.max_tokens:
+                    held -= len(self._seqs.pop(0))
+                    self._first += 1
+                self._reindex()
+
+    def follows(self, tail: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the most recent earlier occurrence of ``tail``'s
+        last ``n`` tokens ([] when they never occurred, or nothing followed them)."""
+        n = self.n
+        if k <= 0 or len(tail) < n:
+            return []
+        key = tuple(int(t) for t in tail[len(tail) - n:])
+        with self._lock:
+            at = self._index.get(key)
+            if at is None:
+                return []
+            number, j = at
+            return list(self._seqs[number - self._first][j : j + k])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seqs.clear()
+            self._index.clear()
+            self._first = 0
+
+    def _add(self, number: int, seq: tuple[int, ...]) -> None:
+        n, index = self.n, self._index
+        for j in range(n, len(seq)):  # a run with a token after it
+            index[seq[j - n : j]] = (number, j)
+
+    def _reindex(self) -> None:
+        self._index.clear()
+        for i, seq in enumerate(self._seqs):
+            self._add(self._first + i, seq)
