@@ -154,3 +154,15 @@ def test_a_regenerated_reply_is_drafted_from_memory_and_stays_exact(tiny_target:
     finally:
         for c in ctxs:
             c.close()
+
+
+def test_letting_the_oldest_go_keeps_what_later_sequences_say() -> None:
+    m = NgramMemory(n=2, max_tokens=12)
+    m.remember([1, 2, 3, 4, 5])
+    m.remember([6, 7, 1, 2, 9])  # [1, 2] now points here
+    m.remember([10, 11, 12, 13])  # 14 tokens: the first goes
+    assert m.tokens == 9
+    assert m.follows([1, 2], 2) == [9]  # still there: a later sequence said it
+    assert m.follows([3, 4], 1) == []  # only the first said it
+    assert m.follows([11, 12], 1) == [13]
+    assert len(m._index) == 3 + 2  # no run of the first is left behind

@@ -57,11 +57,9 @@ class NgramMemory:
             self._seqs.append(seq)
             self._add(number, seq)
             held = sum(len(s) for s in self._seqs)
-            if held > self.max_tokens:
-                while held > self.max_tokens:
-                    held -= len(self._seqs.pop(0))
-                    self._first += 1
-                self._reindex()
+            while held > self.max_tokens:
+                held -= len(self._seqs[0])
+                self._drop_oldest()
 
     def follows(self, tail: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` tokens that followed the most recent earlier occurrence of ``tail``'s
@@ -88,7 +86,13 @@ class NgramMemory:
         for j in range(n, len(seq)):  # a run with a token after it
             index[seq[j - n : j]] = (number, j)
 
-    def _reindex(self) -> None:
-        self._index.clear()
-        for i, seq in enumerate(self._seqs):
-            self._add(self._first + i, seq)
+    def _drop_oldest(self) -> None:
+        """Let the oldest sequence go, and the runs that point into it (a run a later sequence
+        also holds points there already): O(its length), not O(all that is held)."""
+        seq, number = self._seqs.pop(0), self._first
+        n, index = self.n, self._index
+        for j in range(n, len(seq)):
+            key = seq[j - n : j]
+            if index.get(key, (None, 0))[0] == number:
+                del index[key]
+        self._first += 1
