@@ -166,3 +166,38 @@ def test_letting_the_oldest_go_keeps_what_later_sequences_say() -> None:
     assert m.follows([3, 4], 1) == []  # only the first said it
     assert m.follows([11, 12], 1) == [13]
     assert len(m._index) == 3 + 2  # no run of the first is left behind
+
+
+def test_a_request_with_a_seed_is_drafted_from_its_own_tokens_alone() -> None:
+    memory = NgramMemory(n=4)
+    d = NgramDrafter(n_min=2, memory=memory)
+    d.reset([10, 11, 12, 13, 14, 20, 21, 22])
+    d.reset([1])
+    d.reset([10, 11, 12, 13, 14])
+    d.configure(SamplerSettings(temperature=0.8, seed=3))
+    assert d.lookup(3) == []
+    d.configure(SamplerSettings(temperature=0.8))
+    assert d.lookup(3) == [20, 21, 22]
+
+
+def test_a_seed_reproduces_a_sampled_reply_after_the_memory_has_it(tiny_target: Path) -> None:
+    model = LlamaModel(tiny_target)
+    c = LlamaContext(model, ContextSettings(n_ctx=512, n_threads=1))
+    try:
+        prompt = model.tokenize("sun river stone cloud apple window thunder paper candle "
+                                "garden silver morning")
+        seeded = SamplerSettings(temperature=0.9, top_k=0, min_p=0.0, seed=5, max_tokens=40)
+        drafter = NgramDrafter(n_min=2, is_eog=model.is_eog, memory=NgramMemory())
+        dec = SpeculativeDecoder(c, None, FixedGamma(4), [drafter])
+
+        def reply(s: SamplerSettings) -> list[int]:
+            return [e.token_id for e in dec.run(prompt, s, threading.Event())
+                    if isinstance(e, TokenEvent)]
+
+        first = reply(seeded)
+        assert reply(GREEDY) and reply(seeded) == first  # the memory held both replies
+        # Without a seed the memory drafts it (the control: the memory did have it).
+        _, s, _ = _run(dec, prompt)
+        assert s.accepted > 0
+    finally:
+        c.close()

@@ -167,7 +167,9 @@ def test_streams_have_openais_shapes_and_the_sdks_helper_reads_them(api: openai.
 def test_fates_on_request_in_every_chunk_and_the_whole_reply(api: openai.OpenAI,
                                                              model_id: str) -> None:
     body = {"specchat": {"fates": True}}
-    chunks = list(chat(api, model_id, temperature=0, stream=True, max_tokens=20,
+    # With a seed, each request is drafted from its own tokens alone (not from the n-gram
+    # drafter's memory of the first), so the two requests' fates can be compared.
+    chunks = list(chat(api, model_id, temperature=0, stream=True, max_tokens=20, seed=7,
                        extra_body=body))
     tokens = [t for c in chunks[1:-1] for t in c.specchat["tokens"]]
     assert len(tokens) == 20
@@ -175,7 +177,7 @@ def test_fates_on_request_in_every_chunk_and_the_whole_reply(api: openai.OpenAI,
         "accepted", "corrected", "bonus"}
     assert "".join(t["text"] for t in tokens) == "".join(
         c.choices[0].delta.content or "" for c in chunks)
-    whole = chat(api, model_id, temperature=0, max_tokens=20, extra_body=body)
+    whole = chat(api, model_id, temperature=0, max_tokens=20, seed=7, extra_body=body)
     assert [t["fate"] for t in whole.specchat["tokens"]] == [t["fate"] for t in tokens]
 
 

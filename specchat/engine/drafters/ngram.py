@@ -25,6 +25,7 @@ It also remembers earlier requests (:mod:`._ngram_memory`): each sequence it let
 request that does not extend the last) is kept, and where the last 16 tokens repeat one of
 them, it proposes what followed there, before any match of the request's own: a regenerated
 reply, or an agent sending its context again, is drafted from what was written the last time.
+Not for a request with a seed (see configure): its seed must reproduce it.
 
 A proposal is a chain whose tokens are point masses (q one-hot), cut after an
 end-of-generation token of the target's (nothing after it could be kept).
@@ -39,6 +40,7 @@ from specchat.engine.decode import arms
 from specchat.engine.decode.drafting import DrafterBase, DraftRequest, Proposal
 from specchat.engine.decode.plan import NGRAM
 from specchat.engine.decode.registry import DrafterEnv, Need
+from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import State, walk
 from specchat.engine.drafters._ngram_memory import NgramMemory
@@ -85,6 +87,7 @@ class NgramDrafter(DrafterBase):
         self.n_min = n_min
         self.is_eog = is_eog
         self.memory = memory  # earlier requests' sequences (None: this request's own only)
+        self._recall = memory is not None  # this request may be drafted from them (configure)
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -151,6 +154,12 @@ class NgramDrafter(DrafterBase):
             if self._follow is None:
                 self._follow = self._rejoin()
 
+    def configure(self, settings: SamplerSettings) -> None:
+        """A request with a seed is drafted from its own tokens alone: which random numbers a
+        reply draws depends on what was drafted, so drafts from whatever came before would
+        make the same seed give another reply."""
+        self._recall = self.memory is not None and settings.seed is None
+
     def propose(self, req: DraftRequest) -> Proposal:
         drafts = self._chain(req.plan.depth)
         return Proposal(self.name, tuple(drafts), tuple(range(-1, len(drafts) - 1)),
@@ -190,7 +199,8 @@ class NgramDrafter(DrafterBase):
         (with the edits learnt so far made in them)."""
         if k <= 0:
             return []
-        if self.memory is not None and (said := self.memory.follows(self.tokens, k)):
+        if self._recall and self.memory is not None and (
+                said := self.memory.follows(self.tokens, k)):
             return said  # an earlier request's text, from a long match: no edits in it
         if self._follow is not None:
             return walk(self._next, self._follow, k)
