@@ -26,19 +26,19 @@ GREEDY = SamplerSettings(temperature=0, max_tokens=48)
 def test_a_long_match_proposes_what_followed_it() -> None:
     m = NgramMemory(n=4)
     m.remember([1, 2, 3, 4, 5, 6, 7, 8])
-    assert m.follows([9, 9, 1, 2, 3, 4], 3) == [5, 6, 7]
-    assert m.follows([2, 3, 4, 5], 10) == [6, 7, 8]
-    assert m.follows([1, 2, 3, 9], 3) == []  # the last n tokens must all repeat
-    assert m.follows([2, 3, 4], 3) == []  # shorter than a match
-    assert m.follows([5, 6, 7, 8], 3) == []  # nothing followed it
-    assert m.follows([1, 2, 3, 4], 0) == []
+    assert m.follows([9, 9, 1, 2, 3, 4], 3)[0] == [5, 6, 7]
+    assert m.follows([2, 3, 4, 5], 10)[0] == [6, 7, 8]
+    assert m.follows([1, 2, 3, 9], 3)[0] == []  # the last n tokens must all repeat
+    assert m.follows([2, 3, 4], 3)[0] == []  # shorter than a match
+    assert m.follows([5, 6, 7, 8], 3)[0] == []  # nothing followed it
+    assert m.follows([1, 2, 3, 4], 0)[0] == []
 
 
 def test_the_most_recent_occurrence_wins_and_a_repeat_adds_nothing() -> None:
     m = NgramMemory(n=2)
     m.remember([1, 2, 3, 4])
     m.remember([1, 2, 5, 6])
-    assert m.follows([1, 2], 2) == [5, 6]
+    assert m.follows([1, 2], 2)[0] == [5, 6]
     m.remember([1, 2, 5, 6])
     assert m.tokens == 8
     m.remember([7, 8])  # no longer than a match: nothing to propose from
@@ -51,12 +51,12 @@ def test_the_oldest_sequences_go_first_when_full() -> None:
     m.remember([5, 6, 7, 8])
     m.remember([9, 10, 11, 12])  # 12 tokens: the first sequence goes
     assert m.tokens == 8
-    assert m.follows([1, 2], 2) == []
-    assert m.follows([5, 6], 2) == [7, 8]
-    assert m.follows([9, 10], 2) == [11, 12]
+    assert m.follows([1, 2], 2)[0] == []
+    assert m.follows([5, 6], 2)[0] == [7, 8]
+    assert m.follows([9, 10], 2)[0] == [11, 12]
     m.remember(list(range(100, 130)))  # longer than the whole memory: its end is kept
-    assert m.tokens == 10 and m.follows([120, 121], 3) == [122, 123, 124]
-    assert m.follows([9, 10], 2) == []
+    assert m.tokens == 10 and m.follows([120, 121], 3)[0] == [122, 123, 124]
+    assert m.follows([9, 10], 2)[0] == []
 
 
 def test_bad_sizes() -> None:
@@ -162,9 +162,9 @@ def test_letting_the_oldest_go_keeps_what_later_sequences_say() -> None:
     m.remember([6, 7, 1, 2, 9])  # [1, 2] now points here
     m.remember([10, 11, 12, 13])  # 14 tokens: the first goes
     assert m.tokens == 9
-    assert m.follows([1, 2], 2) == [9]  # still there: a later sequence said it
-    assert m.follows([3, 4], 1) == []  # only the first said it
-    assert m.follows([11, 12], 1) == [13]
+    assert m.follows([1, 2], 2)[0] == [9]  # still there: a later sequence said it
+    assert m.follows([3, 4], 1)[0] == []  # only the first said it
+    assert m.follows([11, 12], 1)[0] == [13]
     assert len(m._index) == 3 + 2  # no run of the first is left behind
 
 
@@ -201,3 +201,36 @@ def test_a_seed_reproduces_a_sampled_reply_after_the_memory_has_it(tiny_target: 
         assert s.accepted > 0
     finally:
         c.close()
+
+
+def test_a_reply_that_departed_re_joins_near_where_it_left() -> None:
+    m = NgramMemory(n=4)
+    old = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    m.remember(old)
+    said, place = m.follows([0, 1, 2, 3, 4], 3)
+    assert said == [5, 6, 7] and place is not None
+    # The reply wrote 5, then 99 for 6 and 7, then went on as before: 8 9 10 11.
+    reply = [0, 1, 2, 3, 4, 5, 99, 8, 9, 10]
+    assert m.follows(reply, 3) == ([], None)  # no long match
+    assert m.near(reply, place, 3) == ([], None)  # three tokens of the old text: not yet
+    reply.append(11)
+    said, again = m.near(reply, place, 3)
+    assert said == [12, 13, 14] and again is not None and again.at == 11
+    # Far from where it left, the same short run is no evidence.
+    far = [7] * 60 + [8, 9, 10, 11]
+    assert m.near(far, place, 3) == ([], None)
+
+
+def test_the_drafter_follows_a_remembered_reply_past_a_change() -> None:
+    memory = NgramMemory(n=4)
+    d = NgramDrafter(n_min=2, memory=memory)
+    prompt = [50, 51, 52, 53, 54]
+    reply = [20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]
+    d.reset(prompt + reply)
+    d.reset([1])
+    d.reset(prompt)
+    assert d.lookup(3) == [20, 21, 22]
+    d.extend([20, 21, 77, 23, 24, 25])  # one token changed
+    assert d.lookup(3) == []  # three tokens of the remembered reply since: not yet
+    d.extend([26])
+    assert d.lookup(3) == [27, 28, 29]  # re-joined on four tokens, near where it left

@@ -4,7 +4,9 @@ A regenerated reply, an agent that sends its context again, a client that asks t
 twice: the new reply repeats text that no longer is in the request's own tokens. The memory
 keeps each sequence the drafter let go (a prompt and the reply written to it), most recent
 last, up to ``max_tokens`` in all (the oldest whole sequences go first), and indexes every run
-of ``n`` tokens with where the text went on after its most recent occurrence.
+of ``n`` tokens with where the text went on after its most recent occurrence. Where a long
+match has placed the reply in one of them (a :class:`Place`), a reply that departed from it
+re-joins it on a short match near where it left (:meth:`NgramMemory.near`).
 
 A match is ``n`` tokens long (16 by default): a two-token match in a request's own text is
 good evidence in a copy, but across requests only a long one is (the chat template's tokens
@@ -18,9 +20,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 MATCH = 16  # tokens that must repeat before the memory proposes what followed them
+# Once a long match placed the reply in a remembered sequence, a reply that departed from it
+# (a word changed, a line added) re-joins it where its last REJOIN tokens occur again within
+# WINDOW tokens of where the sequence would be had it kept pace: near the place, a short run is
+# evidence enough, as in a copy of the request's own text.
+REJOIN = 4
+WINDOW = 16
 MAX_TOKENS = 1 << 16  # tokens kept in all: 64 Ki ids, a few MB with the index
+
+
+class Place(NamedTuple):
+    """Where a remembered sequence went on (``at``: the index of its next token) when the reply
+    was ``length`` tokens long."""
+
+    number: int
+    at: int
+    length: int
 
 
 class NgramMemory:
@@ -61,19 +79,39 @@ class NgramMemory:
                 held -= len(self._seqs[0])
                 self._drop_oldest()
 
-    def follows(self, tail: Sequence[int], k: int) -> list[int]:
+    def follows(self, tail: Sequence[int], k: int) -> tuple[list[int], Place | None]:
         """Up to ``k`` tokens that followed the most recent earlier occurrence of ``tail``'s
-        last ``n`` tokens ([] when they never occurred, or nothing followed them)."""
+        last ``n`` tokens, and that place ([] and None when they never occurred)."""
         n = self.n
         if k <= 0 or len(tail) < n:
-            return []
+            return [], None
         key = tuple(int(t) for t in tail[len(tail) - n:])
         with self._lock:
             at = self._index.get(key)
             if at is None:
-                return []
+                return [], None
             number, j = at
-            return list(self._seqs[number - self._first][j : j + k])
+            return (list(self._seqs[number - self._first][j : j + k]),
+                    Place(number, j, len(tail)))
+
+    def near(self, tail: Sequence[int], place: Place, k: int) -> tuple[list[int], Place | None]:
+        """Up to ``k`` tokens of ``place``'s sequence after an occurrence of ``tail``'s last
+        REJOIN tokens within WINDOW tokens of where it would be now (the nearest first), and
+        that place ([] and None: none there, or the sequence was let go)."""
+        if k <= 0 or len(tail) < REJOIN:
+            return [], None
+        key = [int(t) for t in tail[len(tail) - REJOIN:]]
+        with self._lock:
+            i = place.number - self._first
+            if not 0 <= i < len(self._seqs):
+                return [], None
+            seq = self._seqs[i]
+            expect = place.at + len(tail) - place.length
+            for d in sorted(range(-WINDOW, WINDOW + 1), key=abs):
+                j = expect + d  # the index after the run
+                if REJOIN <= j < len(seq) and list(seq[j - REJOIN : j]) == key:
+                    return list(seq[j : j + k]), Place(place.number, j, len(tail))
+        return [], None
 
     def clear(self) -> None:
         with self._lock:

@@ -24,7 +24,9 @@ so an index built token by token equals one built at once.
 It also remembers earlier requests (:mod:`._ngram_memory`): each sequence it lets go (a new
 request that does not extend the last) is kept, and where the last 16 tokens repeat one of
 them, it proposes what followed there, before any match of the request's own: a regenerated
-reply, or an agent sending its context again, is drafted from what was written the last time.
+reply, or an agent sending its context again, is drafted from what was written the last time;
+a reply that departs from the remembered text re-joins it where four tokens repeat near where
+it left.
 Not for a request with a seed (see configure): its seed must reproduce it.
 
 A proposal is a chain whose tokens are point masses (q one-hot), cut after an
@@ -43,7 +45,7 @@ from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import State, walk
-from specchat.engine.drafters._ngram_memory import NgramMemory
+from specchat.engine.drafters._ngram_memory import NgramMemory, Place
 
 NAME = NGRAM
 # The planner keeps its acceptance by how long its guesses have been right in a row (a copy is
@@ -88,6 +90,7 @@ class NgramDrafter(DrafterBase):
         self.is_eog = is_eog
         self.memory = memory  # earlier requests' sequences (None: this request's own only)
         self._recall = memory is not None  # this request may be drafted from them (configure)
+        self._place: Place | None = None  # where the memory last placed the reply
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -121,6 +124,7 @@ class NgramDrafter(DrafterBase):
             return
         if self.memory is not None:
             self.memory.remember(self.tokens)  # a prompt and its reply, for a later request
+        self._place = None
         self.tokens = []
         for tables in (self._index, self._before):
             for table in tables.values():
@@ -199,9 +203,8 @@ class NgramDrafter(DrafterBase):
         (with the edits learnt so far made in them)."""
         if k <= 0:
             return []
-        if self._recall and self.memory is not None and (
-                said := self.memory.follows(self.tokens, k)):
-            return said  # an earlier request's text, from a long match: no edits in it
+        if self._recall and (said := self._recalled(k)):
+            return said  # an earlier request's text: no edits in it
         if self._follow is not None:
             return walk(self._next, self._follow, k)
         found = self._source()
@@ -214,6 +217,19 @@ class NgramDrafter(DrafterBase):
         j = found.at
         edits = self._edits
         return [edits.get(t, t) for t in self.tokens[j : j + k]]
+
+    def _recalled(self, k: int) -> list[int]:
+        """What an earlier request said next: after a long match of the tail, else near where
+        one placed the reply (it departed from that text and came back to it)."""
+        memory = self.memory
+        if memory is None:
+            return []
+        said, place = memory.follows(self.tokens, k)
+        if place is None and self._place is not None:
+            said, place = memory.near(self.tokens, self._place, k)
+        if place is not None:
+            self._place = place
+        return said
 
     def _source(self) -> _Source | None:
         """Where the text the sequence's tail repeats goes on (None: nowhere).
