@@ -234,3 +234,27 @@ def test_the_drafter_follows_a_remembered_reply_past_a_change() -> None:
     assert d.lookup(3) == []  # three tokens of the remembered reply since: not yet
     d.extend([26])
     assert d.lookup(3) == [27, 28, 29]  # re-joined on four tokens, near where it left
+
+
+def test_a_conversation_is_kept_once_and_its_next_turn_replaces_it() -> None:
+    m = NgramMemory(n=2)
+    first = m.remember([1, 2, 3, 4])
+    assert first is not None
+    assert m.remember([1, 2, 3, 4, 5, 6], replacing=first) == first  # the next turn
+    assert m.tokens == 6 and m.follows([4, 5], 1)[0] == [6]
+    other = m.remember([1, 2, 9, 9], replacing=first)  # not a continuation: kept beside it
+    assert other is not None and other != first and m.tokens == 10
+
+
+def test_a_reply_is_found_by_the_other_slot_once_it_ended() -> None:
+    memory = NgramMemory(n=4)
+    a, b = NgramDrafter(n_min=2, memory=memory), NgramDrafter(n_min=2, memory=memory)
+    prompt, reply = [50, 51, 52, 53, 54], [20, 21, 22, 23]
+    a.reset(prompt)
+    a.extend(reply)
+    a.settle(prompt + reply)  # the request on slot a ended
+    b.reset(prompt)  # the same prompt, served on slot b
+    assert b.lookup(3) == [20, 21, 22]
+    a.reset(prompt + reply + [7, 8])  # a's conversation goes on: held once, not twice
+    a.settle(prompt + reply + [7, 8, 9])
+    assert memory.tokens == len(prompt + reply) + 3

@@ -2,9 +2,10 @@
 
 A regenerated reply, an agent that sends its context again, a client that asks the same thing
 twice: the new reply repeats text that no longer is in the request's own tokens. The memory
-keeps each sequence the drafter let go (a prompt and the reply written to it), most recent
-last, up to ``max_tokens`` in all (the oldest whole sequences go first), and indexes every run
-of ``n`` tokens with where the text went on after its most recent occurrence. Where a long
+keeps each reply as it ended, with its conversation (a prompt and the reply written to it; a
+conversation's next turn replaces it), most recent last, up to ``max_tokens`` in all (the
+oldest whole sequences go first), and indexes every run of ``n`` tokens with where the text
+went on after its most recent occurrence. Where a long
 match has placed the reply in one of them (a :class:`Place`), a reply that departed from it
 re-joins it on a short match near where it left (:meth:`NgramMemory.near`).
 
@@ -60,24 +61,33 @@ class NgramMemory:
         """Tokens held, in all."""
         return sum(len(s) for s in self._seqs)
 
-    def remember(self, tokens: Sequence[int]) -> None:
-        """Keep ``tokens`` (a sequence the drafter let go). One shorter than a match, or the
-        same as the last kept, adds nothing."""
+    def remember(self, tokens: Sequence[int], replacing: int | None = None) -> int | None:
+        """Keep ``tokens`` (a reply as it ended, or a sequence the drafter let go); the number
+        it is kept under (None: not kept). ``replacing``: the number a drafter kept the same
+        conversation under before, replaced in place where ``tokens`` goes on from it (a chat's
+        next turn), so a conversation is held once, not once per turn. One no longer than a
+        match, or the same as the last kept, adds nothing."""
         seq = tuple(int(t) for t in tokens)
-        if len(seq) <= self.n:
-            return
         with self._lock:
+            if replacing is not None and 0 <= replacing - self._first < len(self._seqs):
+                i = replacing - self._first
+                old = self._seqs[i]
+                if seq[: len(old)] == old and len(seq) <= self.max_tokens:
+                    self._seqs[i] = seq
+                    self._add(replacing, seq, since=len(old))
+                    self._bound()
+                    return replacing if replacing >= self._first else None
+            if len(seq) <= self.n:
+                return None
             if self._seqs and self._seqs[-1] == seq:
-                return
+                return self._first + len(self._seqs) - 1
             if len(seq) > self.max_tokens:
                 seq = seq[-self.max_tokens:]
             number = self._first + len(self._seqs)
             self._seqs.append(seq)
             self._add(number, seq)
-            held = sum(len(s) for s in self._seqs)
-            while held > self.max_tokens:
-                held -= len(self._seqs[0])
-                self._drop_oldest()
+            self._bound()
+            return number if number >= self._first else None
 
     def follows(self, tail: Sequence[int], k: int) -> tuple[list[int], Place | None]:
         """Up to ``k`` tokens that followed the most recent earlier occurrence of ``tail``'s
@@ -119,10 +129,17 @@ class NgramMemory:
             self._index.clear()
             self._first = 0
 
-    def _add(self, number: int, seq: tuple[int, ...]) -> None:
+    def _add(self, number: int, seq: tuple[int, ...], since: int = 0) -> None:
+        """Index the runs of ``seq`` with a token after them, from index ``since`` on."""
         n, index = self.n, self._index
-        for j in range(n, len(seq)):  # a run with a token after it
+        for j in range(max(n, since), len(seq)):
             index[seq[j - n : j]] = (number, j)
+
+    def _bound(self) -> None:
+        held = sum(len(s) for s in self._seqs)
+        while held > self.max_tokens:
+            held -= len(self._seqs[0])
+            self._drop_oldest()
 
     def _drop_oldest(self) -> None:
         """Let the oldest sequence go, and the runs that point into it (a run a later sequence

@@ -21,8 +21,8 @@ changed word only), and a tail holding ``y`` is matched as if it held ``x``. An 
 forgotten when the reply keeps ``x`` where a match said it. All of it follows from the tokens,
 so an index built token by token equals one built at once.
 
-It also remembers earlier requests (:mod:`._ngram_memory`): each sequence it lets go (a new
-request that does not extend the last) is kept, and where the last 16 tokens repeat one of
+It also remembers earlier requests (:mod:`._ngram_memory`): each reply, as it ends, is kept
+with its conversation (its next turn replaces it), and where the last 16 tokens repeat one of
 them, it proposes what followed there, before any match of the request's own: a regenerated
 reply, or an agent sending its context again, is drafted from what was written the last time;
 a reply that departs from the remembered text re-joins it where four tokens repeat near where
@@ -91,6 +91,7 @@ class NgramDrafter(DrafterBase):
         self.memory = memory  # earlier requests' sequences (None: this request's own only)
         self._recall = memory is not None  # this request may be drafted from them (configure)
         self._place: Place | None = None  # where the memory last placed the reply
+        self._kept_as: int | None = None  # the number the memory keeps this conversation under
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -123,8 +124,8 @@ class NgramDrafter(DrafterBase):
             self.extend(tokens[n:])
             return
         if self.memory is not None:
-            self.memory.remember(self.tokens)  # a prompt and its reply, for a later request
-        self._place = None
+            self.memory.remember(self.tokens, self._kept_as)  # for a later request
+        self._place = self._kept_as = None
         self.tokens = []
         for tables in (self._index, self._before):
             for table in tables.values():
@@ -157,6 +158,12 @@ class NgramDrafter(DrafterBase):
             toks.append(t)
             if self._follow is None:
                 self._follow = self._rejoin()
+
+    def settle(self, seq: Sequence[int]) -> None:
+        """The reply ended: the memory keeps it now, so a request served next on another slot
+        (another drafter) finds it; the next turn of this conversation replaces it."""
+        if self.memory is not None:
+            self._kept_as = self.memory.remember(seq, self._kept_as)
 
     def configure(self, settings: SamplerSettings) -> None:
         """A request with a seed is drafted from its own tokens alone: which random numbers a
