@@ -151,3 +151,42 @@ class NgramMemory:
             if index.get(key, (None, 0))[0] == number:
                 del index[key]
         self._first += 1
+
+
+class Recall:
+    """One drafter's use of a shared memory: what it keeps its conversation under, where the
+    memory last placed its reply, and whether this request may be drafted from it."""
+
+    def __init__(self, memory: NgramMemory) -> None:
+        self.memory = memory
+        self.on = True  # this request may be drafted from the memory (see allow)
+        self._place: Place | None = None
+        self._kept_as: int | None = None  # the number the memory keeps this conversation under
+
+    def let_go(self, tokens: Sequence[int]) -> None:
+        """A new request that does not continue ``tokens``: keep them, start afresh."""
+        self.memory.remember(tokens, self._kept_as)
+        self._place = self._kept_as = None
+
+    def ended(self, seq: Sequence[int]) -> None:
+        """The reply ended: kept now (another slot's drafter finds it); the conversation's next
+        turn replaces it."""
+        self._kept_as = self.memory.remember(seq, self._kept_as)
+
+    def allow(self, seed: int | None) -> None:
+        """A request with a seed is drafted from its own tokens alone: which random numbers a
+        reply draws depends on what was drafted, so drafts from whatever came before would make
+        the same seed give another reply."""
+        self.on = seed is None
+
+    def said(self, tokens: Sequence[int], k: int) -> list[int]:
+        """What an earlier request said after ``tokens``: after a long match of their tail, else
+        near where one placed the reply (it departed from that text and came back to it)."""
+        if not self.on:
+            return []
+        said, place = self.memory.follows(tokens, k)
+        if place is None and self._place is not None:
+            said, place = self.memory.near(tokens, self._place, k)
+        if place is not None:
+            self._place = place
+        return said

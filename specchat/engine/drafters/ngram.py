@@ -27,7 +27,7 @@ them, it proposes what followed there, before any match of the request's own: a 
 reply, or an agent sending its context again, is drafted from what was written the last time;
 a reply that departs from the remembered text re-joins it where four tokens repeat near where
 it left.
-Not for a request with a seed (see configure): its seed must reproduce it.
+Not for a request with a seed (:meth:`._ngram_memory.Recall.allow`).
 
 A proposal is a chain whose tokens are point masses (q one-hot), cut after an
 end-of-generation token of the target's (nothing after it could be kept).
@@ -45,7 +45,7 @@ from specchat.engine.decode.registry import DrafterEnv, Need
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.verify import Verdict, one_hot
 from specchat.engine.drafters._follow import State, walk
-from specchat.engine.drafters._ngram_memory import NgramMemory, Place
+from specchat.engine.drafters._ngram_memory import NgramMemory, Recall
 
 NAME = NGRAM
 # The planner keeps its acceptance by how long its guesses have been right in a row (a copy is
@@ -88,10 +88,8 @@ class NgramDrafter(DrafterBase):
         self.n_max = n_max
         self.n_min = n_min
         self.is_eog = is_eog
-        self.memory = memory  # earlier requests' sequences (None: this request's own only)
-        self._recall = memory is not None  # this request may be drafted from them (configure)
-        self._place: Place | None = None  # where the memory last placed the reply
-        self._kept_as: int | None = None  # the number the memory keeps this conversation under
+        # Earlier requests' sequences (None: this request's own only).
+        self.recall = Recall(memory) if memory is not None else None
         self.tokens: list[int] = []
         # n → {n-gram: index of the token after its most recent occurrence}
         self._index: dict[int, dict[tuple[int, ...], int]] = {
@@ -117,15 +115,19 @@ class NgramDrafter(DrafterBase):
         # reply's (see _rejoin).
         self._spans: dict[tuple[int, ...], tuple[int, ...]] = {}
 
+    @property
+    def memory(self) -> NgramMemory | None:
+        """The earlier requests this drafter drafts from (None: its request's own only)."""
+        return self.recall.memory if self.recall is not None else None
+
     def reset(self, tokens: Sequence[int]) -> None:
         """Index ``tokens`` as the conversation so far (keeps the index if they extend it)."""
         n = len(self.tokens)
         if len(tokens) >= n and list(tokens[:n]) == self.tokens:
             self.extend(tokens[n:])
             return
-        if self.memory is not None:
-            self.memory.remember(self.tokens, self._kept_as)  # for a later request
-        self._place = self._kept_as = None
+        if self.recall is not None:
+            self.recall.let_go(self.tokens)
         self.tokens = []
         for tables in (self._index, self._before):
             for table in tables.values():
@@ -160,16 +162,12 @@ class NgramDrafter(DrafterBase):
                 self._follow = self._rejoin()
 
     def settle(self, seq: Sequence[int]) -> None:
-        """The reply ended: the memory keeps it now, so a request served next on another slot
-        (another drafter) finds it; the next turn of this conversation replaces it."""
-        if self.memory is not None:
-            self._kept_as = self.memory.remember(seq, self._kept_as)
+        if self.recall is not None:
+            self.recall.ended(seq)
 
     def configure(self, settings: SamplerSettings) -> None:
-        """A request with a seed is drafted from its own tokens alone: which random numbers a
-        reply draws depends on what was drafted, so drafts from whatever came before would
-        make the same seed give another reply."""
-        self._recall = self.memory is not None and settings.seed is None
+        if self.recall is not None:
+            self.recall.allow(settings.seed)
 
     def propose(self, req: DraftRequest) -> Proposal:
         drafts = self._chain(req.plan.depth)
@@ -210,7 +208,7 @@ class NgramDrafter(DrafterBase):
         (with the edits learnt so far made in them)."""
         if k <= 0:
             return []
-        if self._recall and (said := self._recalled(k)):
+        if self.recall is not None and (said := self.recall.said(self.tokens, k)):
             return said  # an earlier request's text: no edits in it
         if self._follow is not None:
             return walk(self._next, self._follow, k)
@@ -224,19 +222,6 @@ class NgramDrafter(DrafterBase):
         j = found.at
         edits = self._edits
         return [edits.get(t, t) for t in self.tokens[j : j + k]]
-
-    def _recalled(self, k: int) -> list[int]:
-        """What an earlier request said next: after a long match of the tail, else near where
-        one placed the reply (it departed from that text and came back to it)."""
-        memory = self.memory
-        if memory is None:
-            return []
-        said, place = memory.follows(self.tokens, k)
-        if place is None and self._place is not None:
-            said, place = memory.near(self.tokens, self._place, k)
-        if place is not None:
-            self._place = place
-        return said
 
     def _source(self) -> _Source | None:
         """Where the text the sequence's tail repeats goes on (None: nowhere).
