@@ -14,11 +14,14 @@ by a mean-one log-normal factor per step (``--seeds`` of them): it then reacts t
 does live, while the ratio still counts the noiseless costs, so it prices the decisions alone.
 Last, the T(1)s each kind of step lost or won against plain, over all prompts. ``--warm P``
 keeps one planner over P passes through the prompts, as a server or the app does, and reports
-the last pass.
+the last pass; with ``--tag`` each pass's prompts start with its number, "(1) ", "(2) " …, as
+``serve_vs_llama_server.py`` sends them, so a reply the n-gram drafter remembers from an earlier
+pass is near the new one, not the same.
 
     python scripts/default_on_curve.py --curve /tmp/curve.json            # measure once, keep
     python scripts/default_on_curve.py --curve /tmp/curve.json --noise 0.1 --seeds 4
     python scripts/default_on_curve.py --curve /tmp/curve.json --noise 0.1 --warm 2
+    python scripts/default_on_curve.py --curve /tmp/curve.json --warm 3 --tag
 """
 
 from __future__ import annotations
@@ -205,6 +208,8 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=0, metavar="PASSES",
                     help="one planner over PASSES passes through the prompts (a server's or the "
                     "app's), the last one reported; default: a fresh planner per reply (cold)")
+    ap.add_argument("--tag", action="store_true",
+                    help="with --warm: each pass's prompts start with the pass's number")
     ap.add_argument("--trace", type=Path, help="write each run's steps into this folder (a "
                     "line: position, drafter, drafted, kept, T(1)s a committed token, why)")
     a = ap.parse_args()
@@ -235,7 +240,12 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     prompts = [(p.category, p.text) for p in load_prompts(None, (), 1)] + list(EXTRA.items())
     only = {x for x in a.only.split(",") if x}
     prompts = [(n, t) for n, t in prompts if not only or n in only]
-    encoded = [(n, chat.tokenize_chat([Message("user", t)])) for n, t in prompts]
+
+    def encode(pass_: int) -> list[tuple[str, list[int]]]:
+        tag = f"({pass_ + 1}) " if a.tag else ""
+        return [(n, chat.tokenize_chat([Message("user", tag + t)])) for n, t in prompts]
+
+    encoded = encode(0)
     if a.curve is not None and a.curve.is_file():
         curve = json.loads(a.curve.read_text())
     else:
@@ -251,10 +261,7 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     print(f"{'prompt':<15} {'tokens':>6} {'steps':>5} {'drafted/kept':>12}  ratio (seeds)")
     ratios = []
     losses: dict[str, list[float]] = {}
-    wants = {}
-    for name, prompt in encoded:
-        rt.clear_caches()
-        wants[name] = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
+    wants: dict[tuple[int, str], list[int]] = {}  # (pass, prompt) → plain decoding's tokens
     # Warm: one session each (the baseline's and a seed's) over every pass through the
     # prompts, the last pass reported; cold: new sessions for each reply.
     def new_sessions() -> list[Session]:
@@ -264,8 +271,12 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     warm = new_sessions() if a.warm else []
     for pass_ in range(max(a.warm, 1)):
         last = pass_ == max(a.warm, 1) - 1
-        for name, prompt in encoded:
-            want = wants[name]
+        for name, prompt in (encode(pass_) if a.tag else encoded):
+            want = wants.get((pass_ if a.tag else 0, name))
+            if want is None:
+                rt.clear_caches()
+                want = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
+                wants[(pass_ if a.tag else 0, name)] = want
             sessions = warm or new_sessions()
             base, *got = [sess.run(prompt, settings) for sess in sessions]
             if base["tokens"] != want:
