@@ -74,6 +74,26 @@ def test_greedy_equals_argmax_of_fresh_prefill(model: LlamaModel) -> None:
         seq.append(t.token_id)
 
 
+def test_a_prompt_is_read_in_one_pass_as_llama_server_reads_it(model: LlamaModel) -> None:
+    """Plain decoding has no first step to share a prompt's last token with: the prompt is one
+    pass whose last row gives the first token (an extra 1-row pass costs a whole step on a
+    CPU); a prompt the cache holds whole has its last token read again, for its row."""
+    ctx = LlamaContext(model, ContextSettings(n_ctx=256))
+    passes: list[tuple[int, int]] = []
+    ctx.on_decode = lambda start, chunk: passes.append((start, len(chunk)))
+    prompt = model.tokenize("<|im_start|>user\nthe cat sat on the mat<|im_end|>")
+    stats = next(e for e in PlainDecoder(ctx).run(prompt, GREEDY.with_(max_tokens=1),
+                                                  threading.Event())
+                 if isinstance(e, GenerationStats))
+    assert passes == [(0, len(prompt))] and stats.cached_tokens == 0
+    passes.clear()
+    toks = [e for e in PlainDecoder(ctx).run(prompt, GREEDY.with_(max_tokens=2),
+                                             threading.Event()) if isinstance(e, TokenEvent)]
+    assert passes[0] == (len(prompt) - 1, 1)  # the cached prompt: its last token again
+    fresh = LlamaContext(model, ContextSettings(n_ctx=256)).decode(prompt)[0]
+    assert toks[0].token_id == int(np.argmax(fresh))
+
+
 def test_second_turn_reuses_the_cached_prefix(model: LlamaModel) -> None:
     eng = engine(model)
     msgs = [Message("system", "be brief"), Message("user", "hello")]

@@ -57,6 +57,19 @@ def prefill(ctx: LlamaContext, prompt: Sequence[int]) -> tuple[npt.NDArray[np.fl
     return ctx.decode(prompt[-1:], logits="last")[0], reuse
 
 
+def read_prompt(ctx: LlamaContext, prompt: Sequence[int]
+                ) -> tuple[npt.NDArray[np.float32], int]:
+    """Bring the cache to exactly ``prompt`` and return the logits row for its last token and
+    how many tokens were reused, reading what differs in one pass: llama-server's read, for
+    plain decoding, which has no first step to share it with. (Where the whole prompt is
+    cached, its last token is read again for its row.) Not a speculative decoder's way: that
+    leaves the last token to its first step (:func:`hold_prefix`), so the read costs no pass
+    of its own; :func:`prefill` reads it alone, as such a step does.
+    """
+    reuse = ctx.reuse_prefix(prompt[:-1])
+    return ctx.decode(prompt[reuse:], logits="last")[0], reuse
+
+
 class Clock:
     def __init__(self) -> None:
         self.start = time.perf_counter()

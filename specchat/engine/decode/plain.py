@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from specchat.engine.decode.decoding import Clock, prefill
+from specchat.engine.decode.decoding import Clock, read_prompt
 from specchat.engine.decode.events import Event, GenerationStats, NoticeEvent, TokenOrigin
 from specchat.engine.decode.grammar import start
 from specchat.engine.decode.reply import Reply
@@ -33,7 +33,7 @@ class PlainDecoder:
         reply = Reply(ctx.model, settings.stop)
         grammar = start(ctx.model, settings.grammar)
         try:
-            row, reused = prefill(ctx, prompt)
+            row, reused = read_prompt(ctx, prompt)
         except DecodeCancelled:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
