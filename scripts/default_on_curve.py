@@ -271,12 +271,13 @@ def _run(a: argparse.Namespace, target: Path, draft: Path) -> int:
     warm = new_sessions() if a.warm else []
     for pass_ in range(max(a.warm, 1)):
         last = pass_ == max(a.warm, 1) - 1
-        for name, prompt in (encode(pass_) if a.tag else encoded):
-            want = wants.get((pass_ if a.tag else 0, name))
+        for name, prompt in encode(pass_):
+            key = (pass_ if a.tag else 0, name)
+            want = wants.get(key)
             if want is None:
                 rt.clear_caches()
-                want = list(run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
-                wants[(pass_ if a.tag else 0, name)] = want
+                want = wants[key] = list(
+                    run_to_end(PlainDecoder(rt.target_ctx), prompt, settings).tokens)
             sessions = warm or new_sessions()
             base, *got = [sess.run(prompt, settings) for sess in sessions]
             if base["tokens"] != want:

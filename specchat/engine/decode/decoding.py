@@ -50,8 +50,9 @@ def prefill(ctx: LlamaContext, prompt: Sequence[int]) -> tuple[npt.NDArray[np.fl
     """Bring the cache to exactly ``prompt``, evaluating only what differs from what it holds.
 
     Returns the logits row for the prompt's last token and how many tokens were reused. The
-    last token is evaluated on its own, as a speculative decoder's first step does, so both
-    see the same first row.
+    last token is evaluated on its own, as a speculative decoder's plain first step evaluates
+    it: the target's reply as calibration and the replays trace it. Plain decoding reads the
+    whole prompt in one pass instead (:func:`read_prompt`).
     """
     reuse = hold_prefix(ctx, prompt)
     return ctx.decode(prompt[-1:], logits="last")[0], reuse

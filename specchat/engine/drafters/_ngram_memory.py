@@ -136,7 +136,7 @@ class NgramMemory:
             index[seq[j - n : j]] = (number, j)
 
     def _bound(self) -> None:
-        held = sum(len(s) for s in self._seqs)
+        held = self.tokens
         while held > self.max_tokens:
             held -= len(self._seqs[0])
             self._drop_oldest()
