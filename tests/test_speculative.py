@@ -199,10 +199,34 @@ def test_plain_steps_sample_what_plain_decoding_samples(target: LlamaModel,
             assert token_ids(spec) == token_ids(plain), (s, seed)
             assert stats.drafted == 0 and stats.generated_tokens == len(token_ids(plain))
             steps = [e for e in spec if isinstance(e, StepEvent)]
-            assert [(e.gamma, e.committed, e.batch) for e in steps] == [(0, 1, 1)] * len(steps)
+            # the first step takes the prompt read's row: no pass of its own
+            assert [(e.gamma, e.committed, e.batch) for e in steps] == \
+                [(0, 1, 0)] + [(0, 1, 1)] * (len(steps) - 1)
             # the cache holds the reply but its last token, as after any step
             whole = [*prompt, *token_ids(spec)]
             assert tc.tokens == whole[:len(tc.tokens)] and len(tc.tokens) >= len(whole) - 2
+
+
+def test_the_prompt_is_read_whole_and_its_last_row_held_for_the_first_step(
+        target: LlamaModel, far_draft: LlamaModel) -> None:
+    """The prompt is one pass, as plain decoding and llama-server read it: a plain first step
+    takes its last row and makes no pass (a 1-row pass is a whole token's time on a CPU); a
+    first step that drafts reads the last token again in its own batch, the cache cut back by
+    one first. Greedy, both reply as plain decoding does."""
+    prompt = prompt_of(target, "the cat sat on the mat")
+    plain, _ = run(PlainDecoder(ctx(target)), prompt, GREEDY.with_(max_tokens=6))
+    n = len(prompt)
+    for gamma, second in ((0, (n, 1)), (4, (n - 1, 5))):
+        tc = ctx(target)
+        passes: list[tuple[int, int]] = []
+        tc.on_decode = lambda start, chunk, passes=passes: passes.append((start, len(chunk)))
+        spec, stats = run(SpeculativeDecoder(tc, ctx(far_draft), FixedGamma(gamma)), prompt,
+                          GREEDY.with_(max_tokens=6))
+        assert token_ids(spec) == token_ids(plain), gamma
+        assert passes[:2] == [(0, n), second], gamma
+        first = next(e for e in spec if isinstance(e, StepEvent))
+        assert (first.gamma, first.batch) == ((0, 0) if gamma == 0 else (4, 5))
+        assert stats.target_forwards == sum(isinstance(e, StepEvent) for e in spec)
 
 
 def test_ngram_alone_greedy_is_identical_and_drafts(target: LlamaModel) -> None:

@@ -83,6 +83,7 @@ class StepEvent:
     depth: int = -1  # draft tokens on the proposal's longest path (−1: not told; then gamma)
     # Rows of the target's verify batch (−1: not told; then gamma + 1). More than gamma + 1
     # when the drafter adds rows of its own (Lookahead's window): what a cost table must key on.
+    # 0: no pass of its own (a first step that took the row the prompt's read left).
     batch: int = -1
     rejected: int = 0  # draft tokens the rule judged and rejected (each leaving a residual)
     # Of draft_s, what the drafter spent reading tokens it had not seen (see Proposal).

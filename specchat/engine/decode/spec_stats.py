@@ -64,9 +64,10 @@ class SpecTally:
         pass's own time, the step's wall time and its time inside llama.cpp)."""
         self.count(step)
         self.match_sum += sum(match)
-        entry = self.verify_batches.setdefault(step.batch, [0, 0.0])
-        entry[0] += 1
-        entry[1] += forward_s
+        if step.batch > 0:  # a step without a pass of its own has no batch to time
+            entry = self.verify_batches.setdefault(step.batch, [0, 0.0])
+            entry[0] += 1
+            entry[1] += forward_s
         self.step_s += step_s
         self.llama_s += llama_s
 
@@ -81,7 +82,7 @@ class SpecTally:
         self.rejected_tokens += step.rejected
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s
-        self.target_forwards += 1
+        self.target_forwards += 1  # a first step that took the prompt read's row: that pass
         self.by_drafter[step.drafter] += 1
         if step.gamma:
             self.drafted_by[step.drafter] += step.gamma

@@ -13,6 +13,12 @@ reply); the target's cache holds ``seq[:-1]``; the last token is evaluated by th
 batch, whose first row is the distribution of the next token. A draft model's cache is brought
 up to ``seq`` only when a step first asks it.
 
+The prompt is read whole, as llama-server and plain decoding read it (``decoding.read_prompt``),
+and its last row is held for the first step: a plain first step takes it and makes no pass of
+its own (on a CPU a 1-row pass is a whole token's time, a share of a short reply); a first step
+that drafts cuts the cache back by the last token, which its batch reads again (one row more in
+a batch of several costs next to nothing), and the invariant holds from there.
+
 A drafter that fails (say, the draft model cannot read a token the target produced) drops out
 for the rest of the reply with a notice; the reply goes on with the others, or plainly.
 """
@@ -24,8 +30,9 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 
 import numpy as np
+import numpy.typing as npt
 
-from specchat.engine.decode.decoding import Clock, hold_prefix, new_text
+from specchat.engine.decode.decoding import Clock, hold_prefix, new_text, read_prompt
 from specchat.engine.decode.drafting import (
     Drafter,
     DraftFailed,
@@ -110,11 +117,13 @@ class SpeculativeDecoder:
         reply, seq = Reply(tgt.model, settings.stop), list(prompt)
         tally = SpecTally(tuple(d.name for d in self.drafters))
         self._grammar = start(tgt.model, settings.grammar)
-        reused = self._start(seq, cancel, settings)
-        if reused is None:
+        started = self._start(seq, cancel, settings)
+        if started is None:
             yield GenerationStats(prompt_tokens=len(prompt), total_s=clock.now(),
                                   stop_reason="cancelled")
             return
+        reused = started[0]
+        held: npt.NDArray[np.float32] | None = started[1]
         prompt_s = t_first = t_last = clock.now()
         rng = make_rng(settings.seed)
         reason = "length"
@@ -125,10 +134,14 @@ class SpeculativeDecoder:
             t0, llama0, n0 = self.target.clock(), self._llama_s(), len(seq)
             try:  # propose → verify
                 plan = self._plan(seq, settings, reply.n_generated)
+                if held is not None and plan.drafter != NONE:
+                    tgt.truncate(len(seq) - 1)  # the invariant: this step's batch reads it
+                    held = None
                 proposal, notices = self._propose(seq, plan, settings, rng)
                 t1 = self.target.clock()
                 verdict, forward_s = verify_pass(tgt, seq, proposal, settings, rng,
-                                                 self._grammar, self._reads_hidden(proposal))
+                                                 self._grammar, self._reads_hidden(proposal),
+                                                 held)
             except DecodeCancelled:
                 reason = "cancelled"
                 break
@@ -136,7 +149,8 @@ class SpeculativeDecoder:
             position, text_at, now = reply.n_generated, len(reply.text), clock.now()
             out = [*notices, *self._commit(seq, reply, proposal, verdict, settings, now)]
             step = self._step_event(plan, proposal, verdict, t1 - t0, t3 - t1, position,
-                                    reply.n_generated - position)
+                                    reply.n_generated - position, held is not None)
+            held = None
             tally.add(step, verdict.match, forward_s, self.target.clock() - t0,
                       self._llama_s() - llama0)
             self.policy.committed(reply.text[text_at:])
@@ -161,20 +175,22 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------------ the parts
 
-    def _start(self, seq: list[int], cancel: threading.Event,
-               settings: SamplerSettings) -> int | None:
-        """The target's cache to ``seq[:-1]`` (the draft's follows when first asked); the
-        policy and the drafters told. None when cancelled."""
+    def _start(self, seq: list[int], cancel: threading.Event, settings: SamplerSettings
+               ) -> tuple[int, npt.NDArray[np.float32]] | None:
+        """The prompt read (the draft's cache follows when first asked) and the policy and the
+        drafters told: the tokens reused, and the last token's row, held for the first step.
+        None when cancelled."""
         for c in (self.target, self.draft):
             if c is not None:
                 c.cancel = cancel
         t0 = self.target.clock()
         try:
-            reused = hold_prefix(self.target, seq)
+            row, reused = read_prompt(self.target, seq)
         except DecodeCancelled:
             self._settle(seq)
             return None
-        read = len(seq) - 1 - reused
+        held = np.array(row, copy=True)  # a view of llama.cpp's buffer, which a decode reuses
+        read = len(seq) - reused
         self.policy.begin(self._new_prompt_text(seq))
         self._set_alive(self.drafters, seq)
         for dr in self._alive:
@@ -193,17 +209,20 @@ class SpeculativeDecoder:
             self.policy.draft_lag(len(seq) - self.draft.common_prefix(seq))
         # Drafters with a cache of their own (layer-skip, Kangaroo); the others lack nothing.
         self.policy.drafter_lags({d.name: d.lag(seq) for d in self._alive})
-        return reused
+        return reused, held
 
     def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
-                    verify_s: float, position: int, committed: int) -> StepEvent:
+                    verify_s: float, position: int, committed: int, held: bool) -> StepEvent:
+        """``held``: the step took the prompt read's row and made no pass (batch 0: no
+        verify time for a cost table to learn)."""
         return StepEvent(
             len(proposal.tokens), verdict.accepted, draft_s, verify_s,
             proposal.drafter if proposal.tokens else NONE, position, committed,
             verdict.overlap, self.policy.label, plan_size=plan.size,
             accepted_ranks=verdict.ranks, kind=proposal.kind, reason=plan.reason,
             depth=proposal.depth,
-            batch=1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
+            batch=0 if held else
+            1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
             rejected=verdict.judged, read_tokens=proposal.read_tokens, read_s=proposal.read_s)
 
     def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:

@@ -5,7 +5,8 @@ decode with logits on every row (a tree with one sequence id per root-to-leaf pa
 ``LlamaContext.decode_tree``), lets ``verify`` decide what to keep, and leaves the target's
 cache holding only the kept path. Under a grammar each row is the target's distribution
 masked as the matcher stands at that node, so what is kept is distributed as the masked
-target's. A step with nothing drafted is one row, taken as plain decoding takes it.
+target's. A step with nothing drafted is one row, taken as plain decoding takes it (or the
+row the prompt's read left, on a reply's first step: see ``SpeculativeDecoder``).
 """
 
 from __future__ import annotations
@@ -87,16 +88,24 @@ def _path_logprobs(rows: _TargetRows, p: _TargetRows | None,
 
 def verify_pass(tgt: LlamaContext, seq: Sequence[int], proposal: Proposal,
                 settings: SamplerSettings, rng: np.random.Generator,
-                grammar: Constraint | None, hidden: bool) -> tuple[Verdict, float]:
+                grammar: Constraint | None, hidden: bool,
+                held: npt.NDArray[np.float32] | None = None) -> tuple[Verdict, float]:
     """One target pass over ``[last, proposal…]``, the rule, and the cache cut to the path;
     with the pass's seconds. ``hidden``: the pass also computes the target's hidden states
-    (a drafter that drafts from them ran this step)."""
-    if not proposal.tokens and proposal.side is None and not hidden:
+    (a drafter that drafts from them ran this step). ``held``: the last token's row, already
+    read with the prompt (the cache holds all of ``seq``): a plain step takes it and makes
+    no pass (0 seconds); only a plain step may be given one."""
+    plain = not proposal.tokens and proposal.side is None and not hidden
+    if held is not None and not plain:
+        raise ValueError("a held row is a plain step's: a drafted step reads the last token "
+                         "in its own batch")
+    if plain:
         # A plain step, as plain decoding takes it (one row, no shapes, no tree): on a small
         # model the general path's Python was a measurable share of the step.
         t0 = tgt.clock()
-        row = masked(tgt.decode((seq[-1],), logits="last")[0], grammar)
-        forward_s = tgt.clock() - t0
+        row = masked(tgt.decode((seq[-1],), logits="last")[0] if held is None else held,
+                     grammar)
+        forward_s = tgt.clock() - t0 if held is None else 0.0
         token = greedy_token(row) if settings.greedy else \
             distribution(row, settings).sample(rng)
         lp = () if settings.logprobs is None else (token_logprobs(row, token, settings),)
