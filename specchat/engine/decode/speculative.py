@@ -20,26 +20,20 @@ that drafts cuts the cache back by the last token, which its batch reads again (
 a batch of several costs next to nothing), and the invariant holds from there.
 
 A drafter that fails (say, the draft model cannot read a token the target produced) drops out
-for the rest of the reply with a notice; the reply goes on with the others, or plainly.
+for the rest of the reply with a notice; the reply goes on with the others, or plainly (the
+reply's drafters: :mod:`.roster`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
 from specchat.engine.decode.decoding import Clock, hold_prefix, new_text, read_prompt
-from specchat.engine.decode.drafting import (
-    Drafter,
-    DraftFailed,
-    DraftRequest,
-    Proposal,
-    fit_shape,
-)
+from specchat.engine.decode.drafting import Drafter, DraftRequest, Proposal, fit_shape
 from specchat.engine.decode.events import (
     Event,
     GenerationStats,
@@ -47,13 +41,12 @@ from specchat.engine.decode.events import (
     StepEvent,
     TokenOrigin,
 )
-from specchat.engine.decode.fallback import Fallback
 from specchat.engine.decode.grammar import Constraint, start
-from specchat.engine.decode.grammar_drafts import allowed_part
-from specchat.engine.decode.plan import MODEL, NONE, TREE, Plan, plain
+from specchat.engine.decode.plan import MODEL, NONE, Plan, plain
 from specchat.engine.decode.registry import DrafterEnv, build
 from specchat.engine.decode.rejected import rejected_events
 from specchat.engine.decode.reply import Reply
+from specchat.engine.decode.roster import Roster
 from specchat.engine.decode.sampling import SamplerSettings, make_rng
 from specchat.engine.decode.spec_stats import SpecTally
 from specchat.engine.decode.step_policy import FixedGamma, GammaPolicy, ReplyStart
@@ -61,7 +54,6 @@ from specchat.engine.decode.target_pass import verify_pass
 from specchat.engine.decode.verify import Verdict
 from specchat.engine.llama.context import DecodeCancelled, LlamaContext
 from specchat.engine.llama.prefix import common_prefix
-from specchat.errors import SpecchatError
 
 # A prompt read of at least this many new tokens is timed for the policy (ReplyStart): fewer
 # are dominated by the step's fixed costs, not the per-token cost a catch-up pays.
@@ -95,9 +87,7 @@ class SpeculativeDecoder:
         # The decoder's kind: what drafted each token is in the reply's stats
         # (SpecDetail.drafted_by_drafter), never in this name.
         self.name = "speculative"
-        self._alive: list[Drafter] = []  # this reply's drafters (a failed one drops out)
-        self._guessers: list[Drafter] = []  # of those, the ones whose proposal costs nothing
-        self._default: Drafter | None = None
+        self.roster = Roster(self.drafters)  # this reply's drafters (a failed one drops out)
         self._last_seq: list[int] = []  # the previous reply's committed sequence
         self._grammar: Constraint | None = None  # this reply's matcher, under a grammar
 
@@ -140,8 +130,8 @@ class SpeculativeDecoder:
                 proposal, notices = self._propose(seq, plan, settings, rng)
                 t1 = self.target.clock()
                 verdict, forward_s = verify_pass(tgt, seq, proposal, settings, rng,
-                                                 self._grammar, self._reads_hidden(proposal),
-                                                 held)
+                                                 self._grammar,
+                                                 self.roster.reads_hidden(proposal), held)
             except DecodeCancelled:
                 reason = "cancelled"
                 break
@@ -192,8 +182,8 @@ class SpeculativeDecoder:
         held = np.array(row, copy=True)  # a view of llama.cpp's buffer, which a decode reuses
         read = len(seq) - reused
         self.policy.begin(self._new_prompt_text(seq))
-        self._set_alive(self.drafters, seq)
-        for dr in self._alive:
+        self.roster.start(seq)
+        for dr in self.roster.alive:
             dr.configure(settings)
         d = self.draft
         t_size = self.target.model.size_bytes
@@ -208,7 +198,7 @@ class SpeculativeDecoder:
             # would gain — after a long pasted document it can outweigh the whole reply.
             self.policy.draft_lag(len(seq) - self.draft.common_prefix(seq))
         # Drafters with a cache of their own (layer-skip, Kangaroo); the others lack nothing.
-        self.policy.drafter_lags({d.name: d.lag(seq) for d in self._alive})
+        self.policy.drafter_lags({d.name: d.lag(seq) for d in self.roster.alive})
         return reused, held
 
     def _step_event(self, plan: Plan, proposal: Proposal, verdict: Verdict, draft_s: float,
@@ -225,23 +215,14 @@ class SpeculativeDecoder:
             1 + len(proposal.tokens) + (proposal.side.size if proposal.side else 0),
             rejected=verdict.judged, read_tokens=proposal.read_tokens, read_s=proposal.read_s)
 
-    def _set_alive(self, drafters: Sequence[Drafter], seq: Sequence[int] | None = None) -> None:
-        self._alive = list(drafters)
-        if seq is not None:
-            for d in self._alive:
-                d.reset(seq)
-        self._guessers = [d for d in self._alive if d.free_guesses]
-        n = len(self._alive)
-        self._default = None if n == 0 else self._alive[0] if n == 1 else Fallback(self._alive)
-
     def _plan(self, seq: Sequence[int], settings: SamplerSettings, generated: int) -> Plan:
         """The step to take, shrunk to what fits the context, the batch and the sequences."""
-        default = self._default
+        default = self.roster.default
         if default is None:
             return plain()
         plan: Plan | None = None
         if self.policy.plans_steps:
-            plan = self.policy.next_plan(tuple(d.name for d in self._alive if d.can_propose(seq)))
+            plan = self.policy.next_plan(self.roster.available(seq))
         if plan is None:
             plan = default.default_plan(self.policy.next_gamma())
         if plan.drafter == NONE:
@@ -254,34 +235,9 @@ class SpeculativeDecoder:
         return Plan(plan.drafter, shape, plan.reason)
 
     def _propose(self, seq: Sequence[int], plan: Plan, settings: SamplerSettings,
-                 rng: np.random.Generator) -> tuple[Proposal, list[Event]]:
-        if plan.drafter == NONE or self._default is None:
-            return Proposal(NONE), []
-        named = {d.name: d for d in self._alive}
-        drafter = named.get(plan.drafter, self._default)
-        req = DraftRequest(seq, plan, settings, rng, self.policy.keep_drafting, self._grammar)
-        try:
-            return allowed_part(drafter.propose(req), self._grammar), []
-        except DecodeCancelled:
-            raise
-        except SpecchatError as e:  # a drafter's own error (NaN logits, a failed decode, a
-            # token it cannot read) drops it for this reply: a broken draft must not end a
-            # healthy target's reply. This step is the target's alone.
-            failed = (e.drafter if isinstance(e, DraftFailed) else None) or drafter.name
-            for d in self._alive:
-                d.settle(seq)
-            self._set_alive([d for d in self._alive if d.name != failed])
-            who = "the draft" if failed in (MODEL, TREE) else f"the {failed} drafter"
-            return Proposal(NONE), [NoticeEvent(f"{who} stopped: {e}; the reply goes on "
-                                                  "without it")]
-
-    def _reads_hidden(self, proposal: Proposal) -> bool:
-        """Whether this step's target pass computes hidden states: a drafter that drafts from
-        them (medusa) reads this pass's when it ran this step, even with nothing to propose:
-        it is likely to draft the next (else it re-reads a token first). Not on other steps:
-        hidden states cost every pass they are on, and a plain step must be plain."""
-        return proposal.drafter != NONE and any(
-            d.reads_hidden for d in self._alive if d.name == proposal.drafter)
+                 rng: np.random.Generator) -> tuple[Proposal, list[NoticeEvent]]:
+        return self.roster.propose(DraftRequest(seq, plan, settings, rng,
+                                                self.policy.keep_drafting, self._grammar))
 
     def _commit(self, seq: list[int], reply: Reply, proposal: Proposal, verdict: Verdict,
                 settings: SamplerSettings, now: float) -> list[Event]:
@@ -291,8 +247,7 @@ class SpeculativeDecoder:
                                            verdict.logprobs[0] if verdict.logprobs else None)]
             seq.append(verdict.token)
             self._advance((verdict.token,), reply)
-            for d in self._alive:
-                d.commit(seq, proposal, verdict)
+            self.roster.commit(seq, proposal, verdict)
             return out
         out = []
         position = reply.n_generated
@@ -312,8 +267,7 @@ class SpeculativeDecoder:
         out.extend(branches)
         self._advance((*kept, verdict.token), reply)
         hold_prefix(self.target, seq, known=len(seq) - 1)
-        for d in self._alive:
-            d.commit(seq, proposal, verdict)
+        self.roster.commit(seq, proposal, verdict)
         return out
 
     def _advance(self, tokens: Sequence[int], reply: Reply) -> None:
@@ -323,8 +277,7 @@ class SpeculativeDecoder:
 
     def _settle(self, seq: list[int]) -> None:
         """Leave every cache holding only tokens of the committed sequence."""
-        for d in self.drafters:
-            d.settle(seq)
+        self.roster.settle(seq)
         self.target.drop_tree()
         self.target.truncate(min(len(self.target.tokens), len(seq) - 1))
         self._last_seq = seq
@@ -333,9 +286,8 @@ class SpeculativeDecoder:
         """Let a planner score the guesses of drafters whose proposals cost nothing (the
         n-gram lookup) against what this step committed, and take their next ones: it learns
         their acceptance on steps that did not run them (:mod:`specchat.engine.policy.guesses`)."""
-        if self._guessers:
-            self.policy.score_guesses(seq[start:], ran, {d.name: partial(d.guess, seq)
-                                                         for d in self._guessers})
+        if self.roster.guessers:
+            self.policy.score_guesses(seq[start:], ran, self.roster.guesses(seq))
 
     def _llama_s(self) -> float:
         return self.target.decode_s + (self.draft.decode_s if self.draft is not None else 0.0)
