@@ -146,16 +146,21 @@ class Server:
 
 CONFIGS = ("llama-server", "llama-server draft", "llama-server ngram", "specchat plain",
            "specchat", "specchat ngram", "specchat plain np2", "specchat np2",
-           "specchat plain np1", "specchat np1")
+           "specchat plain np1", "specchat np1", "llama-server np2")
 
 
 def six_ways(name: str, args: argparse.Namespace, target: Path, draft: Path,
              port: int) -> list[str]:
     threads, ctx = str(args.threads), str(args.ctx)
     if name.startswith("llama-server"):
+        # "np2": two slots laid out as specchat's default two are, each with the whole window
+        # in one unified KV cache of twice the size.
+        slots = 2 if name.endswith(" np2") else 1
         cmd = [args.llama_server, "-m", str(target), "--host", "127.0.0.1", "--port", str(port),
-               "-c", ctx, "-t", threads, "-tb", threads, "-fa", "off", "-np", "1",
-               "--no-webui"]
+               "-c", str(int(ctx) * slots), "-t", threads, "-tb", threads, "-fa", "off",
+               "-np", str(slots), "--no-webui"]
+        if slots > 1:
+            cmd.append("--kv-unified")
         if name == "llama-server draft":
             cmd += ["-md", str(draft), "--spec-type", "draft-simple", "-td", threads]
         elif name == "llama-server ngram":
