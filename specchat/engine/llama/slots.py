@@ -17,10 +17,10 @@ pass). When members wait on different contexts, the lighter model's pass runs fi
 heaviest model's batches wait: the slots drafting then reach their verification, so the
 target's verification rows of every slot, and plain rows and prompt reads too, share one pass.
 
-Every pass runs on one thread the rendezvous owns, not on the member that fired it. llama.cpp's
-CPU backend (built with OpenMP) keeps a team of worker threads per thread that calls it: with
-passes fired from each request's thread in turn, a lone client's tokens took 1.25–1.5× as long
-by its fourth request (measured on qwen-coder, 2 threads), and one calling thread restored them.
+Every pass runs on the process's one llama thread (:mod:`.llama_thread`), not on the member
+that fired it: with passes fired from each request's thread in turn, a lone client's tokens
+took 1.25–1.5× as long by its fourth request (measured on qwen-coder, 2 threads), and one
+calling thread restored them.
 
 The clock a slot's decoder times its steps with (:meth:`SlotContext.clock`) leaves out what it
 waited for others and counts its share of each pass it rode in (the pass's time × its rows /
@@ -35,7 +35,6 @@ and the cancel is seen at the slot's next step.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import threading
 import time
@@ -46,6 +45,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from specchat.engine.llama import llama_thread
 from specchat.engine.llama.context import ABORTABLE_BATCH, LlamaContext
 from specchat.engine.llama.hidden_output import HiddenStateError
 
@@ -111,12 +111,6 @@ class Rendezvous:
         self._joining = 0  # threads on their way in: a pass waits for their first batch
         self._pending: list[_Decode] = []
         self.log = PassLog()
-        # The one thread llama.cpp is called from (see the module's docstring).
-        self._llama = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specchat-llama")
-
-    def close(self) -> None:
-        """Stop the passes' thread (once no member is left)."""
-        self._llama.shutdown(wait=True)
 
     @contextlib.contextmanager
     def member(self) -> Iterator[None]:
@@ -170,7 +164,7 @@ class Rendezvous:
         jobs = [j for g in groups.values() for j in g]
         try:
             for group in groups.values():
-                self._llama.submit(self._run, group).result()
+                llama_thread.run(self._run, group)
         finally:
             for j in jobs:
                 if not j.done:  # a Python error on the way: theirs too, as a failed decode
@@ -358,7 +352,6 @@ class Slots:
     contexts: tuple[tuple[SlotContext, SlotContext | None], ...]
 
     def close(self) -> None:
-        self.rendezvous.close()
         for target, draft in self.contexts:
             target.close()
             if draft is not None:

@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 
 from specchat.engine.decode.chat import ChatEngine
-from specchat.engine.llama import rpc
+from specchat.engine.llama import llama_thread, rpc
 from specchat.engine.llama.rpc import RpcError
 from specchat.runtime.opening import Runtime
 from specchat.session.controller import ChatSession
@@ -221,7 +221,10 @@ class ChatScreen(Screen[None]):
         """The reply, in a thread: updates go to this screen as messages (thread-safe)."""
         try:
             self.calibration.wait_stopped(CALIBRATION_WAIT_S)  # never two llama.cpp jobs at once
-            run_reply(job, engine, lambda u: self.post_message(msgs.ReplyProgress(u)))
+            # on the process's one llama thread: a worker thread that lives on must never
+            # have called llama.cpp itself (engine/llama/llama_thread.py)
+            llama_thread.run(run_reply, job, engine,
+                             lambda u: self.post_message(msgs.ReplyProgress(u)))
         except Exception as e:  # the session says it, in a dialog; never a traceback
             self.post_message(msgs.WorkerFailed(job.id, e))
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 
 from textual import work
 
+from specchat.engine.llama import llama_thread
 from specchat.models.progress import WAIT, Progress
 from specchat.runtime.opening import Runtime
 from specchat.session.auto_calibration import (
@@ -96,7 +97,7 @@ class BackgroundCalibration(TransferList):
     @work(thread=True, exit_on_error=False, group="calibrate")
     def _run(self, job: AutoCalibration) -> None:
         """The pair's calibration, in a thread; it never raises."""
-        outcome = job.run(lambda p: self.post_message(CalibrationProgress(p)))
+        outcome = llama_thread.run(job.run, lambda p: self.post_message(CalibrationProgress(p)))
         self.post_message(CalibrationEnded(outcome))
 
     def on_calibration_progress(self, msg: CalibrationProgress) -> None:

@@ -21,6 +21,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static
 
 from specchat.engine.decode.decoding import Decoder
+from specchat.engine.llama import llama_thread
 from specchat.errors import SpecchatError
 from specchat.race.prompts import DEFAULT_KIND, builtin_prompts, prompt_from
 from specchat.race.replay import LEFT, RIGHT, Due, ReplayCursor, schedule
@@ -192,9 +193,9 @@ class RaceScreen(Screen[None]):
     def record(self, job: int, runtime: Runtime, setup: RaceSetup, spec: Decoder,
                cancel: threading.Event) -> None:
         try:
-            result = recorded_with(run_race(
-                runtime, setup, spec, progress=lambda m: self.post_message(RaceProgress(job, m)),
-                cancel=cancel), spec)
+            result = recorded_with(llama_thread.run(
+                run_race, runtime, setup, spec,
+                progress=lambda m: self.post_message(RaceProgress(job, m)), cancel=cancel), spec)
             self.post_message(RaceRecorded(job, result))
         except RaceCancelled:
             pass

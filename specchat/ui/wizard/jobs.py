@@ -10,6 +10,7 @@ from pathlib import Path
 
 from textual.message import Message
 
+from specchat.engine.llama import llama_thread
 from specchat.errors import FetchError, SpecchatError
 from specchat.models.calibration import CalibrationOptions, calibrate
 from specchat.models.calibration_store import (
@@ -134,6 +135,6 @@ def calibrate_pair(post: Post, cancel: threading.Event, paths: AppPaths, target:
         if theirs is not None:  # another specchat measured it while this one waited
             post(CalibrationDone(theirs))
             return
-        result = calibrate(target, draft, options, report, cancel)
+        result = llama_thread.run(calibrate, target, draft, options, report, cancel)
         save_calibration(paths, result)
     post(CalibrationDone(result))
