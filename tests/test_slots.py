@@ -310,8 +310,11 @@ def test_sampling_beside_a_busy_slot_is_the_targets_distribution(
                                                     draws, exact)
     result = chi_square(counts, exact)
     # The rule was exercised: drafts made, kept and rejected, most continuations through a
-    # rejection; the other slot kept sampling, sharing passes with this one throughout.
-    assert tally["drafted"] > draws and tally["accepted"] > draws // 10, tally
+    # rejection; the other slot kept sampling, sharing passes with this one throughout. Checked
+    # against the other slot's rows, few drafts are kept (the fault itself: 48 of 1,486 in one
+    # run), so that control asks for fewer.
+    kept = draws // 50 if rule == "crossed rows" else draws // 10
+    assert tally["drafted"] > draws and tally["accepted"] > kept, tally
     assert tally["rejections"] > draws // 2 and tally["through_rejection"] > draws // 3, tally
     assert tally["busy_tokens"] > draws // 2 and log.shared > draws, (tally, log)
     if rule == "exact":
