@@ -5,9 +5,8 @@ worker threads for each thread that calls it, for as long as that thread lives, 
 them at every node of a pass with an OpenMP barrier. GNU libgomp counts the threads it manages
 in every team; once they outnumber the CPUs, each barrier spins about 100 times instead of
 300,000 before it sleeps, so every pass of every team pays for sleeping and waking threads.
-One thread that has called llama.cpp once and lives on is enough: on qwen-coder with 2
-threads on 2 cores, the first thread's tokens took 8–14 % longer and its prompt reads 15–35 %
-longer for as long as the second thread lived (docs/performance.md).
+One thread that has called llama.cpp once and lives on is enough to slow every pass after it
+(measured in docs/performance.md, ``scripts/openmp_teams.py``).
 
 Threads that live on are what a server's slots and an app's workers run on (an executor keeps
 its threads; a later job may get another one), so their jobs that compute — a reply, a

@@ -18,9 +18,8 @@ heaviest model's batches wait: the slots drafting then reach their verification,
 target's verification rows of every slot, and plain rows and prompt reads too, share one pass.
 
 Every pass runs on the process's one llama thread (:mod:`.llama_thread`), not on the member
-that fired it: with passes fired from each request's thread in turn, a lone client's tokens
-took 1.25–1.5× as long by its fourth request (measured on qwen-coder, 2 threads), and one
-calling thread restored them.
+that fired it: passes fired from each request's thread in turn slowed a lone client's tokens
+by its fourth request, and one calling thread restored them (docs/performance.md).
 
 The clock a slot's decoder times its steps with (:meth:`SlotContext.clock`) leaves out what it
 waited for others and counts its share of each pass it rode in (the pass's time × its rows /
