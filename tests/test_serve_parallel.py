@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import openai
 import pytest
 
@@ -166,12 +167,24 @@ def test_a_chats_next_turn_goes_to_the_slot_that_holds_it(pair_server: Serving) 
     turn = [{"role": "user", "content": "the first question of a conversation about apples"}]
     first = ask(turn)
     ask([{"role": "user", "content": "an unrelated question"}])  # both slots free: not there
+    # The conversation's slot, idle while the other worked, was parked out of the shared
+    # caches (the target's and the draft model's): no pass of the other slot attended over it.
+    served = pair_server.host.served
+    assert served is not None
+    views = [(k, served.slot_engine(k).decoder.target) for k in (0, 1)]
+    parked = [k for k, v in views if v.parked is not None]
+    assert len(parked) == 1, parked
+    target = views[parked[0]][1]
+    assert target.tokens and llama_cpp.llama_memory_seq_pos_max(target.mem, target.seq_base) == -1
+    draft = served.slot_engine(parked[0]).decoder.draft
+    assert draft is not None and draft.parked is not None
     turn += [{"role": "assistant", "content": first.choices[0].message.content or ""},
              {"role": "user", "content": "and pears?"}]
     second = ask(turn)
     cached = (second.model_extra or {})["timings"]["cache_n"]
-    # Read only the new turn: the conversation so far was in its slot's cache.
+    # Read only the new turn: the conversation so far was in its slot's cache, put back.
     assert cached >= first.usage.prompt_tokens - 1, (cached, first.usage)
+    assert target.parked is None and views[1 - parked[0]][1].parked is not None
 
 
 def test_two_slots_by_default_and_one_for_a_drafter_that_cannot_share(

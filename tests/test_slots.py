@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import numpy as np
 import pytest
 
@@ -143,6 +144,44 @@ def test_a_slot_takes_a_start_another_slot_holds_and_keeps_it_past_that_slots_cu
         # And back: the emptied slot takes the start from b.
         _, again = prefill(a, p)
         assert (again, a.borrowed) == (40, 40)
+    finally:
+        slots.close()
+        base.close()
+
+
+def test_a_parked_slot_leaves_the_shared_cache_and_comes_back_whole(model: LlamaModel) -> None:
+    """An idle slot parked: its cells are out of the shared cache (no other slot's pass
+    attends over them), its tokens still say what it holds; another slot takes a start from
+    it (copied into that slot's sequence; the parked copy stays), and its own next request
+    puts them back, with the rows a lone read gives, reading only what is new."""
+    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
+    slots = share(base, None, 2)
+    (a, _), (b, _) = slots.contexts
+    shared = [*range(10, 40), *range(12, 22)]
+    p, q = [*shared, 5, 6, 7], [*shared, 50, 51]
+    try:
+        assert not b.park()  # nothing to park
+        prefill(a, p)
+        slots.park(0)
+        assert a.parked is not None and a.tokens == p
+        assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == -1
+        assert not a.park()  # parked already
+        row_b, reused_b = prefill(b, q)
+        assert (reused_b, b.borrowed) == (len(shared), len(shared)) and a.parked is not None
+        ref = _next_row(model, q)
+        assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
+        b.park()
+        row_a, reused_a = prefill(a, [*p, 8])
+        assert reused_a == len(p) and a.parked is None and b.parked is not None
+        assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == len(p)
+        ref = _next_row(model, [*p, 8])
+        assert np.allclose(row_a, ref, atol=1e-4) and row_a.argmax() == ref.argmax()
+        # A parked slot cut without a request's start (a drafter's truncate) is put back too.
+        b.truncate(len(shared))
+        assert b.parked is None and b.tokens == shared
+        row = np.array(b.decode([33], logits="last")[0])
+        ref = _next_row(model, [*shared, 33])
+        assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
     finally:
         slots.close()
         base.close()

@@ -226,7 +226,8 @@ def build(env: Env, args: argparse.Namespace) -> Serving:
             runtime.close()
 
         return Served(engines[0], in_force(decoders[0]), close, notes, engines=engines,
-                      member=slots.rendezvous.member, passes=slots.rendezvous.log)
+                      member=slots.rendezvous.member, passes=slots.rendezvous.log,
+                      park=slots.park)
 
     model_id, aliases = model_names(selection, args.alias)
     host = ModelHost(load, model_id, aliases=aliases, defaults=defaults, parallel=parallel)

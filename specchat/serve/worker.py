@@ -65,6 +65,8 @@ class Served:
     engines: Sequence[ChatEngine] = ()
     member: Callable[[], AbstractContextManager[None]] | None = None
     passes: PassLog | None = None  # what the slots' shared passes did
+    # Moves an idle slot's cache out of the shared one while others work (Slots.park).
+    park: Callable[[int], None] | None = None
 
     def slot_engine(self, slot: int) -> ChatEngine:
         return self.engines[slot] if self.engines else self.engine
@@ -280,7 +282,9 @@ class ModelHost:
         least half of them (a chat's next turn goes where its conversation is cached), else
         the free slot unused longest (so an unrelated request does not push a conversation
         out), as llama-server picks a slot. There is one: each thread runs one request, and
-        there are as many threads as slots."""
+        there are as many threads as slots. The slots left idle are parked: their caches
+        wait in host memory, out of the passes of the slot taken. (Called within the slots'
+        rendezvous: no other request takes a slot or runs a pass meanwhile.)"""
         with self._lock:
             free = self._free
             if len(free) == 1:
@@ -293,6 +297,10 @@ class ModelHost:
                     best = min(free, key=lambda s: self._used.get(s, -1))
             free.remove(best)
             self._used[best] = next(self._uses)
+            idle = list(free)
+        if served.park is not None:
+            for s in idle:
+                served.park(s)
         return best
 
     def _finished(self, job: Job, stats: GenerationStats) -> Finished:

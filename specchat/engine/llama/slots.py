@@ -26,6 +26,14 @@ waited for others and counts its share of each pass it rode in (the pass's time 
 all rows): a planner pricing its steps sees the cost its own rows add to a shared pass, which
 is lower per row than a pass of its own.
 
+A slot between requests keeps its cache for the next turn of its conversation, but not in
+the shared cache while another slot works: llama.cpp attends over every cell up to the
+highest one in use, whosever it is, so an idle slot's cells would slow every token of the
+busy ones (measured in docs/performance.md, "An idle slot out of the passes"). The
+server parks an idle slot (:meth:`SlotContext.park`) when another takes a request — its
+cells copied to host memory and taken out, as llama-server's idle-slot cache does — and the
+slot puts them back (a copy, no pass) the next time it or another slot needs them.
+
 A cancelled slot (its client went away) stops at once where it reads a prompt: a pass that
 holds its prompt chunk is stopped (llama.cpp's abort callback) and the other slots' rows run
 again without it, and its next chunk is not queued; a generation step, short, runs to its end
@@ -35,6 +43,7 @@ and the cancel is seen at the slot's next step.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -46,7 +55,10 @@ import numpy.typing as npt
 
 from specchat.engine.llama import llama_thread
 from specchat.engine.llama.context import ABORTABLE_BATCH, LlamaContext
+from specchat.engine.llama.hardware import host_memory
 from specchat.engine.llama.hidden_output import HiddenStateError
+from specchat.engine.llama.side_branch import SideBranch
+from specchat.errors import SpecchatError
 
 # llama.cpp's bound on a context's sequences (LLAMA_MAX_SEQ).
 MAX_SEQUENCES = 256
@@ -268,11 +280,57 @@ class SlotContext(LlamaContext):
         # caches a request's start may be taken from (reuse_prefix).
         self.siblings: tuple[SlotContext, ...] = (self,)
         self.borrowed = 0  # tokens taken from other slots' caches, in all (for the log, tests)
+        # This slot's cells while parked (llama.cpp's sequence state), out of the shared cache;
+        # ``tokens`` still says what they hold.
+        self.parked: npt.NDArray[np.uint8] | None = None
 
     def clock(self) -> float:
         return self.slot.now()
 
+    def park(self) -> bool:
+        """Move this idle slot's cells out of the shared cache into host memory, so the other
+        slots' passes no longer attend over them; whether it did. Not when it holds nothing,
+        is parked already, or the copy would take more than half the host memory free now.
+        The caller holds the rendezvous' baton (no pass runs meanwhile)."""
+        if self.parked is not None or not self.tokens:
+            return False
+        self.drop_tree()
+        size = llama_cpp.llama_state_seq_get_size(self.ptr, self.seq_base)
+        free = host_memory().available
+        if size == 0 or free is None or 2 * size > free:
+            return False
+        buf = np.empty(size, np.uint8)
+        if llama_cpp.llama_state_seq_get_data(self.ptr, _bytes(buf), size,
+                                              self.seq_base) != size:
+            return False
+        llama_cpp.llama_memory_seq_rm(self.mem, self.seq_base, -1, -1)
+        self.parked = buf
+        return True
+
+    def _put_back(self, state: npt.NDArray[np.uint8]) -> bool:
+        """``state`` (a slot's parked cells) into this slot's sequence; whether it went in."""
+        return bool(llama_cpp.llama_state_seq_set_data(self.ptr, _bytes(state), state.size,
+                                                       self.seq_base))
+
+    def _unpark(self) -> None:
+        """This slot's parked cells back in the shared cache, before anything reads or cuts
+        them. There is room: every slot holds at most its share of the cells."""
+        state, self.parked = self.parked, None
+        if state is not None and not self._put_back(state):
+            self.tokens.clear()
+            raise SpecchatError("a slot's cache could not be put back in the KV cache")
+
+    def truncate(self, n: int) -> None:
+        self._unpark()
+        super().truncate(n)
+
+    def decode_tree(self, shape: Sequence[int], nodes: Sequence[int], tokens: Sequence[int],
+                    side: SideBranch | None = None) -> npt.NDArray[np.float32]:
+        self._unpark()  # before the tree's sequences copy the cached ones
+        return super().decode_tree(shape, nodes, tokens, side)
+
     def _run_batch(self, m: int, start: int) -> None:
+        self._unpark()
         if m > ABORTABLE_BATCH and self.cancel.is_set():
             # A prompt read goes no further once cancelled: its next chunk is not queued.
             self.failed_decode(2, start)
@@ -296,7 +354,9 @@ class SlotContext(LlamaContext):
         prompt, a file or a conversation with another slot's does not read it again. The
         other slot keeps its cells; each slot's later cuts touch its own sequence only. Safe
         while the other slot is mid-reply: only its committed tokens are taken, and a member
-        holds the rendezvous' baton, so no pass runs meanwhile."""
+        holds the rendezvous' baton, so no pass runs meanwhile. A parked slot's cells are put
+        back first (its own) or copied into this slot's sequence alone (another's, which stays
+        parked)."""
         own = self.common_prefix(tokens)
         donor, best = None, own
         for other in self.siblings:
@@ -308,7 +368,13 @@ class SlotContext(LlamaContext):
             self.truncate(own)
             return own
         self.clear()
-        llama_cpp.llama_memory_seq_cp(self.mem, donor.seq_base, self.seq_base, 0, best)
+        if donor.parked is None:
+            llama_cpp.llama_memory_seq_cp(self.mem, donor.seq_base, self.seq_base, 0, best)
+        elif self._put_back(donor.parked):
+            llama_cpp.llama_memory_seq_rm(self.mem, self.seq_base, best, -1)
+        else:  # no room (not expected: see _unpark): the start is read again
+            llama_cpp.llama_memory_seq_rm(self.mem, self.seq_base, -1, -1)
+            return 0
         self.tokens.extend(int(t) for t in tokens[:best])
         self.borrowed += best
         return best
@@ -320,6 +386,7 @@ class SlotContext(LlamaContext):
                 llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
 
     def clear(self) -> None:
+        self.parked = None
         for s in range(self.seq_base, self.seq_base + self.n_seq_max):
             llama_cpp.llama_memory_seq_rm(self.mem, s, -1, -1)
         self.tokens.clear()
@@ -350,11 +417,21 @@ class Slots:
     rendezvous: Rendezvous
     contexts: tuple[tuple[SlotContext, SlotContext | None], ...]
 
+    def park(self, k: int) -> None:
+        """Slot ``k``, idle, out of the shared caches (see :meth:`SlotContext.park`)."""
+        for view in self.contexts[k]:
+            if view is not None:
+                view.park()
+
     def close(self) -> None:
         for target, draft in self.contexts:
             target.close()
             if draft is not None:
                 draft.close()
+
+
+def _bytes(buf: npt.NDArray[np.uint8]) -> ctypes._Pointer[ctypes.c_uint8]:
+    return buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
 
 
 def share(target: LlamaContext, draft: LlamaContext | None, n: int) -> Slots:
