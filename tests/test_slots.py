@@ -28,7 +28,7 @@ from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
-from specchat.engine.llama.slots import PassLog, Rendezvous, SlotContext, _Decode, share
+from specchat.engine.llama.slots import PassLog, Rendezvous, SlotContext, Slots, _Decode, share
 from tests.test_prove import sqrt_rule
 from tests.test_speculative import exact_joint, prompt_of
 
@@ -118,73 +118,75 @@ def test_slots_generating_at_once_share_passes_and_match_lone_runs(model: LlamaM
         base.close()
 
 
+@pytest.fixture
+def two_slots(model: LlamaModel) -> Iterator[tuple[LlamaContext, Slots]]:
+    """Two slots of a 512-cell context (256 each), closed after the test."""
+    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
+    slots = share(base, None, 2)
+    yield base, slots
+    slots.close()
+    base.close()
+
+
+# Two prompts with a 40-token start in common (a system prompt, a file).
+SHARED = [*range(10, 40), *range(12, 22)]
+P, Q = [*SHARED, 5, 6, 7], [*SHARED, 50, 51]
+
+
 def test_a_slot_takes_a_start_another_slot_holds_and_keeps_it_past_that_slots_cuts(
-        model: LlamaModel) -> None:
+        model: LlamaModel, two_slots: tuple[LlamaContext, Slots]) -> None:
     """A request whose start (a system prompt, a file) another slot holds reads only the rest:
     the other slot's cells join its sequence untouched, the next row is the one a lone read
     gives, and the other slot's later clear leaves them."""
-    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
-    slots = share(base, None, 2)
+    _, slots = two_slots
     (a, _), (b, _) = slots.contexts
-    shared = [*range(10, 40), *range(12, 22)]
-    p, q = [*shared, 5, 6, 7], [*shared, 50, 51]
-    try:
-        _, reused_a = prefill(a, p)
-        row_b, reused_b = prefill(b, q)
-        assert (reused_a, a.borrowed) == (0, 0)
-        assert (reused_b, b.borrowed) == (40, 40) and b.tokens == q
-        ref = _next_row(model, q)
-        assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
-        a.clear()
-        row = np.array(b.decode([45], logits="last")[0])
-        ref = _next_row(model, [*q, 45])
-        assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
-        # Its own cache first: b holds all of q, a holds nothing, so nothing moves.
-        assert b.reuse_prefix(q) == len(q) and b.borrowed == 40
-        # And back: the emptied slot takes the start from b.
-        _, again = prefill(a, p)
-        assert (again, a.borrowed) == (40, 40)
-    finally:
-        slots.close()
-        base.close()
+    _, reused_a = prefill(a, P)
+    row_b, reused_b = prefill(b, Q)
+    assert (reused_a, a.borrowed) == (0, 0)
+    assert (reused_b, b.borrowed) == (40, 40) and b.tokens == Q
+    ref = _next_row(model, Q)
+    assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
+    a.clear()
+    row = np.array(b.decode([45], logits="last")[0])
+    ref = _next_row(model, [*Q, 45])
+    assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
+    # Its own cache first: b holds all of q, a holds nothing, so nothing moves.
+    assert b.reuse_prefix(Q) == len(Q) and b.borrowed == 40
+    # And back: the emptied slot takes the start from b.
+    _, again = prefill(a, P)
+    assert (again, a.borrowed) == (40, 40)
 
 
-def test_a_parked_slot_leaves_the_shared_cache_and_comes_back_whole(model: LlamaModel) -> None:
+def test_a_parked_slot_leaves_the_shared_cache_and_comes_back_whole(
+        model: LlamaModel, two_slots: tuple[LlamaContext, Slots]) -> None:
     """An idle slot parked: its cells are out of the shared cache (no other slot's pass
     attends over them), its tokens still say what it holds; another slot takes a start from
     it (copied into that slot's sequence; the parked copy stays), and its own next request
     puts them back, with the rows a lone read gives, reading only what is new."""
-    base = LlamaContext(model, ContextSettings(n_ctx=512, n_seq_max=32))
-    slots = share(base, None, 2)
+    base, slots = two_slots
     (a, _), (b, _) = slots.contexts
-    shared = [*range(10, 40), *range(12, 22)]
-    p, q = [*shared, 5, 6, 7], [*shared, 50, 51]
-    try:
-        assert not b.park()  # nothing to park
-        prefill(a, p)
-        slots.park(0)
-        assert a.parked is not None and a.tokens == p
-        assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == -1
-        assert not a.park()  # parked already
-        row_b, reused_b = prefill(b, q)
-        assert (reused_b, b.borrowed) == (len(shared), len(shared)) and a.parked is not None
-        ref = _next_row(model, q)
-        assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
-        b.park()
-        row_a, reused_a = prefill(a, [*p, 8])
-        assert reused_a == len(p) and a.parked is None and b.parked is not None
-        assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == len(p)
-        ref = _next_row(model, [*p, 8])
-        assert np.allclose(row_a, ref, atol=1e-4) and row_a.argmax() == ref.argmax()
-        # A parked slot cut without a request's start (a drafter's truncate) is put back too.
-        b.truncate(len(shared))
-        assert b.parked is None and b.tokens == shared
-        row = np.array(b.decode([33], logits="last")[0])
-        ref = _next_row(model, [*shared, 33])
-        assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
-    finally:
-        slots.close()
-        base.close()
+    assert not b.park()  # nothing to park
+    prefill(a, P)
+    slots.park(0)
+    assert a.parked is not None and a.tokens == P
+    assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == -1
+    assert not a.park()  # parked already
+    row_b, reused_b = prefill(b, Q)
+    assert (reused_b, b.borrowed) == (len(SHARED), len(SHARED)) and a.parked is not None
+    ref = _next_row(model, Q)
+    assert np.allclose(row_b, ref, atol=1e-4) and row_b.argmax() == ref.argmax()
+    b.park()
+    row_a, reused_a = prefill(a, [*P, 8])
+    assert reused_a == len(P) and a.parked is None and b.parked is not None
+    assert llama_cpp.llama_memory_seq_pos_max(base.mem, a.seq_base) == len(P)
+    ref = _next_row(model, [*P, 8])
+    assert np.allclose(row_a, ref, atol=1e-4) and row_a.argmax() == ref.argmax()
+    # A parked slot cut without a request's start (a drafter's truncate) is put back too.
+    b.truncate(len(SHARED))
+    assert b.parked is None and b.tokens == SHARED
+    row = np.array(b.decode([33], logits="last")[0])
+    ref = _next_row(model, [*SHARED, 33])
+    assert np.allclose(row, ref, atol=1e-4) and row.argmax() == ref.argmax()
 
 
 def test_a_speculative_reply_on_a_borrowed_start_matches_a_lone_run(
