@@ -28,7 +28,8 @@ from specchat.engine.decode.step_policy import FixedGamma
 from specchat.engine.llama.context import LlamaContext
 from specchat.engine.llama.model import LlamaModel
 from specchat.engine.llama.model_settings import ContextSettings
-from specchat.engine.llama.slots import PassLog, Rendezvous, SlotContext, Slots, _Decode, share
+from specchat.engine.llama.rendezvous import PassLog, Rendezvous, SlotDecode
+from specchat.engine.llama.slots import SlotContext, Slots, share
 from tests.test_prove import sqrt_rule
 from tests.test_speculative import exact_joint, prompt_of
 
@@ -314,7 +315,7 @@ def _crossed_rows(monkeypatch: pytest.MonkeyPatch, model: LlamaModel) -> None:
     with the very distribution they were drawn from, whatever it is.)"""
     real = Rendezvous._run
 
-    def crossed(self: Rendezvous, group: list[_Decode]) -> None:
+    def crossed(self: Rendezvous, group: list[SlotDecode]) -> None:
         real(self, group)
         mine = [j for j in group if j.view.index == 0 and j.logits is not None]
         theirs = [j for j in group if j.view.index != 0 and j.logits is not None]
@@ -481,7 +482,7 @@ def test_a_stopped_pass_is_cut_back_in_each_sequence_it_wrote(model: LlamaModel)
         b.decode([20, 21, 22], logits="none")
         # As if a stopped pass had written 8 and 9 at positions 3 and 4 of a's sequence:
         a._pos[:2] = [3, 4]
-        Rendezvous._forget([_Decode(a, 2)])
+        Rendezvous._forget([SlotDecode(a, a.base, a.slot, 2)])
         del a.tokens[3:]
         row = np.array(a.decode([8], logits="last")[0])
         assert np.allclose(row, _lone_row(model, [5, 6, 7, 8]), atol=1e-4)

@@ -31,7 +31,7 @@ from specchat.engine.decode.fold import EventFold
 from specchat.engine.decode.grammar import GrammarError
 from specchat.engine.decode.sampling import SamplerSettings
 from specchat.engine.decode.tool_calls import CLOSE
-from specchat.engine.llama.slots import PassLog
+from specchat.engine.llama.rendezvous import PassLog
 from specchat.engine.llama.vocab import piece
 from specchat.engine.policy.in_force import InForce
 from specchat.errors import Cancelled, SpecchatError
